@@ -1,0 +1,36 @@
+// Package idemkit makes write tools safe to call twice.
+//
+// Agents retry tool calls: the model re-issues a call it thinks failed, the
+// harness retries on an exception, the MCP client resumes a broken stream by
+// re-sending, and HTTP infrastructure retries a dropped connection. A write
+// tool wrapped by a Guard runs its side effect once however many times it is
+// called, and every duplicate gets the first call's response back byte for
+// byte.
+//
+// The flow of one call through Guard.Do:
+//
+//  1. A Key is derived from the caller's subject, the tool name and the
+//     SHA-256 of the RFC 8785 canonical arguments (or the caller's explicit
+//     idempotency key), see NewKey.
+//  2. The key is claimed in the Store with one atomic operation. Exactly one
+//     caller wins the claim and runs the work; the claim has a lease.
+//  3. The outcome is stored. Duplicates arriving later get the stored
+//     response (Outcome "replayed"); duplicates arriving while the first call
+//     runs get an *InProgressError whose text tells a model not to retry and
+//     which status tool to call, or wait for the first call when Wait is set.
+//  4. A failed attempt (a Go error, and by default a tool-level error
+//     response) releases the claim: the next duplicate takes it over and runs
+//     the work again (Outcome "takeover"). So does a duplicate that finds an
+//     in-progress claim whose lease has run out, because its worker crashed.
+//     A stale worker's late finish is fenced off and cannot overwrite the new
+//     owner's outcome.
+//
+// Stores: MemoryStore (this package; its zero value is ready to use),
+// idemkit/sqlitestore (embedded, durable) and idemkit/pgstore (PostgreSQL,
+// including DoTx, which commits the claim and the tool's own writes in one
+// transaction). Every store passes the conformance suite in idemkit/storetest.
+//
+// This package depends on the standard library, a JCS canonicaliser and the
+// stdlib-only span contract; it never imports a database driver, an MCP SDK
+// or OpenTelemetry.
+package idemkit

@@ -1,0 +1,595 @@
+package idemkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/idemkit/idemkit/spancontract"
+)
+
+// Defaults of Config.
+const (
+	DefaultWindow            = 10 * time.Minute
+	DefaultLease             = 2 * time.Minute
+	DefaultMaxInlineResponse = 64 << 10
+	DefaultMaxResponse       = 16 << 20
+	DefaultFinishTimeout     = 10 * time.Second
+	DefaultSweepBatch        = 1000
+)
+
+// Response is what a call produced. A successful Response is stored and
+// replayed byte for byte to every duplicate.
+type Response struct {
+	// Body is the serialised response (for MCP, the CallToolResult JSON).
+	Body []byte
+	// WriteID names the downstream write the call made (a refund ID, a row
+	// ID). It is stored with the body, so a replay reports the same one.
+	WriteID string
+	// IsError marks a tool-level error result (MCP isError). Whether such a
+	// response is stored and replayed is Config.FailurePolicy's choice.
+	IsError bool
+}
+
+// Outcome is what the Guard did with a call. The values are the
+// idemkit.outcome span attribute's.
+type Outcome string
+
+// Outcomes.
+const (
+	OutcomeExecuted   Outcome = spancontract.OutcomeExecuted
+	OutcomeReplayed   Outcome = spancontract.OutcomeReplayed
+	OutcomeInProgress Outcome = spancontract.OutcomeInProgress
+	OutcomeTakeover   Outcome = spancontract.OutcomeTakeover
+	OutcomeMismatch   Outcome = spancontract.OutcomeMismatch
+	OutcomeBypassed   Outcome = spancontract.OutcomeBypassed
+)
+
+// Result is what Do returns.
+type Result struct {
+	// Response is the work's response (Executed, Takeover) or the stored one
+	// (Replayed).
+	Response
+	// Outcome is executed, takeover or replayed.
+	Outcome Outcome
+	// Attempt is the claim's attempt count: 1 for a first run, higher after
+	// takeovers.
+	Attempt int
+}
+
+// Replayed reports whether the response came from the store.
+func (r Result) Replayed() bool { return r.Outcome == OutcomeReplayed }
+
+// FailurePolicy decides which failed attempts are stored and replayed.
+// A Go error returned by the work is never stored: the claim is released and
+// the next duplicate takes it over, because a duplicate must never be
+// answered with an error it cannot act on, and an error usually means the
+// work did not happen. Work that fails after its side effect has committed
+// should return a Response describing it instead of an error.
+type FailurePolicy uint8
+
+// Failure policies. The zero value means "inherit" in ToolConfig and
+// ReleaseToolErrors in Config.
+const (
+	// ReleaseToolErrors treats a tool-level error response (IsError) like a
+	// Go error: the caller gets it, nothing is stored, and the next duplicate
+	// runs the work again. Right for transient failures (a gateway timeout)
+	// that a retry may fix.
+	ReleaseToolErrors FailurePolicy = iota + 1
+	// StoreToolErrors stores a tool-level error response and replays it like
+	// a success. Right when an error result is a final decision (a payment
+	// declined) that must not be re-attempted within the window.
+	StoreToolErrors
+)
+
+// ToolConfig overrides Config for one tool. Zero fields inherit.
+type ToolConfig struct {
+	// StatusTool names the tool a model should call to check on an
+	// in-progress call; the in-progress error text names it.
+	StatusTool    string
+	Window        time.Duration
+	Lease         time.Duration
+	Wait          time.Duration
+	FailurePolicy FailurePolicy
+}
+
+// Config configures a Guard. A nil *Config means all defaults.
+type Config struct {
+	// Window is how long a completed call deduplicates its duplicates,
+	// measured from its claim. Pick it above the longest plausible retry gap
+	// (about twice the client timeout) and below the interval at which a
+	// user repeats the action on purpose. Defaults to DefaultWindow (10m).
+	Window time.Duration
+
+	// Lease is how long a claim holds without a heartbeat before a duplicate
+	// may take it over, so that a crashed worker does not block its key for
+	// the whole window. Work that may run longer must call Call.Heartbeat.
+	// Defaults to DefaultLease (2m).
+	Lease time.Duration
+
+	// Wait makes a duplicate that finds the call in progress wait up to this
+	// long for it to finish and then return its result, instead of returning
+	// an *InProgressError at once. ctx still bounds the wait. Defaults to 0
+	// (no wait).
+	Wait time.Duration
+
+	// FailurePolicy decides whether tool-level error responses are stored.
+	// Defaults to ReleaseToolErrors.
+	FailurePolicy FailurePolicy
+
+	// MaxInlineResponseBytes is the largest body stored inside the claim
+	// record; larger ones are stored apart and never read on the claim path.
+	// Defaults to DefaultMaxInlineResponse (64 KiB).
+	MaxInlineResponseBytes int
+
+	// MaxResponseBytes is the largest body stored at all. A larger one is
+	// not kept; the call is still recorded as done, and callers get a
+	// *ResponseTooLargeError. Defaults to DefaultMaxResponse (16 MiB).
+	MaxResponseBytes int
+
+	// FinishTimeout bounds recording the outcome after the work, which runs
+	// detached from the caller's cancellation so that a cancelled request
+	// cannot leave a done call looking unfinished. Defaults to
+	// DefaultFinishTimeout (10s).
+	FinishTimeout time.Duration
+
+	// SweepBatch is how many expired records one Sweep statement deletes.
+	// Defaults to DefaultSweepBatch (1000).
+	SweepBatch int
+
+	// Tools holds per-tool overrides, by tool name. Defaults to none.
+	Tools map[string]ToolConfig
+
+	// Now returns the current time. Defaults to nil: the store's own clock,
+	// which for SQL stores is the database's, the one clock all replicas
+	// share. Set it in tests to drive leases and windows.
+	Now func() time.Time
+}
+
+func (c *Config) validate() error {
+	check := func(name string, d time.Duration) error {
+		if d < 0 {
+			return fmt.Errorf("idemkit: Config.%s must not be negative, got %s", name, d)
+		}
+		return nil
+	}
+	if err := errors.Join(check("Window", c.Window), check("Lease", c.Lease), check("Wait", c.Wait), check("FinishTimeout", c.FinishTimeout)); err != nil {
+		return err
+	}
+	if c.MaxInlineResponseBytes < 0 || c.MaxResponseBytes < 0 || c.SweepBatch < 0 {
+		return errors.New("idemkit: Config.MaxInlineResponseBytes, MaxResponseBytes and SweepBatch must not be negative")
+	}
+	if c.FailurePolicy > StoreToolErrors {
+		return fmt.Errorf("idemkit: Config.FailurePolicy %d is not a known policy", c.FailurePolicy)
+	}
+	for name, t := range c.Tools {
+		if t.Window < 0 || t.Lease < 0 || t.Wait < 0 {
+			return fmt.Errorf("idemkit: Config.Tools[%q] has a negative duration", name)
+		}
+		if t.FailurePolicy > StoreToolErrors {
+			return fmt.Errorf("idemkit: Config.Tools[%q].FailurePolicy %d is not a known policy", name, t.FailurePolicy)
+		}
+	}
+	return nil
+}
+
+// toolPolicy is a resolved ToolConfig.
+type toolPolicy struct {
+	statusTool string
+	window     time.Duration
+	lease      time.Duration
+	wait       time.Duration
+	failure    FailurePolicy
+}
+
+// Guard runs work at most once per Key within a window. Build it with
+// NewGuard; it is safe for concurrent use by many goroutines, and many
+// Guards (in many processes) may share one durable Store.
+type Guard struct {
+	store     Store
+	cfg       Config
+	base      toolPolicy
+	tools     map[string]toolPolicy
+	maxInline int
+	maxResp   int
+}
+
+// NewGuard returns a Guard that claims keys in store. cfg may be nil.
+func NewGuard(store Store, cfg *Config) (*Guard, error) {
+	if store == nil {
+		return nil, errors.New("idemkit: NewGuard needs a Store")
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	g := &Guard{store: store, cfg: c}
+	g.base = toolPolicy{
+		window:  orDuration(c.Window, DefaultWindow),
+		lease:   orDuration(c.Lease, DefaultLease),
+		wait:    c.Wait,
+		failure: c.FailurePolicy,
+	}
+	if g.base.failure == 0 {
+		g.base.failure = ReleaseToolErrors
+	}
+	if len(c.Tools) > 0 {
+		g.tools = make(map[string]toolPolicy, len(c.Tools))
+		for name, t := range c.Tools {
+			p := g.base
+			p.statusTool = t.StatusTool
+			p.window = orDuration(t.Window, p.window)
+			p.lease = orDuration(t.Lease, p.lease)
+			p.wait = orDuration(t.Wait, p.wait)
+			if t.FailurePolicy != 0 {
+				p.failure = t.FailurePolicy
+			}
+			g.tools[name] = p
+		}
+	}
+	g.maxInline = c.MaxInlineResponseBytes
+	if g.maxInline == 0 {
+		g.maxInline = DefaultMaxInlineResponse
+	}
+	g.maxResp = c.MaxResponseBytes
+	if g.maxResp == 0 {
+		g.maxResp = DefaultMaxResponse
+	}
+	if g.cfg.FinishTimeout == 0 {
+		g.cfg.FinishTimeout = DefaultFinishTimeout
+	}
+	if g.cfg.SweepBatch == 0 {
+		g.cfg.SweepBatch = DefaultSweepBatch
+	}
+	return g, nil
+}
+
+func orDuration(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// Store returns the Guard's store.
+func (g *Guard) Store() Store { return g.store }
+
+// WithStore returns a copy of g, with the same configuration, that claims in
+// s. Store packages use it to run the Guard inside a caller's transaction
+// (see pgstore.DoTx).
+func (g *Guard) WithStore(s Store) *Guard {
+	c := *g
+	c.store = s
+	return &c
+}
+
+func (g *Guard) policy(tool string) *toolPolicy {
+	if g.tools != nil {
+		if p, ok := g.tools[tool]; ok {
+			return &p
+		}
+	}
+	return &g.base
+}
+
+func (g *Guard) now() time.Time {
+	if g.cfg.Now != nil {
+		return g.cfg.Now()
+	}
+	return time.Time{}
+}
+
+// Work is the side effect a Guard protects. ctx carries the *Call (see
+// CallFromContext), which holds the key to forward downstream and the
+// heartbeat that keeps a long claim alive.
+type Work func(ctx context.Context) (Response, error)
+
+// Do runs work at most once for key within the window and returns its
+// result, or the stored result of the call that ran it.
+//
+//   - First call: claims the key, runs work, stores the response, returns
+//     Outcome "executed" (or "takeover" when it took over a failed or
+//     abandoned attempt).
+//   - Duplicate after success: returns the stored response byte for byte,
+//     Outcome "replayed". A duplicate never gets an error for a call that
+//     succeeded.
+//   - Duplicate while in progress: returns an *InProgressError, after
+//     waiting up to the tool's Wait for the first call to finish.
+//   - Explicit key reused with other arguments: returns a *MismatchError.
+//   - Work returns an error (or, by default, an IsError response): the claim
+//     is released, the error (or response) is returned, and the next
+//     duplicate runs the work again.
+//   - Work panics: the claim is released and the panic continues.
+//   - The store fails on the claim: an error matching ErrStore; work has not
+//     run. It fails on the finish after work ran: the Result and an error
+//     matching ErrStore (or ErrLeaseLost when another caller took the claim
+//     over meanwhile) are both returned.
+//
+// ctx bounds the claim, the wait and the work; the finish runs detached from
+// ctx's cancellation, bounded by FinishTimeout.
+func (g *Guard) Do(ctx context.Context, key Key, work Work) (Result, error) {
+	if key.IsZero() {
+		return Result{}, fmt.Errorf("%w: the zero Key; build keys with NewKey", ErrInvalidKey)
+	}
+	p := g.policy(key.tool)
+	req := ClaimRequest{
+		Key:         key.id,
+		Tool:        key.tool,
+		Fingerprint: key.args,
+		Token:       newToken(),
+		Lease:       p.lease,
+		Window:      p.window,
+	}
+	var (
+		waitUntil time.Time
+		backoff   = 5 * time.Millisecond
+	)
+	for {
+		req.Now = g.now()
+		cr, err := g.store.Claim(ctx, &req)
+		if err != nil {
+			return Result{}, storeError("claim", key, err)
+		}
+		switch cr.Status {
+		case ClaimAcquired, ClaimTakenOver:
+			return g.run(ctx, key, p, &req, cr, work)
+		case ClaimCompleted:
+			return g.replay(ctx, key, cr)
+		case ClaimMismatch:
+			return Result{}, &MismatchError{Tool: key.tool}
+		case ClaimBusy:
+			if p.wait <= 0 {
+				return Result{}, g.inProgress(key, p, cr)
+			}
+			if waitUntil.IsZero() {
+				waitUntil = time.Now().Add(p.wait)
+			}
+			remaining := time.Until(waitUntil)
+			if remaining <= 0 {
+				return Result{}, g.inProgress(key, p, cr)
+			}
+			if err := sleep(ctx, min(backoff, remaining)); err != nil {
+				return Result{}, g.inProgress(key, p, cr)
+			}
+			backoff = min(backoff*2, 250*time.Millisecond)
+		default:
+			return Result{}, storeError("claim", key, fmt.Errorf("store returned invalid claim status %d", cr.Status))
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func (g *Guard) inProgress(key Key, p *toolPolicy, cr ClaimResult) error {
+	e := &InProgressError{Tool: key.tool, StatusTool: p.statusTool, Attempt: cr.Attempt, Started: cr.Started}
+	now := cr.Now
+	if now.IsZero() {
+		now = g.now()
+	}
+	if now.IsZero() {
+		now = time.Now()
+	}
+	if !cr.LeaseUntil.IsZero() {
+		e.RetryAfter = max(cr.LeaseUntil.Sub(now), 0)
+	}
+	return e
+}
+
+func (g *Guard) replay(ctx context.Context, key Key, cr ClaimResult) (Result, error) {
+	res := Result{Response: cr.Response, Outcome: OutcomeReplayed, Attempt: cr.Attempt}
+	switch cr.Storage {
+	case StorageExternal:
+		body, err := g.store.Response(ctx, key.id)
+		if err != nil {
+			return Result{}, storeError("load response", key, err)
+		}
+		res.Body = body
+	case StorageDropped:
+		return Result{}, &ResponseTooLargeError{Tool: key.tool, Size: cr.Size, Limit: int64(g.maxResp)}
+	}
+	return res, nil
+}
+
+func (g *Guard) run(ctx context.Context, key Key, p *toolPolicy, req *ClaimRequest, cr ClaimResult, work Work) (res Result, err error) {
+	call := &Call{guard: g, key: key, token: req.Token, attempt: cr.Attempt, lease: p.lease}
+	res.Attempt = cr.Attempt
+	res.Outcome = OutcomeExecuted
+	if cr.Status == ClaimTakenOver {
+		res.Outcome = OutcomeTakeover
+	}
+
+	finished := false
+	defer func() {
+		if finished {
+			return
+		}
+		// work panicked: release the claim, then let the panic continue.
+		g.finish(ctx, key, &FinishRequest{Key: key.id, Token: req.Token, Error: "panic"})
+	}()
+	resp, werr := work(context.WithValue(ctx, callKey{}, call))
+	finished = true
+
+	if werr != nil {
+		g.finish(ctx, key, &FinishRequest{Key: key.id, Token: req.Token, Error: truncateString(werr.Error(), 512)})
+		return Result{}, werr
+	}
+	res.Response = resp
+	if resp.IsError && p.failure != StoreToolErrors {
+		if ferr := g.finish(ctx, key, &FinishRequest{Key: key.id, Token: req.Token, Error: "tool error"}); ferr != nil {
+			return res, ferr
+		}
+		return res, nil
+	}
+
+	fin := FinishRequest{Key: key.id, Token: req.Token, Succeeded: true, Response: resp, Size: int64(len(resp.Body))}
+	var tooLarge error
+	switch {
+	case len(resp.Body) > g.maxResp:
+		fin.Storage = StorageDropped
+		fin.Response.Body = nil
+		tooLarge = &ResponseTooLargeError{Tool: key.tool, Size: fin.Size, Limit: int64(g.maxResp), Result: res}
+	case len(resp.Body) > g.maxInline:
+		fin.Storage = StorageExternal
+	}
+	if ferr := g.finish(ctx, key, &fin); ferr != nil {
+		return res, ferr
+	}
+	if tooLarge != nil {
+		return res, tooLarge
+	}
+	return res, nil
+}
+
+// finish records an attempt's end, detached from ctx's cancellation.
+func (g *Guard) finish(ctx context.Context, key Key, req *FinishRequest) error {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.FinishTimeout)
+	defer cancel()
+	req.Now = g.now()
+	err := g.store.Finish(fctx, req)
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, ErrLeaseLost) {
+		return fmt.Errorf("idemkit: finish %s: %w", key, err)
+	}
+	return storeError("finish", key, err)
+}
+
+func truncateString(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// newToken returns a random, non-zero fencing token.
+func newToken() int64 {
+	for {
+		if t := rand.Int64(); t != 0 {
+			return t
+		}
+	}
+}
+
+type callKey struct{}
+
+// Call is the running attempt of a Guard.Do, available to the work through
+// CallFromContext. Its methods are safe for concurrent use and safe on a nil
+// *Call (they then do nothing), so helpers may call them unconditionally.
+type Call struct {
+	guard   *Guard
+	key     Key
+	token   int64
+	attempt int
+	lease   time.Duration
+}
+
+// CallFromContext returns the attempt running in ctx, or nil outside
+// Guard.Do's work.
+func CallFromContext(ctx context.Context) *Call {
+	c, _ := ctx.Value(callKey{}).(*Call)
+	return c
+}
+
+// Key returns the attempt's key.
+func (c *Call) Key() Key {
+	if c == nil {
+		return Key{}
+	}
+	return c.key
+}
+
+// Attempt returns the attempt's number: 1 for the first run, higher after
+// takeovers, when the previous attempt may have done part of the work.
+func (c *Call) Attempt() int {
+	if c == nil {
+		return 0
+	}
+	return c.attempt
+}
+
+// IdempotencyKey returns a stable string to forward to a downstream API that
+// accepts idempotency keys (a payment gateway's Idempotency-Key header). It
+// is the same for every attempt of one request, so a downstream call made by
+// an attempt that crashed before recording its outcome is deduplicated by the
+// downstream when a later attempt takes over. It carries no raw subject.
+func (c *Call) IdempotencyKey() string {
+	if c == nil {
+		return ""
+	}
+	return "idk_" + c.key.id
+}
+
+// Heartbeat extends the attempt's lease by the tool's Lease from now, so
+// that a long-running call is not taken over as abandoned. It returns an
+// error matching ErrLeaseLost when another caller has already taken the
+// claim over: the work should then stop, because its outcome will not be
+// recorded. ctx bounds the store call.
+func (c *Call) Heartbeat(ctx context.Context) error {
+	if c == nil {
+		return nil
+	}
+	err := c.guard.store.Extend(ctx, &ExtendRequest{Key: c.key.id, Token: c.token, Lease: c.lease, Now: c.guard.now()})
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, ErrLeaseLost) {
+		return fmt.Errorf("idemkit: heartbeat %s: %w", c.key, err)
+	}
+	return storeError("heartbeat", c.key, err)
+}
+
+// Sweep deletes expired records in batches of Config.SweepBatch until a
+// batch comes back short, and returns how many it deleted. It is safe to run
+// from many replicas at once. ctx bounds the whole sweep.
+func (g *Guard) Sweep(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		n, err := g.store.Sweep(ctx, &SweepRequest{Limit: g.cfg.SweepBatch, Now: g.now()})
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("%w: sweep: %w", ErrStore, err)
+		}
+		if n < g.cfg.SweepBatch {
+			return total, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+	}
+}
+
+// RunSweeper calls Sweep every interval until ctx is done, and returns
+// ctx's error. Sweep errors are passed to onError (which may be nil) and do
+// not stop the loop.
+func (g *Guard) RunSweeper(ctx context.Context, interval time.Duration, onError func(error)) error {
+	if interval <= 0 {
+		return errors.New("idemkit: RunSweeper needs a positive interval")
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			if _, err := g.Sweep(ctx); err != nil && onError != nil && ctx.Err() == nil {
+				onError(err)
+			}
+		}
+	}
+}

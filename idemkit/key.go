@@ -1,0 +1,323 @@
+package idemkit
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/gowebpki/jcs"
+	"github.com/idemkit/idemkit/spancontract"
+)
+
+// Defaults of KeyOptions.
+const (
+	// DefaultExplicitKeyField is the argument that carries a caller's explicit
+	// idempotency key.
+	DefaultExplicitKeyField = "idempotency_key"
+	// DefaultMaxArgsBytes is the largest argument document NewKey accepts.
+	DefaultMaxArgsBytes = 1 << 20
+	// MaxExplicitKeyLen is the longest explicit key accepted, in bytes.
+	MaxExplicitKeyLen = 255
+)
+
+// KeyOptions tunes NewKey. A nil *KeyOptions means all defaults.
+type KeyOptions struct {
+	// ExplicitKey is an explicit idempotency key supplied outside the
+	// arguments, for example from an MCP request's params._meta. When the
+	// arguments carry one too, both must be equal. Defaults to none.
+	ExplicitKey string
+
+	// ExplicitKeyField is the top-level argument that may carry an explicit
+	// key (a JSON string; null counts as absent). It is always stripped
+	// before hashing. Set it to "-" to disable the field. Defaults to
+	// DefaultExplicitKeyField ("idempotency_key").
+	ExplicitKeyField string
+
+	// Exclude names top-level argument fields left out of the hash, such as
+	// client timestamps or nonces that differ on every retry and would
+	// otherwise defeat the key. Defaults to none.
+	Exclude []string
+
+	// MaxArgsBytes bounds the size of the raw arguments. Defaults to
+	// DefaultMaxArgsBytes (1 MiB).
+	MaxArgsBytes int
+}
+
+// Key identifies one logical request: a subject (the authenticated caller),
+// a tool, and either the hash of the canonical arguments or an explicit key.
+// Build one with NewKey; the zero Key is invalid. A Key is a small value,
+// safe to copy and to use from many goroutines.
+type Key struct {
+	subject  string
+	tool     string
+	explicit string
+	args     string // hex SHA-256 of the canonical, stripped arguments (64 chars)
+	id       string // hex SHA-256 of the full key (64 chars)
+}
+
+// NewKey derives the idempotency key of a call to tool by subject with the
+// JSON arguments args.
+//
+// The arguments are canonicalised with RFC 8785 (JCS): object members sorted
+// by UTF-16 code units, no insignificant whitespace, numbers in ECMAScript
+// form (so 1, 1.0 and 1e0 hash alike), duplicate member names rejected. The
+// explicit-key field and any excluded fields are stripped from the top-level
+// object first. Empty or null arguments hash as {}.
+//
+// Without an explicit key the Key is subject + tool + SHA-256(canonical
+// arguments). With one (from the arguments or opts.ExplicitKey) it is
+// subject + tool + explicit key, and the argument hash is kept as a
+// fingerprint: reusing the key with different arguments is then a
+// *MismatchError, never a replay of another request's answer.
+//
+// Errors wrap ErrInvalidArguments (malformed JSON, too large, an explicit-key
+// field that is not a string) or ErrInvalidKey (an explicit key that is
+// empty, longer than MaxExplicitKeyLen bytes or not printable ASCII, or two
+// different explicit keys).
+func NewKey(subject, tool string, args []byte, opts *KeyOptions) (Key, error) {
+	if tool == "" {
+		return Key{}, fmt.Errorf("%w: the tool name is empty", ErrInvalidKey)
+	}
+	var o KeyOptions
+	if opts != nil {
+		o = *opts
+	}
+	maxArgs := o.MaxArgsBytes
+	if maxArgs <= 0 {
+		maxArgs = DefaultMaxArgsBytes
+	}
+	if len(args) > maxArgs {
+		return Key{}, fmt.Errorf("%w: the arguments of %q are %d bytes, over the %d-byte limit", ErrInvalidArguments, tool, len(args), maxArgs)
+	}
+	field := o.ExplicitKeyField
+	switch field {
+	case "":
+		field = DefaultExplicitKeyField
+	case "-":
+		field = ""
+	}
+
+	canon, fieldKey, err := canonicalArgs(args, field, o.Exclude)
+	if err != nil {
+		return Key{}, fmt.Errorf("%w: %s: %v", ErrInvalidArguments, tool, err)
+	}
+	explicit := o.ExplicitKey
+	if fieldKey != nil {
+		if explicit != "" && explicit != *fieldKey {
+			return Key{}, fmt.Errorf("%w: %s: the %q argument and the request metadata carry two different idempotency keys", ErrInvalidKey, tool, field)
+		}
+		explicit = *fieldKey
+	}
+	if explicit != "" || fieldKey != nil {
+		if err := ValidateExplicitKey(explicit); err != nil {
+			return Key{}, err
+		}
+	}
+
+	sum := sha256.Sum256(canon)
+	k := Key{subject: subject, tool: tool, explicit: explicit, args: hex.EncodeToString(sum[:])}
+	k.id = k.computeID()
+	return k, nil
+}
+
+// ValidateExplicitKey reports whether key is acceptable as an explicit
+// idempotency key: 1 to MaxExplicitKeyLen bytes of printable ASCII
+// (0x20-0x7E). Errors wrap ErrInvalidKey.
+func ValidateExplicitKey(key string) error {
+	if key == "" {
+		return fmt.Errorf("%w: the idempotency key is empty; omit it or send a stable value such as a UUID", ErrInvalidKey)
+	}
+	if len(key) > MaxExplicitKeyLen {
+		return fmt.Errorf("%w: the idempotency key is %d bytes, over the %d-byte limit", ErrInvalidKey, len(key), MaxExplicitKeyLen)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x20 || c > 0x7e {
+			return fmt.Errorf("%w: the idempotency key has a non-printable or non-ASCII byte 0x%02x at offset %d", ErrInvalidKey, c, i)
+		}
+	}
+	return nil
+}
+
+// keyDomain separates idempotency key hashes from any other SHA-256 use.
+const keyDomain = "idemkit/key/v1\x00"
+
+func (k Key) computeID() string {
+	b := make([]byte, 0, len(keyDomain)+len(k.subject)+len(k.tool)+len(k.explicit)+len(k.args)+16)
+	b = append(b, keyDomain...)
+	b = appendField(b, k.subject)
+	b = appendField(b, k.tool)
+	if k.explicit != "" {
+		b = append(b, 'x')
+		b = appendField(b, k.explicit)
+	} else {
+		b = append(b, 'h')
+		b = appendField(b, k.args)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// appendField writes s length-prefixed, so that no two different field
+// tuples encode alike ("a:b"+"c" versus "a"+"b:c").
+func appendField(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// ID returns the key's storage identity: the hex SHA-256 (64 characters) of
+// subject, tool and argument hash or explicit key. Stores index records by
+// it; it carries no raw subject.
+func (k Key) ID() string { return k.id }
+
+// Hash returns the first spancontract.HashLen characters of ID: the
+// idemkit.key.hash span attribute, the duplicate-group key.
+func (k Key) Hash() string { return short(k.id) }
+
+// ArgsHash returns the hex SHA-256 (64 characters) of the canonical
+// arguments, stripped of the explicit-key field and excluded fields. For an
+// explicit key it is the fingerprint checked on reuse.
+func (k Key) ArgsHash() string { return k.args }
+
+// Subject returns the subject the key was derived for.
+func (k Key) Subject() string { return k.subject }
+
+// Tool returns the tool name.
+func (k Key) Tool() string { return k.tool }
+
+// Explicit returns the caller's explicit idempotency key, or "".
+func (k Key) Explicit() string { return k.explicit }
+
+// Source returns "explicit" when the key came from the caller and "derived"
+// when it was computed from the arguments.
+func (k Key) Source() string {
+	if k.explicit != "" {
+		return spancontract.KeySourceExplicit
+	}
+	return spancontract.KeySourceDerived
+}
+
+// IsZero reports whether k is the zero Key (not built by NewKey).
+func (k Key) IsZero() bool { return k.id == "" }
+
+// String returns a form safe to log: the tool, the source and the key hash.
+// It never contains the subject or the explicit key.
+func (k Key) String() string {
+	if k.IsZero() {
+		return "idemkit.Key{}"
+	}
+	return k.tool + "/" + k.Source() + "/" + k.Hash()
+}
+
+func short(hexSum string) string {
+	if len(hexSum) > spancontract.HashLen {
+		return hexSum[:spancontract.HashLen]
+	}
+	return hexSum
+}
+
+// ShortHash returns the first spancontract.HashLen hex characters of the
+// SHA-256 of s: the form the span contract uses for hashed values.
+func ShortHash(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:spancontract.HashLen/2])
+}
+
+var emptyObject = []byte("{}")
+
+// canonicalArgs returns the RFC 8785 form of args with field (the explicit
+// key field, "" for none) and exclude stripped from a top-level object, and
+// the explicit key found in field (nil when absent or null).
+func canonicalArgs(args []byte, field string, exclude []string) ([]byte, *string, error) {
+	trimmed := bytes.TrimSpace(args)
+	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
+		return emptyObject, nil, nil
+	}
+	canon, err := jcs.Transform(trimmed)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the arguments are not valid JSON: %v", err)
+	}
+	if canon[0] != '{' || (field == "" && len(exclude) == 0) {
+		return canon, nil, nil
+	}
+	strip := func(name string) bool { return name == field || slices.Contains(exclude, name) }
+
+	// Walk the canonical object's members in order and keep the others.
+	dec := json.NewDecoder(bytes.NewReader(canon))
+	if _, err := dec.Token(); err != nil { // '{'
+		return nil, nil, err
+	}
+	type member struct {
+		name  string
+		value json.RawMessage
+	}
+	var kept []member
+	var explicit *string
+	stripped := false
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, nil, err
+		}
+		name, _ := tok.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, nil, err
+		}
+		if !strip(name) {
+			kept = append(kept, member{name, v})
+			continue
+		}
+		stripped = true
+		if name == field && !bytes.Equal(v, []byte("null")) {
+			var s string
+			if err := json.Unmarshal(v, &s); err != nil {
+				return nil, nil, fmt.Errorf("the %q argument must be a string, got %s", field, truncate(v, 40))
+			}
+			explicit = &s
+		}
+	}
+	if !stripped {
+		return canon, nil, nil
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(canon))
+	buf.WriteByte('{')
+	for i, m := range kept {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		name, _ := json.Marshal(m.name)
+		buf.Write(name)
+		buf.WriteByte(':')
+		buf.Write(m.value)
+	}
+	buf.WriteByte('}')
+	// Re-canonicalise: json.Marshal escapes names differently from JCS.
+	out, err := jcs.Transform(buf.Bytes())
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, explicit, nil
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) <= n {
+		return string(b)
+	}
+	return string(b[:n]) + "…"
+}
+
+// CanonicalJSON returns the RFC 8785 canonical form of a JSON document, the
+// bytes NewKey hashes when no field is stripped. Errors wrap
+// ErrInvalidArguments.
+func CanonicalJSON(doc []byte) ([]byte, error) {
+	c, _, err := canonicalArgs(doc, "", nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidArguments, err)
+	}
+	return c, nil
+}

@@ -1,0 +1,175 @@
+package idemkit
+
+import (
+	"context"
+	"time"
+)
+
+// Store keeps claim records. A record is created by the first Claim of a key
+// and lives until its window expires and Sweep deletes it.
+//
+// The Guard relies on these guarantees, which idemkit/storetest checks for
+// every implementation:
+//
+//   - Claim is atomic: of any number of concurrent Claims of one key, exactly
+//     one acquires it (or takes it over); none may observe a half-written
+//     record.
+//   - An expired record (window over, and no live lease) never wins against
+//     fresh work: Claim replaces it as if it did not exist.
+//   - Finish and Extend are fenced by the claim's token: once another caller
+//     has taken the claim over, they change nothing and return ErrLeaseLost.
+//   - A stored body is returned byte for byte.
+//
+// Times: when a request's Now is zero the store uses its own clock (for SQL
+// stores, the database's, so that replicas agree); tests set Now to drive
+// expiry deterministically. All methods are safe for concurrent use, and ctx
+// bounds each call.
+type Store interface {
+	// Claim claims req.Key for req.Token, or reports the record that stands
+	// in the way. It never runs the work and never blocks on an in-progress
+	// record (SQL stores may wait for a concurrent transaction holding the
+	// record to end, as DoTx relies on).
+	Claim(ctx context.Context, req *ClaimRequest) (ClaimResult, error)
+
+	// Finish records the outcome of the attempt holding req.Token. It returns
+	// ErrLeaseLost when the record is no longer held by that token.
+	Finish(ctx context.Context, req *FinishRequest) error
+
+	// Extend pushes the lease of the attempt holding req.Token to
+	// Now+req.Lease (and the window's end at least that far). It returns
+	// ErrLeaseLost when the record is no longer held by that token.
+	Extend(ctx context.Context, req *ExtendRequest) error
+
+	// Response returns a body that Finish stored apart from the record
+	// (StorageExternal). It returns ErrNotFound when there is none.
+	Response(ctx context.Context, key string) ([]byte, error)
+
+	// Sweep deletes up to req.Limit expired records (window over and no live
+	// lease) and returns how many it deleted. Many callers may sweep at once.
+	Sweep(ctx context.Context, req *SweepRequest) (int, error)
+}
+
+// ClaimRequest is the input of Store.Claim.
+type ClaimRequest struct {
+	// Key is Key.ID(): the record's identity.
+	Key string
+	// Tool is the tool name, kept for operators.
+	Tool string
+	// Fingerprint is Key.ArgsHash(). A live record whose fingerprint differs
+	// answers ClaimMismatch.
+	Fingerprint string
+	// Token identifies this attempt; Finish and Extend must present it.
+	Token int64
+	// Lease is how long the claim holds without a heartbeat.
+	Lease time.Duration
+	// Window is how long the record deduplicates, from this claim.
+	Window time.Duration
+	// Now is the current time, or zero for the store's clock.
+	Now time.Time
+}
+
+// ClaimStatus is what Claim found.
+type ClaimStatus uint8
+
+// Claim statuses.
+const (
+	// ClaimAcquired: no live record existed; the caller holds a fresh claim
+	// (attempt 1) and must run the work.
+	ClaimAcquired ClaimStatus = iota + 1
+	// ClaimTakenOver: the record had failed, or its lease had run out; the
+	// caller now holds it (attempt incremented) and must run the work.
+	ClaimTakenOver
+	// ClaimCompleted: the record holds a stored outcome to replay.
+	ClaimCompleted
+	// ClaimBusy: another caller holds a live lease on the record.
+	ClaimBusy
+	// ClaimMismatch: the record was made with a different fingerprint.
+	ClaimMismatch
+)
+
+func (s ClaimStatus) String() string {
+	switch s {
+	case ClaimAcquired:
+		return "acquired"
+	case ClaimTakenOver:
+		return "taken_over"
+	case ClaimCompleted:
+		return "completed"
+	case ClaimBusy:
+		return "busy"
+	case ClaimMismatch:
+		return "mismatch"
+	}
+	return "invalid"
+}
+
+// Storage says where a completed record's response body lives.
+type Storage uint8
+
+// Storage kinds.
+const (
+	// StorageInline: the body is in the record and returned by Claim.
+	StorageInline Storage = iota
+	// StorageExternal: the body is stored apart, read with Store.Response
+	// only when a duplicate needs it (never on the claim path).
+	StorageExternal
+	// StorageDropped: the body exceeded the hard maximum and was not kept;
+	// only its size is.
+	StorageDropped
+)
+
+// ClaimResult is the output of Store.Claim.
+type ClaimResult struct {
+	Status ClaimStatus
+	// Attempt is the record's attempt count (1 for a fresh claim).
+	Attempt int
+	// Started is when the current attempt claimed the record.
+	Started time.Time
+	// LeaseUntil is when the current attempt's lease runs out (ClaimBusy).
+	LeaseUntil time.Time
+	// Now is the store's clock at the claim, when it used its own.
+	Now time.Time
+
+	// For ClaimCompleted:
+	// Response is the stored outcome; Body is nil unless Storage is
+	// StorageInline.
+	Response Response
+	// Storage says where the body is.
+	Storage Storage
+	// Size is the body's length in bytes.
+	Size int64
+}
+
+// FinishRequest is the input of Store.Finish.
+type FinishRequest struct {
+	Key   string
+	Token int64
+	// Succeeded stores Response for replay. When false the attempt failed:
+	// the record is released for the next caller to take over and Response
+	// is ignored.
+	Succeeded bool
+	Response  Response
+	// Storage says where to keep Response.Body; for StorageDropped the body
+	// is not kept and Size records its length.
+	Storage Storage
+	Size    int64
+	// Error is a short description of a failure, kept for operators.
+	Error string
+	// Now is the current time, or zero for the store's clock.
+	Now time.Time
+}
+
+// ExtendRequest is the input of Store.Extend.
+type ExtendRequest struct {
+	Key   string
+	Token int64
+	Lease time.Duration
+	Now   time.Time
+}
+
+// SweepRequest is the input of Store.Sweep.
+type SweepRequest struct {
+	// Limit caps the records deleted by one call.
+	Limit int
+	Now   time.Time
+}

@@ -1,0 +1,3 @@
+module github.com/idemkit/idemkit/spancontract
+
+go 1.26.0

@@ -1,0 +1,150 @@
+// Package spancontract is the single source of truth for the span contract
+// shared by idemkit's instrumentation (which writes tool-call spans) and the
+// Collector's dup processor (which reads them and annotates duplicates).
+//
+// It holds attribute keys, their enumerated values and the span naming rule,
+// as plain strings, so that both sides import the same names without pulling
+// in each other's dependencies: this package depends on the standard library
+// only, and it is its own Go module so the Collector distribution does not
+// inherit the idemkit module's database drivers.
+//
+// Keys borrowed from the OpenTelemetry semantic conventions carry exactly the
+// values of go.opentelemetry.io/otel/semconv/v1.41.0 (a test in the
+// instrument package asserts it). The idemkit.* keys are this project's own.
+package spancontract
+
+// OpenTelemetry GenAI, MCP and JSON-RPC keys (semconv v1.41.0, Development stability).
+const (
+	// GenAIOperationName is gen_ai.operation.name.
+	GenAIOperationName = "gen_ai.operation.name"
+	// GenAIToolName is gen_ai.tool.name.
+	GenAIToolName = "gen_ai.tool.name"
+	// GenAIToolCallID is gen_ai.tool.call.id: the model's ID for the call.
+	GenAIToolCallID = "gen_ai.tool.call.id"
+	// GenAIToolCallArguments is gen_ai.tool.call.arguments: raw arguments,
+	// recorded by idemkit only when a user opts in.
+	GenAIToolCallArguments = "gen_ai.tool.call.arguments"
+	// GenAIToolCallResult is gen_ai.tool.call.result: the raw result,
+	// recorded by idemkit only when a user opts in.
+	GenAIToolCallResult = "gen_ai.tool.call.result"
+	// GenAIConversationID is gen_ai.conversation.id.
+	GenAIConversationID = "gen_ai.conversation.id"
+	// MCPMethodName is mcp.method.name.
+	MCPMethodName = "mcp.method.name"
+	// MCPSessionID is mcp.session.id.
+	MCPSessionID = "mcp.session.id"
+	// MCPProtocolVersion is mcp.protocol.version.
+	MCPProtocolVersion = "mcp.protocol.version"
+	// JSONRPCRequestID is jsonrpc.request.id, always written as a string.
+	JSONRPCRequestID = "jsonrpc.request.id"
+	// ErrorType is error.type.
+	ErrorType = "error.type"
+)
+
+// Values of the borrowed keys that the contract relies on.
+const (
+	// OperationExecuteTool is the gen_ai.operation.name of a tool execution.
+	OperationExecuteTool = "execute_tool"
+	// OperationChat is the gen_ai.operation.name of an inference call: the
+	// evidence that the model spoke between two tool calls.
+	OperationChat = "chat"
+	// MethodToolsCall is the mcp.method.name of a tool call.
+	MethodToolsCall = "tools/call"
+	// ErrorTypeToolError is the error.type of a call whose result had isError set.
+	ErrorTypeToolError = "tool_error"
+)
+
+// idemkit attributes written by the instrumentation on every tool-call span.
+const (
+	// ArgsHash (string) is the hex SHA-256, first HashLen characters, of the
+	// canonical (RFC 8785) arguments with the explicit-key parameter and any
+	// excluded fields stripped.
+	ArgsHash = "idemkit.args.hash"
+	// KeyHash (string) is the hex SHA-256, first HashLen characters, of the
+	// full idempotency key (subject + tool + args hash or explicit key). It is
+	// the duplicate-group key.
+	KeyHash = "idemkit.key.hash"
+	// KeySource (string) is KeySourceDerived or KeySourceExplicit.
+	KeySource = "idemkit.key.source"
+	// SubjectHash (string) is the hashed subject.
+	SubjectHash = "idemkit.subject.hash"
+	// Subject (string) is the raw subject, written only when a user opts in.
+	Subject = "idemkit.subject"
+	// Outcome (string) is one of the Outcome* values.
+	Outcome = "idemkit.outcome"
+	// Attempt (int) is the claim's attempt count.
+	Attempt = "idemkit.attempt"
+	// WriteID (string) is the downstream write the tool recorded.
+	WriteID = "idemkit.write.id"
+)
+
+// Values of KeySource.
+const (
+	KeySourceDerived  = "derived"
+	KeySourceExplicit = "explicit"
+)
+
+// Values of Outcome.
+const (
+	// OutcomeExecuted: the call claimed a fresh key and ran the work.
+	OutcomeExecuted = "executed"
+	// OutcomeReplayed: a duplicate answered with the stored response.
+	OutcomeReplayed = "replayed"
+	// OutcomeInProgress: a duplicate answered "still running, do not retry".
+	OutcomeInProgress = "in_progress"
+	// OutcomeTakeover: the call took over a failed or abandoned claim and ran the work.
+	OutcomeTakeover = "takeover"
+	// OutcomeMismatch: an explicit key reused with different arguments; rejected.
+	OutcomeMismatch = "mismatch"
+	// OutcomeBypassed: the tool is not protected (read-only or idempotent).
+	OutcomeBypassed = "bypassed"
+)
+
+// Attributes the Collector's dup processor adds to duplicate spans.
+const (
+	// Duplicate (bool) is true on every later member of a duplicate group.
+	Duplicate = "idemkit.duplicate"
+	// DuplicateCause (string) is one of the Cause* values.
+	DuplicateCause = "idemkit.duplicate.cause"
+	// DuplicateEffect (string) is one of the Effect* values.
+	DuplicateEffect = "idemkit.duplicate.effect"
+	// DuplicateGroup (string) is the group's key.
+	DuplicateGroup = "idemkit.duplicate.group"
+	// DuplicateFirstSpanID (string) is the hex span ID of the group's first call.
+	DuplicateFirstSpanID = "idemkit.duplicate.first_span_id"
+	// DuplicateGapMS (int) is the milliseconds from the first call's start to this one's.
+	DuplicateGapMS = "idemkit.duplicate.gap_ms"
+)
+
+// Values of DuplicateCause.
+const (
+	CauseTransportRetry  = "transport_retry"
+	CauseHarnessRetry    = "harness_retry"
+	CauseModelReissue    = "model_reissue"
+	CauseReconnectReplay = "reconnect_replay"
+	CauseUnknown         = "unknown"
+)
+
+// Values of DuplicateEffect.
+const (
+	// EffectSuppressed: the duplicate was answered from the stored response.
+	EffectSuppressed = "suppressed"
+	// EffectBlocked: the duplicate was answered "in progress".
+	EffectBlocked = "blocked"
+	// EffectLeaked: the duplicate executed again, a real double side effect.
+	EffectLeaked = "leaked"
+)
+
+// HashLen is the number of hex characters kept of a SHA-256 in span attributes.
+const HashLen = 32
+
+// SpanNamePrefix starts the name of every tool-call span; SpanName appends the tool.
+const SpanNamePrefix = OperationExecuteTool + " "
+
+// SpanName returns the span name of a call to tool: "execute_tool {tool}".
+func SpanName(tool string) string {
+	if tool == "" {
+		return OperationExecuteTool
+	}
+	return SpanNamePrefix + tool
+}
