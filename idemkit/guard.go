@@ -331,13 +331,13 @@ func (g *Guard) Do(ctx context.Context, key Key, work Work) (Result, error) {
 	)
 	for {
 		req.Now = g.now()
-		cr, err := g.store.Claim(ctx, &req)
+		cr, err := g.store.Claim(ctx, req)
 		if err != nil {
 			return Result{}, storeError("claim", key, err)
 		}
 		switch cr.Status {
 		case ClaimAcquired, ClaimTakenOver:
-			return g.run(ctx, key, p, &req, cr, work)
+			return g.run(ctx, key, p, req.Token, cr, work)
 		case ClaimCompleted:
 			return g.replay(ctx, key, cr)
 		case ClaimMismatch:
@@ -362,6 +362,36 @@ func (g *Guard) Do(ctx context.Context, key Key, work Work) (Result, error) {
 		}
 	}
 }
+
+// attempt is a running call's state, allocated once.
+type attempt struct {
+	call Call
+	ctx  callContext     // the work's context: ctx plus the Call
+	det  detachedContext // the finish's context: ctx without its cancellation
+}
+
+// callContext is a context carrying a *Call without a separate allocation.
+type callContext struct {
+	context.Context
+	call *Call
+}
+
+func (c *callContext) Value(key any) any {
+	if key == (callKey{}) {
+		return c.call
+	}
+	return c.Context.Value(key)
+}
+
+// detachedContext keeps a context's values but not its cancellation, like
+// context.WithoutCancel, without a separate allocation.
+type detachedContext struct{ parent context.Context }
+
+func (detachedContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (detachedContext) Done() <-chan struct{}       { return nil }
+func (detachedContext) Err() error                  { return nil }
+func (c *detachedContext) Value(key any) any        { return c.parent.Value(key) }
+func (c *detachedContext) String() string           { return "idemkit.detached" }
 
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
@@ -404,8 +434,14 @@ func (g *Guard) replay(ctx context.Context, key Key, cr ClaimResult) (Result, er
 	return res, nil
 }
 
-func (g *Guard) run(ctx context.Context, key Key, p *toolPolicy, req *ClaimRequest, cr ClaimResult, work Work) (res Result, err error) {
-	call := &Call{guard: g, key: key, token: req.Token, attempt: cr.Attempt, lease: p.lease}
+func (g *Guard) run(ctx context.Context, key Key, p *toolPolicy, token int64, cr ClaimResult, work Work) (res Result, err error) {
+	// One allocation carries the Call and the contexts handed to the work
+	// and to the finish.
+	a := &attempt{}
+	a.call = Call{guard: g, key: key, token: token, attempt: cr.Attempt, lease: p.lease}
+	a.ctx = callContext{Context: ctx, call: &a.call}
+	a.det = detachedContext{parent: ctx}
+	fin := FinishRequest{Key: key.id, Token: token}
 	res.Attempt = cr.Attempt
 	res.Outcome = OutcomeExecuted
 	if cr.Status == ClaimTakenOver {
@@ -418,24 +454,26 @@ func (g *Guard) run(ctx context.Context, key Key, p *toolPolicy, req *ClaimReque
 			return
 		}
 		// work panicked: release the claim, then let the panic continue.
-		g.finish(ctx, key, &FinishRequest{Key: key.id, Token: req.Token, Error: "panic"})
+		fin.Error = "panic"
+		_ = g.finish(a, key, fin)
 	}()
-	resp, werr := work(context.WithValue(ctx, callKey{}, call))
+	resp, werr := work(&a.ctx)
 	finished = true
 
 	if werr != nil {
-		g.finish(ctx, key, &FinishRequest{Key: key.id, Token: req.Token, Error: truncateString(werr.Error(), 512)})
+		fin.Error = truncateString(werr.Error(), 512)
+		_ = g.finish(a, key, fin)
 		return Result{}, werr
 	}
 	res.Response = resp
 	if resp.IsError && p.failure != StoreToolErrors {
-		if ferr := g.finish(ctx, key, &FinishRequest{Key: key.id, Token: req.Token, Error: "tool error"}); ferr != nil {
-			return res, ferr
-		}
-		return res, nil
+		fin.Error = "tool error"
+		return res, g.finish(a, key, fin)
 	}
 
-	fin := FinishRequest{Key: key.id, Token: req.Token, Succeeded: true, Response: resp, Size: int64(len(resp.Body))}
+	fin.Succeeded = true
+	fin.Response = resp
+	fin.Size = int64(len(resp.Body))
 	var tooLarge error
 	switch {
 	case len(resp.Body) > g.maxResp:
@@ -445,7 +483,7 @@ func (g *Guard) run(ctx context.Context, key Key, p *toolPolicy, req *ClaimReque
 	case len(resp.Body) > g.maxInline:
 		fin.Storage = StorageExternal
 	}
-	if ferr := g.finish(ctx, key, &fin); ferr != nil {
+	if ferr := g.finish(a, key, fin); ferr != nil {
 		return res, ferr
 	}
 	if tooLarge != nil {
@@ -454,12 +492,21 @@ func (g *Guard) run(ctx context.Context, key Key, p *toolPolicy, req *ClaimReque
 	return res, nil
 }
 
-// finish records an attempt's end, detached from ctx's cancellation.
-func (g *Guard) finish(ctx context.Context, key Key, req *FinishRequest) error {
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.FinishTimeout)
-	defer cancel()
-	req.Now = g.now()
-	err := g.store.Finish(fctx, req)
+// inProcessStore is implemented by stores whose calls cannot block on I/O;
+// the Guard skips the finish timeout for them.
+type inProcessStore interface{ inProcess() }
+
+// finish records an attempt's end, detached from the caller's
+// cancellation and bounded by FinishTimeout.
+func (g *Guard) finish(a *attempt, key Key, fin FinishRequest) error {
+	var fctx context.Context = &a.det
+	if _, ok := g.store.(inProcessStore); !ok {
+		var cancel context.CancelFunc
+		fctx, cancel = context.WithTimeout(fctx, g.cfg.FinishTimeout)
+		defer cancel()
+	}
+	fin.Now = g.now()
+	err := g.store.Finish(fctx, fin)
 	if err == nil {
 		return nil
 	}
@@ -543,7 +590,7 @@ func (c *Call) Heartbeat(ctx context.Context) error {
 	if c == nil {
 		return nil
 	}
-	err := c.guard.store.Extend(ctx, &ExtendRequest{Key: c.key.id, Token: c.token, Lease: c.lease, Now: c.guard.now()})
+	err := c.guard.store.Extend(ctx, ExtendRequest{Key: c.key.id, Token: c.token, Lease: c.lease, Now: c.guard.now()})
 	if err == nil {
 		return nil
 	}
@@ -559,7 +606,7 @@ func (c *Call) Heartbeat(ctx context.Context) error {
 func (g *Guard) Sweep(ctx context.Context) (int, error) {
 	total := 0
 	for {
-		n, err := g.store.Sweep(ctx, &SweepRequest{Limit: g.cfg.SweepBatch, Now: g.now()})
+		n, err := g.store.Sweep(ctx, SweepRequest{Limit: g.cfg.SweepBatch, Now: g.now()})
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("%w: sweep: %w", ErrStore, err)

@@ -243,65 +243,125 @@ func canonicalArgs(args []byte, field string, exclude []string) ([]byte, *string
 	if canon[0] != '{' || (field == "" && len(exclude) == 0) {
 		return canon, nil, nil
 	}
-	strip := func(name string) bool { return name == field || slices.Contains(exclude, name) }
-
-	// Walk the canonical object's members in order and keep the others.
-	dec := json.NewDecoder(bytes.NewReader(canon))
-	if _, err := dec.Token(); err != nil { // '{'
-		return nil, nil, err
-	}
-	type member struct {
-		name  string
-		value json.RawMessage
-	}
-	var kept []member
-	var explicit *string
-	stripped := false
-	for dec.More() {
-		tok, err := dec.Token()
+	// Removing members from a canonical object leaves it canonical, so the
+	// stripped form is the kept members' bytes, in order.
+	var (
+		out      []byte
+		explicit *string
+		pos      = 1
+	)
+	for pos < len(canon) && canon[pos] != '}' {
+		start := pos
+		nameEnd := skipString(canon, pos)
+		valueEnd := skipValue(canon, nameEnd+1)
+		if nameEnd < 0 || valueEnd < 0 || canon[nameEnd] != ':' {
+			return nil, nil, fmt.Errorf("unexpected canonical form at offset %d", pos)
+		}
+		name, err := memberName(canon[start:nameEnd])
 		if err != nil {
 			return nil, nil, err
 		}
-		name, _ := tok.(string)
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, nil, err
-		}
-		if !strip(name) {
-			kept = append(kept, member{name, v})
-			continue
-		}
-		stripped = true
-		if name == field && !bytes.Equal(v, []byte("null")) {
-			var s string
-			if err := json.Unmarshal(v, &s); err != nil {
-				return nil, nil, fmt.Errorf("the %q argument must be a string, got %s", field, truncate(v, 40))
+		if name == field || slices.Contains(exclude, name) {
+			if out == nil {
+				out = make([]byte, 0, len(canon))
+				out = append(out, canon[:start]...) // '{' and the members kept so far
 			}
-			explicit = &s
+			if name == field {
+				value := canon[nameEnd+1 : valueEnd]
+				if !bytes.Equal(value, []byte("null")) {
+					var s string
+					if err := json.Unmarshal(value, &s); err != nil {
+						return nil, nil, fmt.Errorf("the %q argument must be a string, got %s", field, truncate(value, 40))
+					}
+					explicit = &s
+				}
+			}
+		} else {
+			if out != nil {
+				if last := out[len(out)-1]; last != ',' && last != '{' {
+					out = append(out, ',')
+				}
+				out = append(out, canon[start:valueEnd]...)
+			}
+		}
+		pos = valueEnd
+		if pos < len(canon) && canon[pos] == ',' {
+			pos++
 		}
 	}
-	if !stripped {
+	if out == nil {
 		return canon, nil, nil
 	}
-	var buf bytes.Buffer
-	buf.Grow(len(canon))
-	buf.WriteByte('{')
-	for i, m := range kept {
-		if i > 0 {
-			buf.WriteByte(',')
+	if n := len(out); out[n-1] == ',' {
+		out = out[:n-1]
+	}
+	return append(out, '}'), explicit, nil
+}
+
+// memberName decodes a canonical member name ("..." with JCS escapes).
+func memberName(quoted []byte) (string, error) {
+	raw := quoted[1 : len(quoted)-1]
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw), nil
+	}
+	var s string
+	err := json.Unmarshal(quoted, &s)
+	return s, err
+}
+
+// skipString returns the offset just past the JSON string starting at
+// b[i] ('"'), or -1.
+func skipString(b []byte, i int) int {
+	if i >= len(b) || b[i] != '"' {
+		return -1
+	}
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
 		}
-		name, _ := json.Marshal(m.name)
-		buf.Write(name)
-		buf.WriteByte(':')
-		buf.Write(m.value)
 	}
-	buf.WriteByte('}')
-	// Re-canonicalise: json.Marshal escapes names differently from JCS.
-	out, err := jcs.Transform(buf.Bytes())
-	if err != nil {
-		return nil, nil, err
+	return -1
+}
+
+// skipValue returns the offset just past the canonical JSON value starting
+// at b[i], or -1.
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
 	}
-	return out, explicit, nil
+	depth := 0
+	for i < len(b) {
+		switch c := b[i]; c {
+		case '"':
+			i = skipString(b, i)
+			if i < 0 {
+				return -1
+			}
+			if depth == 0 {
+				return i
+			}
+			continue
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return i
+			}
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+		case ',':
+			if depth == 0 {
+				return i
+			}
+		}
+		i++
+	}
+	return -1
 }
 
 func truncate(b []byte, n int) string {
@@ -311,11 +371,11 @@ func truncate(b []byte, n int) string {
 	return string(b[:n]) + "…"
 }
 
-// CanonicalJSON returns the RFC 8785 canonical form of a JSON document, the
-// bytes NewKey hashes when no field is stripped. Errors wrap
-// ErrInvalidArguments.
+// CanonicalJSON returns the RFC 8785 canonical form of a JSON document: the
+// bytes NewKey hashes for an object from which nothing is stripped. Errors
+// wrap ErrInvalidArguments.
 func CanonicalJSON(doc []byte) ([]byte, error) {
-	c, _, err := canonicalArgs(doc, "", nil)
+	c, err := jcs.Transform(doc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidArguments, err)
 	}

@@ -20,6 +20,8 @@ type MemoryStore struct {
 
 var _ Store = (*MemoryStore)(nil)
 
+func (*MemoryStore) inProcess() {}
+
 type memState uint8
 
 const (
@@ -28,39 +30,41 @@ const (
 	memFailed
 )
 
+// memRecord is one claim. Times are Unix nanoseconds: compact, and no
+// pointers for the garbage collector to chase.
 type memRecord struct {
-	tool        string
 	fingerprint string
-	state       memState
-	token       int64
-	attempt     int
-	started     time.Time
-	leaseUntil  time.Time
-	expiresAt   time.Time
 	response    Response
-	storage     Storage
+	token       int64
 	size        int64
-	lastError   string
+	started     int64
+	leaseUntil  int64
+	expiresAt   int64
+	attempt     int32
+	state       memState
+	storage     Storage
 }
 
-func memNow(t time.Time) time.Time {
+func memNow(t time.Time) int64 {
 	if t.IsZero() {
-		return time.Now()
+		return time.Now().UnixNano()
 	}
-	return t
+	return t.UnixNano()
 }
+
+func fromNanos(n int64) time.Time { return time.Unix(0, n) }
 
 // expired reports whether r no longer deduplicates at now: its window is
 // over and no live lease holds it.
-func (r *memRecord) expired(now time.Time) bool {
-	if now.Before(r.expiresAt) {
+func (r *memRecord) expired(now int64) bool {
+	if now < r.expiresAt {
 		return false
 	}
-	return r.state != memInProgress || !now.Before(r.leaseUntil)
+	return r.state != memInProgress || now >= r.leaseUntil
 }
 
 // Claim implements Store.
-func (s *MemoryStore) Claim(ctx context.Context, req *ClaimRequest) (ClaimResult, error) {
+func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
 		return ClaimResult{}, err
 	}
@@ -73,24 +77,24 @@ func (s *MemoryStore) Claim(ctx context.Context, req *ClaimRequest) (ClaimResult
 	r := s.records[req.Key]
 	if r == nil || r.expired(now) {
 		s.records[req.Key] = &memRecord{
-			tool:        req.Tool,
 			fingerprint: req.Fingerprint,
 			state:       memInProgress,
 			token:       req.Token,
 			attempt:     1,
 			started:     now,
-			leaseUntil:  now.Add(req.Lease),
-			expiresAt:   now.Add(req.Window),
+			leaseUntil:  now + int64(req.Lease),
+			expiresAt:   now + int64(req.Window),
 		}
-		return ClaimResult{Status: ClaimAcquired, Attempt: 1, Started: now, Now: now}, nil
+		t := fromNanos(now)
+		return ClaimResult{Status: ClaimAcquired, Attempt: 1, Started: t, Now: t}, nil
 	}
 	if r.fingerprint != req.Fingerprint {
-		return ClaimResult{Status: ClaimMismatch, Attempt: r.attempt, Started: r.started, Now: now}, nil
+		return ClaimResult{Status: ClaimMismatch, Attempt: int(r.attempt), Started: fromNanos(r.started), Now: fromNanos(now)}, nil
 	}
 	switch {
 	case r.state == memSucceeded:
 		res := ClaimResult{
-			Status: ClaimCompleted, Attempt: r.attempt, Started: r.started, Now: now,
+			Status: ClaimCompleted, Attempt: int(r.attempt), Started: fromNanos(r.started), Now: fromNanos(now),
 			Response: r.response, Storage: r.storage, Size: r.size,
 		}
 		if r.storage == StorageInline {
@@ -99,29 +103,22 @@ func (s *MemoryStore) Claim(ctx context.Context, req *ClaimRequest) (ClaimResult
 			res.Response.Body = nil // never read on the claim path
 		}
 		return res, nil
-	case r.state == memInProgress && now.Before(r.leaseUntil):
-		return ClaimResult{Status: ClaimBusy, Attempt: r.attempt, Started: r.started, LeaseUntil: r.leaseUntil, Now: now}, nil
+	case r.state == memInProgress && now < r.leaseUntil:
+		return ClaimResult{Status: ClaimBusy, Attempt: int(r.attempt), Started: fromNanos(r.started), LeaseUntil: fromNanos(r.leaseUntil), Now: fromNanos(now)}, nil
 	}
 	// Failed, or in progress with a lapsed lease: take it over.
 	r.state = memInProgress
 	r.token = req.Token
 	r.attempt++
 	r.started = now
-	r.leaseUntil = now.Add(req.Lease)
-	r.expiresAt = later(r.expiresAt, now.Add(req.Window))
-	r.lastError = ""
-	return ClaimResult{Status: ClaimTakenOver, Attempt: r.attempt, Started: now, Now: now}, nil
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
+	r.leaseUntil = now + int64(req.Lease)
+	r.expiresAt = max(r.expiresAt, now+int64(req.Window))
+	t := fromNanos(now)
+	return ClaimResult{Status: ClaimTakenOver, Attempt: int(r.attempt), Started: t, Now: t}, nil
 }
 
 // Finish implements Store.
-func (s *MemoryStore) Finish(ctx context.Context, req *FinishRequest) error {
+func (s *MemoryStore) Finish(ctx context.Context, req FinishRequest) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -133,7 +130,6 @@ func (s *MemoryStore) Finish(ctx context.Context, req *FinishRequest) error {
 	}
 	if !req.Succeeded {
 		r.state = memFailed
-		r.lastError = req.Error
 		return nil
 	}
 	r.state = memSucceeded
@@ -150,7 +146,7 @@ func (s *MemoryStore) Finish(ctx context.Context, req *FinishRequest) error {
 }
 
 // Extend implements Store.
-func (s *MemoryStore) Extend(ctx context.Context, req *ExtendRequest) error {
+func (s *MemoryStore) Extend(ctx context.Context, req ExtendRequest) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -161,8 +157,8 @@ func (s *MemoryStore) Extend(ctx context.Context, req *ExtendRequest) error {
 	if r == nil || r.token != req.Token || r.state != memInProgress {
 		return ErrLeaseLost
 	}
-	r.leaseUntil = now.Add(req.Lease)
-	r.expiresAt = later(r.expiresAt, r.leaseUntil)
+	r.leaseUntil = now + int64(req.Lease)
+	r.expiresAt = max(r.expiresAt, r.leaseUntil)
 	return nil
 }
 
@@ -182,7 +178,7 @@ func (s *MemoryStore) Response(ctx context.Context, key string) ([]byte, error) 
 }
 
 // Sweep implements Store.
-func (s *MemoryStore) Sweep(ctx context.Context, req *SweepRequest) (int, error) {
+func (s *MemoryStore) Sweep(ctx context.Context, req SweepRequest) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}

@@ -29,16 +29,16 @@ type Store interface {
 	// in the way. It never runs the work and never blocks on an in-progress
 	// record (SQL stores may wait for a concurrent transaction holding the
 	// record to end, as DoTx relies on).
-	Claim(ctx context.Context, req *ClaimRequest) (ClaimResult, error)
+	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 
 	// Finish records the outcome of the attempt holding req.Token. It returns
 	// ErrLeaseLost when the record is no longer held by that token.
-	Finish(ctx context.Context, req *FinishRequest) error
+	Finish(ctx context.Context, req FinishRequest) error
 
 	// Extend pushes the lease of the attempt holding req.Token to
 	// Now+req.Lease (and the window's end at least that far). It returns
 	// ErrLeaseLost when the record is no longer held by that token.
-	Extend(ctx context.Context, req *ExtendRequest) error
+	Extend(ctx context.Context, req ExtendRequest) error
 
 	// Response returns a body that Finish stored apart from the record
 	// (StorageExternal). It returns ErrNotFound when there is none.
@@ -46,7 +46,7 @@ type Store interface {
 
 	// Sweep deletes up to req.Limit expired records (window over and no live
 	// lease) and returns how many it deleted. Many callers may sweep at once.
-	Sweep(ctx context.Context, req *SweepRequest) (int, error)
+	Sweep(ctx context.Context, req SweepRequest) (int, error)
 }
 
 // ClaimRequest is the input of Store.Claim.

@@ -611,7 +611,7 @@ func (s *suite) largeResponse(t *testing.T) {
 		return idemkit.Response{Body: bytes.Clone(body), WriteID: "rep-1"}, nil
 	})
 	// The claim path does not carry the body.
-	cr, err := store.Claim(ctx(t), &idemkit.ClaimRequest{Key: k.ID(), Tool: "report", Fingerprint: k.ArgsHash(), Token: 77, Lease: time.Minute, Window: time.Hour, Now: clock.Now()})
+	cr, err := store.Claim(ctx(t), idemkit.ClaimRequest{Key: k.ID(), Tool: "report", Fingerprint: k.ArgsHash(), Token: 77, Lease: time.Minute, Window: time.Hour, Now: clock.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -627,7 +627,7 @@ func (s *suite) largeResponse(t *testing.T) {
 	k2 := key(t, "s", "report", `{"month":"2030-02"}`)
 	inline := bytes.Repeat([]byte("a"), idemkit.DefaultMaxInlineResponse)
 	mustDo(t, g, k2, func(context.Context) (idemkit.Response, error) { return idemkit.Response{Body: inline}, nil })
-	cr, err = store.Claim(ctx(t), &idemkit.ClaimRequest{Key: k2.ID(), Tool: "report", Fingerprint: k2.ArgsHash(), Token: 78, Lease: time.Minute, Window: time.Hour, Now: clock.Now()})
+	cr, err = store.Claim(ctx(t), idemkit.ClaimRequest{Key: k2.ID(), Tool: "report", Fingerprint: k2.ArgsHash(), Token: 78, Lease: time.Minute, Window: time.Hour, Now: clock.Now()})
 	if err != nil || cr.Storage != idemkit.StorageInline || !bytes.Equal(cr.Response.Body, inline) {
 		t.Fatalf("claim of a body at the inline limit: err %v storage %d len %d", err, cr.Storage, len(cr.Response.Body))
 	}
@@ -676,8 +676,8 @@ func (s *suite) claimStatuses(t *testing.T) {
 	store := s.cfg.NewStore(t)
 	clock := NewClock()
 	c := ctx(t)
-	req := func(tok int64, fp string) *idemkit.ClaimRequest {
-		return &idemkit.ClaimRequest{Key: "k1", Tool: "t", Fingerprint: fp, Token: tok, Lease: time.Minute, Window: 10 * time.Minute, Now: clock.Now()}
+	req := func(tok int64, fp string) idemkit.ClaimRequest {
+		return idemkit.ClaimRequest{Key: "k1", Tool: "t", Fingerprint: fp, Token: tok, Lease: time.Minute, Window: 10 * time.Minute, Now: clock.Now()}
 	}
 	check := func(name string, cr idemkit.ClaimResult, err error, status idemkit.ClaimStatus, attempt int) {
 		t.Helper()
@@ -694,12 +694,12 @@ func (s *suite) claimStatuses(t *testing.T) {
 	}
 	cr, err = store.Claim(c, req(3, "other"))
 	check("mismatch", cr, err, idemkit.ClaimMismatch, 1)
-	if err := store.Finish(c, &idemkit.FinishRequest{Key: "k1", Token: 1, Error: "boom", Now: clock.Now()}); err != nil {
+	if err := store.Finish(c, idemkit.FinishRequest{Key: "k1", Token: 1, Error: "boom", Now: clock.Now()}); err != nil {
 		t.Fatalf("finish failed: %v", err)
 	}
 	cr, err = store.Claim(c, req(4, "fp"))
 	check("takeover", cr, err, idemkit.ClaimTakenOver, 2)
-	if err := store.Finish(c, &idemkit.FinishRequest{Key: "k1", Token: 4, Succeeded: true, Response: idemkit.Response{Body: []byte("b"), WriteID: "w", IsError: true}, Size: 1, Now: clock.Now()}); err != nil {
+	if err := store.Finish(c, idemkit.FinishRequest{Key: "k1", Token: 4, Succeeded: true, Response: idemkit.Response{Body: []byte("b"), WriteID: "w", IsError: true}, Size: 1, Now: clock.Now()}); err != nil {
 		t.Fatalf("finish succeeded: %v", err)
 	}
 	cr, err = store.Claim(c, req(5, "fp"))
@@ -714,7 +714,7 @@ func (s *suite) claimStatuses(t *testing.T) {
 		t.Fatalf("Response of a missing record: %v, want ErrNotFound", err)
 	}
 	// Finish of a completed record is refused.
-	if err := store.Finish(c, &idemkit.FinishRequest{Key: "k1", Token: 4, Succeeded: true, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
+	if err := store.Finish(c, idemkit.FinishRequest{Key: "k1", Token: 4, Succeeded: true, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
 		t.Fatalf("second finish: %v, want ErrLeaseLost", err)
 	}
 }
@@ -724,14 +724,14 @@ func (s *suite) storeFencing(t *testing.T) {
 	clock := NewClock()
 	c := ctx(t)
 	claim := func(tok int64) idemkit.ClaimResult {
-		cr, err := store.Claim(c, &idemkit.ClaimRequest{Key: "k2", Tool: "t", Fingerprint: "fp", Token: tok, Lease: time.Second, Window: time.Hour, Now: clock.Now()})
+		cr, err := store.Claim(c, idemkit.ClaimRequest{Key: "k2", Tool: "t", Fingerprint: "fp", Token: tok, Lease: time.Second, Window: time.Hour, Now: clock.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return cr
 	}
 	claim(10)
-	if err := store.Extend(c, &idemkit.ExtendRequest{Key: "k2", Token: 10, Lease: 5 * time.Second, Now: clock.Now()}); err != nil {
+	if err := store.Extend(c, idemkit.ExtendRequest{Key: "k2", Token: 10, Lease: 5 * time.Second, Now: clock.Now()}); err != nil {
 		t.Fatalf("owner's extend: %v", err)
 	}
 	clock.Advance(4 * time.Second)
@@ -742,16 +742,16 @@ func (s *suite) storeFencing(t *testing.T) {
 	if cr := claim(12); cr.Status != idemkit.ClaimTakenOver {
 		t.Fatalf("after the extended lease: %s, want taken_over", cr.Status)
 	}
-	if err := store.Extend(c, &idemkit.ExtendRequest{Key: "k2", Token: 10, Lease: time.Minute, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
+	if err := store.Extend(c, idemkit.ExtendRequest{Key: "k2", Token: 10, Lease: time.Minute, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
 		t.Fatalf("stale extend: %v, want ErrLeaseLost", err)
 	}
-	if err := store.Finish(c, &idemkit.FinishRequest{Key: "k2", Token: 10, Succeeded: true, Response: idemkit.Response{Body: []byte("stale")}, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
+	if err := store.Finish(c, idemkit.FinishRequest{Key: "k2", Token: 10, Succeeded: true, Response: idemkit.Response{Body: []byte("stale")}, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
 		t.Fatalf("stale finish: %v, want ErrLeaseLost", err)
 	}
-	if err := store.Finish(c, &idemkit.FinishRequest{Key: "missing", Token: 10, Succeeded: true, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
+	if err := store.Finish(c, idemkit.FinishRequest{Key: "missing", Token: 10, Succeeded: true, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
 		t.Fatalf("finish of a missing record: %v, want ErrLeaseLost", err)
 	}
-	if err := store.Finish(c, &idemkit.FinishRequest{Key: "k2", Token: 12, Succeeded: true, Response: idemkit.Response{Body: []byte("owner")}, Size: 5, Now: clock.Now()}); err != nil {
+	if err := store.Finish(c, idemkit.FinishRequest{Key: "k2", Token: 12, Succeeded: true, Response: idemkit.Response{Body: []byte("owner")}, Size: 5, Now: clock.Now()}); err != nil {
 		t.Fatalf("owner's finish: %v", err)
 	}
 	if cr := claim(13); cr.Status != idemkit.ClaimCompleted || string(cr.Response.Body) != "owner" {
@@ -764,13 +764,13 @@ func (s *suite) sweep(t *testing.T) {
 	clock := NewClock()
 	c := ctx(t)
 	claim := func(k string, lease, window time.Duration) {
-		cr, err := store.Claim(c, &idemkit.ClaimRequest{Key: k, Tool: "t", Fingerprint: "fp", Token: 1, Lease: lease, Window: window, Now: clock.Now()})
+		cr, err := store.Claim(c, idemkit.ClaimRequest{Key: k, Tool: "t", Fingerprint: "fp", Token: 1, Lease: lease, Window: window, Now: clock.Now()})
 		if err != nil || cr.Status != idemkit.ClaimAcquired {
 			t.Fatalf("claim %s: %v %v", k, cr.Status, err)
 		}
 	}
 	finish := func(k string, body []byte, storage idemkit.Storage) {
-		if err := store.Finish(c, &idemkit.FinishRequest{Key: k, Token: 1, Succeeded: true, Response: idemkit.Response{Body: body}, Storage: storage, Size: int64(len(body)), Now: clock.Now()}); err != nil {
+		if err := store.Finish(c, idemkit.FinishRequest{Key: k, Token: 1, Succeeded: true, Response: idemkit.Response{Body: body}, Storage: storage, Size: int64(len(body)), Now: clock.Now()}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -787,7 +787,7 @@ func (s *suite) sweep(t *testing.T) {
 
 	total := 0
 	for {
-		n, err := store.Sweep(c, &idemkit.SweepRequest{Limit: 10, Now: clock.Now()})
+		n, err := store.Sweep(c, idemkit.SweepRequest{Limit: 10, Now: clock.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -805,15 +805,15 @@ func (s *suite) sweep(t *testing.T) {
 	if _, err := store.Response(c, "external"); !errors.Is(err, idemkit.ErrNotFound) {
 		t.Fatalf("external body after sweep: %v, want ErrNotFound", err)
 	}
-	cr, err := store.Claim(c, &idemkit.ClaimRequest{Key: "long", Tool: "t", Fingerprint: "fp", Token: 2, Lease: time.Second, Window: time.Hour, Now: clock.Now()})
+	cr, err := store.Claim(c, idemkit.ClaimRequest{Key: "long", Tool: "t", Fingerprint: "fp", Token: 2, Lease: time.Second, Window: time.Hour, Now: clock.Now()})
 	if err != nil || cr.Status != idemkit.ClaimCompleted {
 		t.Fatalf("unexpired record after sweep: %s %v, want completed", cr.Status, err)
 	}
-	cr, err = store.Claim(c, &idemkit.ClaimRequest{Key: "running", Tool: "t", Fingerprint: "fp", Token: 2, Lease: time.Second, Window: time.Hour, Now: clock.Now()})
+	cr, err = store.Claim(c, idemkit.ClaimRequest{Key: "running", Tool: "t", Fingerprint: "fp", Token: 2, Lease: time.Second, Window: time.Hour, Now: clock.Now()})
 	if err != nil || cr.Status != idemkit.ClaimBusy {
 		t.Fatalf("record with a live lease after sweep: %s %v, want busy", cr.Status, err)
 	}
-	cr, err = store.Claim(c, &idemkit.ClaimRequest{Key: "short-00", Tool: "t", Fingerprint: "fp", Token: 2, Lease: time.Second, Window: time.Hour, Now: clock.Now()})
+	cr, err = store.Claim(c, idemkit.ClaimRequest{Key: "short-00", Tool: "t", Fingerprint: "fp", Token: 2, Lease: time.Second, Window: time.Hour, Now: clock.Now()})
 	if err != nil || cr.Status != idemkit.ClaimAcquired {
 		t.Fatalf("swept key claimed again: %s %v, want acquired", cr.Status, err)
 	}

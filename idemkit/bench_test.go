@@ -1,0 +1,180 @@
+package idemkit_test
+
+// Run: go test -run '^$' -bench 'Memory|NewKey' -benchmem ./idemkit
+// `make bench` prints these as ratios (see bench/README.md).
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit/idemkit"
+)
+
+const benchKeys = 1 << 18
+
+var benchKeyPool = sync.OnceValue(func() []idemkit.Key {
+	keys := make([]idemkit.Key, benchKeys)
+	for i := range keys {
+		k, err := idemkit.NewKey("user-42", "issue_refund", fmt.Appendf(nil, `{"order":"o-%d","amount_cents":500}`, i), nil)
+		if err != nil {
+			panic(err)
+		}
+		keys[i] = k
+	}
+	return keys
+})
+
+var benchBody = []byte(`{"content":[{"type":"text","text":"refund re_123 issued"}],"structuredContent":{"refund_id":"re_123"}}`)
+
+// mapBaseline is the hand-written equivalent of a MemoryStore claim and
+// finish: a mutex-guarded map, the same record fields, the same expiry rule.
+type mapBaseline struct {
+	mu sync.Mutex
+	m  map[string]*baseRecord
+}
+
+type baseRecord struct {
+	state      uint8
+	token      int64
+	attempt    int
+	fp         string
+	leaseUntil time.Time
+	expiresAt  time.Time
+	body       []byte
+	writeID    string
+}
+
+func (b *mapBaseline) do(key, fp string, token int64, work func() ([]byte, string)) ([]byte, bool) {
+	now := time.Now()
+	b.mu.Lock()
+	r := b.m[key]
+	if r != nil && (now.Before(r.expiresAt) || (r.state == 1 && now.Before(r.leaseUntil))) {
+		body := append([]byte(nil), r.body...)
+		b.mu.Unlock()
+		return body, true
+	}
+	r = &baseRecord{state: 1, token: token, attempt: 1, fp: fp, leaseUntil: now.Add(2 * time.Minute), expiresAt: now.Add(10 * time.Minute)}
+	b.m[key] = r
+	b.mu.Unlock()
+
+	body, writeID := work()
+
+	b.mu.Lock()
+	if r := b.m[key]; r != nil && r.token == token && r.state == 1 {
+		r.state = 2
+		r.body = append([]byte(nil), body...)
+		r.writeID = writeID
+	}
+	b.mu.Unlock()
+	return body, false
+}
+
+// BenchmarkMemoryStore compares Guard.Do on a MemoryStore (claim, work,
+// finish on a fresh key) with the hand-written map doing the same, serially
+// and with 32 concurrent callers. Every call claims a fresh key: when the key
+// pool runs out, both sides swap in an empty store, so map growth is paid
+// alike.
+func BenchmarkMemoryStore(b *testing.B) {
+	keys := benchKeyPool()
+	work := func(context.Context) (idemkit.Response, error) {
+		return idemkit.Response{Body: benchBody, WriteID: "re_123"}, nil
+	}
+	newGuard := func() *idemkit.Guard {
+		g, err := idemkit.NewGuard(&idemkit.MemoryStore{}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return g
+	}
+	runGuard := func(b *testing.B, parallelism int) {
+		b.ReportAllocs()
+		gens := newGenerations(newGuard)
+		var next atomic.Int64
+		b.SetParallelism(parallelism)
+		b.RunParallel(func(pb *testing.PB) {
+			ctx := context.Background()
+			for pb.Next() {
+				i := int(next.Add(1) - 1)
+				res, err := gens.get(i).Do(ctx, keys[i%benchKeys], work)
+				if err != nil || res.Replayed() {
+					b.Errorf("Do: %v (replayed=%v)", err, res.Replayed())
+					return
+				}
+			}
+		})
+	}
+	runBaseline := func(b *testing.B, parallelism int) {
+		b.ReportAllocs()
+		gens := newGenerations(func() *mapBaseline { return &mapBaseline{m: make(map[string]*baseRecord)} })
+		var next atomic.Int64
+		w := func() ([]byte, string) { return benchBody, "re_123" }
+		b.SetParallelism(parallelism)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				i := int(next.Add(1) - 1)
+				k := keys[i%benchKeys]
+				if _, replay := gens.get(i).do(k.ID(), k.ArgsHash(), int64(i+1), w); replay {
+					b.Errorf("baseline replayed a fresh key")
+					return
+				}
+			}
+		})
+	}
+	// RunParallel starts parallelism*GOMAXPROCS goroutines.
+	p32 := max(1, 32/runtime.GOMAXPROCS(0))
+	b.Run("callers=1/guard", func(b *testing.B) { runSerial(b, runGuard) })
+	b.Run("callers=1/baseline", func(b *testing.B) { runSerial(b, runBaseline) })
+	b.Run("callers=32/guard", func(b *testing.B) { runGuard(b, p32) })
+	b.Run("callers=32/baseline", func(b *testing.B) { runBaseline(b, p32) })
+}
+
+// runSerial runs a parallel benchmark body with one goroutine.
+func runSerial(b *testing.B, run func(b *testing.B, parallelism int)) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	run(b, 1)
+}
+
+// BenchmarkNewKey measures key derivation from raw JSON arguments.
+func BenchmarkNewKey(b *testing.B) {
+	args := []byte(`{"order_id":"o-123456","amount_cents":1999,"currency":"EUR","reason":"damaged in transit","idempotency_key":"3f2a9c"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := idemkit.NewKey("user-42", "issue_refund", args, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// generations hands out one store per pass over the key pool, so that every
+// call of a benchmark claims a key its store has not seen. Stores two passes
+// old are dropped to bound memory; a straggler that still asks for one gets
+// a fresh store, where its key is fresh too.
+type generations[T any] struct {
+	make  func() T
+	slots [4096]atomic.Pointer[T]
+}
+
+func newGenerations[T any](mk func() T) *generations[T] {
+	return &generations[T]{make: mk}
+}
+
+func (g *generations[T]) get(i int) T {
+	gen := i / benchKeys
+	slot := &g.slots[gen%len(g.slots)]
+	if p := slot.Load(); p != nil {
+		return *p
+	}
+	v := g.make()
+	if !slot.CompareAndSwap(nil, &v) {
+		return *slot.Load()
+	}
+	if gen >= 2 {
+		g.slots[(gen-2)%len(g.slots)].Store(nil)
+	}
+	return v
+}

@@ -1,0 +1,297 @@
+package idemkit_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idemkit/idemkit"
+)
+
+func TestCanonicalJSON_RFC8785Vectors(t *testing.T) {
+	inputs, err := filepath.Glob("testdata/jcs/input/*.json")
+	if err != nil || len(inputs) < 10 {
+		t.Fatalf("vectors: %v (%d files)", err, len(inputs))
+	}
+	for _, in := range inputs {
+		t.Run(filepath.Base(in), func(t *testing.T) {
+			src, err := os.ReadFile(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := os.ReadFile(filepath.Join("testdata/jcs/output", filepath.Base(in)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := idemkit.CanonicalJSON(src)
+			if err != nil {
+				t.Fatalf("CanonicalJSON: %v", err)
+			}
+			if !bytes.Equal(got, bytes.TrimRight(want, "\n")) {
+				t.Fatalf("got  %s\nwant %s", got, want)
+			}
+		})
+	}
+}
+
+// The number serialisation samples of RFC 8785 Appendix B.
+func TestCanonicalJSON_RFC8785Numbers(t *testing.T) {
+	vectors := []struct{ ieee, want string }{
+		{"0000000000000000", "0"},
+		{"8000000000000000", "0"},
+		{"0000000000000001", "5e-324"},
+		{"8000000000000001", "-5e-324"},
+		{"7fefffffffffffff", "1.7976931348623157e+308"},
+		{"ffefffffffffffff", "-1.7976931348623157e+308"},
+		{"4340000000000000", "9007199254740992"},
+		{"c340000000000000", "-9007199254740992"},
+		{"4430000000000000", "295147905179352830000"},
+		{"44b52d02c7e14af5", "9.999999999999997e+22"},
+		{"44b52d02c7e14af6", "1e+23"},
+		{"44b52d02c7e14af7", "1.0000000000000001e+23"},
+		{"444b1ae4d6e2ef4e", "999999999999999700000"},
+		{"444b1ae4d6e2ef4f", "999999999999999900000"},
+		{"444b1ae4d6e2ef50", "1e+21"},
+		{"3eb0c6f7a0b5ed8c", "9.999999999999997e-7"},
+		{"3eb0c6f7a0b5ed8d", "0.000001"},
+		{"41b3de4355555553", "333333333.3333332"},
+		{"41b3de4355555554", "333333333.33333325"},
+		{"41b3de4355555555", "333333333.3333333"},
+		{"41b3de4355555556", "333333333.3333334"},
+		{"41b3de4355555557", "333333333.33333343"},
+		{"becbf647612f3696", "-0.0000033333333333333333"},
+		{"43143ff3c1cb0959", "1424953923781206.2"},
+	}
+	for _, v := range vectors {
+		raw, _ := hex.DecodeString(v.ieee)
+		f := math.Float64frombits(binary.BigEndian.Uint64(raw))
+		// Spell the number the way a client might: Go's shortest 'e' form.
+		doc := "[" + strconv.FormatFloat(f, 'e', -1, 64) + "]"
+		got, err := idemkit.CanonicalJSON([]byte(doc))
+		if err != nil {
+			t.Errorf("%s (%s): %v", v.ieee, doc, err)
+			continue
+		}
+		if string(got) != "["+v.want+"]" {
+			t.Errorf("%s (%s): got %s, want [%s]", v.ieee, doc, got, v.want)
+		}
+	}
+	for _, bad := range []string{`[NaN]`, `[Infinity]`, `[-Infinity]`, `[1e400]`, `[-1e400]`} {
+		if _, err := idemkit.CanonicalJSON([]byte(bad)); !errors.Is(err, idemkit.ErrInvalidArguments) {
+			t.Errorf("%s: err = %v, want ErrInvalidArguments", bad, err)
+		}
+	}
+}
+
+func mustKey(t *testing.T, subject, tool, args string, opts *idemkit.KeyOptions) idemkit.Key {
+	t.Helper()
+	k, err := idemkit.NewKey(subject, tool, []byte(args), opts)
+	if err != nil {
+		t.Fatalf("NewKey(%s): %v", args, err)
+	}
+	return k
+}
+
+func TestNewKey_EquivalentArgumentsHashAlike(t *testing.T) {
+	base := mustKey(t, "alice", "refund", `{"order":"o-1","amount":1,"tags":["a","b"],"meta":{"x":1,"y":null}}`, nil)
+	for _, args := range []string{
+		`{"amount":1.0,"order":"o-1","meta":{"y":null,"x":1},"tags":["a","b"]}`,
+		`{ "tags" : [ "a" , "b" ] , "amount" : 1e0 , "order" : "o-1", "meta": {"x": 10e-1, "y": null} }`,
+		`{"order":"o-\u0031","amount":100e-2,"tags":["a","b"],"meta":{"x":1,"y":null}}`,
+		`{"order":"o-1","amount":1,"tags":["a","b"],"meta":{"x":1,"y":null},"idempotency_key":null}`,
+	} {
+		k := mustKey(t, "alice", "refund", args, nil)
+		if k.ID() != base.ID() || k.ArgsHash() != base.ArgsHash() {
+			t.Errorf("%s: key differs from the canonical equivalent", args)
+		}
+	}
+	if base.Source() != "derived" || len(base.ID()) != 64 || len(base.Hash()) != 32 || len(base.ArgsHash()) != 64 || base.Hash() != base.ID()[:32] {
+		t.Fatalf("key shape: source %q id %q hash %q args %q", base.Source(), base.ID(), base.Hash(), base.ArgsHash())
+	}
+	if strings.Contains(base.String(), "alice") {
+		t.Fatalf("Key.String leaks the subject: %s", base)
+	}
+	for _, empty := range []string{``, `null`, ` {} `} {
+		if k := mustKey(t, "s", "t", empty, nil); k.ArgsHash() != mustKey(t, "s", "t", `{}`, nil).ArgsHash() {
+			t.Errorf("%q does not hash like {}", empty)
+		}
+	}
+}
+
+func TestNewKey_DifferentInputsDiffer(t *testing.T) {
+	base := mustKey(t, "alice", "refund", `{"order":"o-1","amount":1}`, nil)
+	for name, k := range map[string]idemkit.Key{
+		"amount":  mustKey(t, "alice", "refund", `{"order":"o-1","amount":2}`, nil),
+		"type":    mustKey(t, "alice", "refund", `{"order":"o-1","amount":"1"}`, nil),
+		"subject": mustKey(t, "bob", "refund", `{"order":"o-1","amount":1}`, nil),
+		"tool":    mustKey(t, "alice", "cancel", `{"order":"o-1","amount":1}`, nil),
+		"nested":  mustKey(t, "alice", "refund", `{"order":"o-1","amount":1,"x":{}}`, nil),
+	} {
+		if k.ID() == base.ID() {
+			t.Errorf("%s: a different request got the same key", name)
+		}
+	}
+	// Field boundaries are unambiguous.
+	if mustKey(t, "a:b", "c", `{}`, nil).ID() == mustKey(t, "a", "b:c", `{}`, nil).ID() {
+		t.Fatal(`subject "a:b" + tool "c" collides with subject "a" + tool "b:c"`)
+	}
+	if mustKey(t, "", "t", `{}`, nil).ID() == mustKey(t, "x", "t", `{}`, nil).ID() {
+		t.Fatal("empty subject collides with a named one")
+	}
+}
+
+func TestNewKey_ExplicitKey(t *testing.T) {
+	k := mustKey(t, "alice", "refund", `{"order":"o-1","idempotency_key":"intent-42"}`, nil)
+	if k.Source() != "explicit" || k.Explicit() != "intent-42" {
+		t.Fatalf("source %q explicit %q", k.Source(), k.Explicit())
+	}
+	// The key field is stripped from the fingerprint.
+	if k.ArgsHash() != mustKey(t, "alice", "refund", `{"order":"o-1"}`, nil).ArgsHash() {
+		t.Fatal("the explicit key field was hashed with the arguments")
+	}
+	// Same explicit key, different arguments: same ID, different fingerprint.
+	k2 := mustKey(t, "alice", "refund", `{"order":"o-2","idempotency_key":"intent-42"}`, nil)
+	if k2.ID() != k.ID() || k2.ArgsHash() == k.ArgsHash() {
+		t.Fatal("explicit keys must identify the request and fingerprint the arguments")
+	}
+	// From options (request metadata) alone, and agreeing with the field.
+	k3 := mustKey(t, "alice", "refund", `{"order":"o-1"}`, &idemkit.KeyOptions{ExplicitKey: "intent-42"})
+	k4 := mustKey(t, "alice", "refund", `{"order":"o-1","idempotency_key":"intent-42"}`, &idemkit.KeyOptions{ExplicitKey: "intent-42"})
+	if k3.ID() != k.ID() || k4.ID() != k.ID() {
+		t.Fatal("an explicit key from options differs from the same key in the arguments")
+	}
+	// Explicit and derived keys never collide.
+	if mustKey(t, "alice", "refund", `{}`, &idemkit.KeyOptions{ExplicitKey: k.ArgsHash()}).ID() == mustKey(t, "alice", "refund", `{}`, nil).ID() {
+		t.Fatal("an explicit key equal to an argument hash collides with the derived key")
+	}
+	// A custom field, and the field disabled.
+	k5 := mustKey(t, "alice", "refund", `{"order":"o-1","request_id":"intent-42"}`, &idemkit.KeyOptions{ExplicitKeyField: "request_id"})
+	if k5.ID() != k.ID() {
+		t.Fatal("custom explicit key field not honoured")
+	}
+	k6 := mustKey(t, "alice", "refund", `{"order":"o-1","idempotency_key":"intent-42"}`, &idemkit.KeyOptions{ExplicitKeyField: "-"})
+	if k6.Source() != "derived" {
+		t.Fatal(`ExplicitKeyField "-" did not disable the field`)
+	}
+}
+
+func TestNewKey_ExcludedFields(t *testing.T) {
+	opts := &idemkit.KeyOptions{Exclude: []string{"client_ts", "nonce"}}
+	a := mustKey(t, "s", "send", `{"text":"hi","client_ts":"2030-01-01T00:00:00Z","nonce":1}`, opts)
+	b := mustKey(t, "s", "send", `{"nonce":2,"text":"hi","client_ts":"2030-01-01T00:00:09Z"}`, opts)
+	if a.ID() != b.ID() {
+		t.Fatal("excluded fields changed the key")
+	}
+	if a.ID() == mustKey(t, "s", "send", `{"text":"hi","client_ts":"x"}`, nil).ID() {
+		t.Fatal("without Exclude, the timestamp must count")
+	}
+	// Only top-level members are excluded.
+	c := mustKey(t, "s", "send", `{"text":"hi","inner":{"nonce":1}}`, opts)
+	d := mustKey(t, "s", "send", `{"text":"hi","inner":{"nonce":2}}`, opts)
+	if c.ID() == d.ID() {
+		t.Fatal("a nested member was excluded")
+	}
+}
+
+func TestNewKey_RejectsBadInput(t *testing.T) {
+	long := strings.Repeat("k", idemkit.MaxExplicitKeyLen+1)
+	cases := []struct {
+		name, args string
+		opts       *idemkit.KeyOptions
+		want       error
+	}{
+		{"malformed", `{"a":`, nil, idemkit.ErrInvalidArguments},
+		{"trailing garbage", `{"a":1} x`, nil, idemkit.ErrInvalidArguments},
+		{"duplicate member", `{"a":1,"a":2}`, nil, idemkit.ErrInvalidArguments},
+		{"NaN", `{"a":NaN}`, nil, idemkit.ErrInvalidArguments},
+		{"overflow", `{"a":1e999}`, nil, idemkit.ErrInvalidArguments},
+		{"too large", `{"a":"` + strings.Repeat("x", 100) + `"}`, &idemkit.KeyOptions{MaxArgsBytes: 64}, idemkit.ErrInvalidArguments},
+		{"key not a string", `{"idempotency_key":42}`, nil, idemkit.ErrInvalidArguments},
+		{"empty key", `{"idempotency_key":""}`, nil, idemkit.ErrInvalidKey},
+		{"long key", `{"idempotency_key":"` + long + `"}`, nil, idemkit.ErrInvalidKey},
+		{"control char", `{"idempotency_key":"a\nb"}`, nil, idemkit.ErrInvalidKey},
+		{"non-ASCII", `{"idempotency_key":"clé"}`, nil, idemkit.ErrInvalidKey},
+		{"two keys", `{"idempotency_key":"a"}`, &idemkit.KeyOptions{ExplicitKey: "b"}, idemkit.ErrInvalidKey},
+		{"bad option key", `{}`, &idemkit.KeyOptions{ExplicitKey: "\x00"}, idemkit.ErrInvalidKey},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := idemkit.NewKey("s", "refund", []byte(c.args), c.opts)
+			if !errors.Is(err, c.want) {
+				t.Fatalf("err = %v, want %v", err, c.want)
+			}
+			if !strings.Contains(err.Error(), "refund") && c.want == idemkit.ErrInvalidArguments {
+				t.Fatalf("error %q does not name the tool", err)
+			}
+		})
+	}
+	if _, err := idemkit.NewKey("s", "", []byte(`{}`), nil); !errors.Is(err, idemkit.ErrInvalidKey) {
+		t.Fatalf("empty tool: %v", err)
+	}
+	if err := idemkit.ValidateExplicitKey(strings.Repeat("k", idemkit.MaxExplicitKeyLen)); err != nil {
+		t.Fatalf("a key at the length limit: %v", err)
+	}
+}
+
+func FuzzNewKey(f *testing.F) {
+	for _, s := range []string{`{}`, `{"a":1}`, `{"idempotency_key":"k","b":[1,2.5e3]}`, `[1,"x"]`, `{"a":{"b":null}}`, `"str"`, `{"nonce":1,"z":"\ud83d\ude02"}`} {
+		f.Add([]byte(s))
+	}
+	opts := &idemkit.KeyOptions{Exclude: []string{"nonce"}}
+	f.Fuzz(func(t *testing.T, args []byte) {
+		k, err := idemkit.NewKey("s", "t", args, opts)
+		if err != nil {
+			if !errors.Is(err, idemkit.ErrInvalidArguments) && !errors.Is(err, idemkit.ErrInvalidKey) {
+				t.Fatalf("unclassified error: %v", err)
+			}
+			return
+		}
+		// The stripped hash equals a straightforward reference: decode, delete
+		// the fields, re-encode, canonicalise.
+		if ref, ok := referenceArgsHash(args, []string{"nonce", "idempotency_key"}); ok && ref != k.ArgsHash() {
+			t.Fatalf("args hash %s, reference %s, for %q", k.ArgsHash(), ref, args)
+		}
+		// The canonical form is a fixed point: canonicalising it again keeps the key.
+		canon, err := idemkit.CanonicalJSON(args)
+		if err != nil {
+			return // empty input is accepted by NewKey only
+		}
+		k2, err := idemkit.NewKey("s", "t", canon, opts)
+		if err != nil || k2.ID() != k.ID() {
+			t.Fatalf("canonical form %s changed the key (err %v)", canon, err)
+		}
+	})
+}
+
+func referenceArgsHash(args []byte, strip []string) (string, bool) {
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(args))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return "", false
+	}
+	if m, ok := v.(map[string]any); ok {
+		for _, f := range strip {
+			delete(m, f)
+		}
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return "", false
+	}
+	canon, err := idemkit.CanonicalJSON(raw)
+	if err != nil {
+		return "", false
+	}
+	sum := sha256.Sum256(canon)
+	return hex.EncodeToString(sum[:]), true
+}

@@ -1,0 +1,65 @@
+// Package sqlitestore is an idemkit.Store kept in an embedded SQLite
+// database: durable idempotency for single-node and stdio MCP servers, with
+// no database server to run. A resumed client that replays its calls after
+// a restart gets the stored responses back instead of a second run of the
+// side effects.
+//
+// It uses modernc.org/sqlite, a pure-Go SQLite (no cgo), with the database
+// in WAL mode in a single file:
+//
+//	store, err := sqlitestore.Open(ctx, "state/idemkit.db", nil) // creates and migrates
+//	if err != nil {
+//		return err
+//	}
+//	defer store.Close()
+//	guard, err := idemkit.NewGuard(store, nil)
+//	...
+//	res, err := guard.Do(ctx, key, func(ctx context.Context) (idemkit.Response, error) {
+//		return issueRefund(ctx, order)
+//	})
+//
+// When the side effect is a write to the same database, DoTx commits the
+// claim, the write and the recorded outcome in one transaction, so that a
+// crash between the side effect and the finish can neither lose the work
+// nor run it twice:
+//
+//	tx, err := store.DB().BeginTx(ctx, nil) // BEGIN IMMEDIATE
+//	if err != nil {
+//		return err
+//	}
+//	defer tx.Rollback()
+//	res, err := store.DoTx(ctx, guard, tx, key, func(ctx context.Context, tx *sql.Tx) (idemkit.Response, error) {
+//		_, err := tx.ExecContext(ctx, `INSERT INTO refunds (order_id, amount) VALUES (?, ?)`, order, amount)
+//		...
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	return tx.Commit()
+//
+// # Schema and time
+//
+// The schema is embedded (migrations/NNN_name.up.sql and .down.sql) and
+// applied by Open, Migrate or MigrateTx; the table idemkit_migrations
+// records the applied versions. Claim records live in idemkit_claims, one
+// row per key; bodies larger than the Guard's inline maximum live apart in
+// idemkit_responses and are read only when a duplicate needs them. Bodies
+// are BLOBs, replayed byte for byte. Times are integer Unix nanoseconds, so
+// leases and windows compare exactly.
+//
+// # Concurrency and durability
+//
+// The claim is one INSERT … ON CONFLICT DO UPDATE … RETURNING statement,
+// atomic under SQLite's single write lock. Every claim is a write, so Open
+// keeps one connection by default: the process's calls queue for it in
+// database/sql, fairly and without SQLITE_BUSY, and each runs in tens of
+// microseconds. Other processes sharing the file wait for the lock for up to
+// Config.BusyTimeout; an error matching ErrBusy says when that ran out.
+// Commits are synced (PRAGMA synchronous=FULL) unless Config.Synchronous
+// says otherwise: a crash of the process, or of the machine, loses no
+// committed claim or outcome.
+//
+// A ":memory:" database is one connection's, so Open(":memory:") keeps that
+// single connection for the store's lifetime: useful for tests, durable for
+// nothing.
+package sqlitestore

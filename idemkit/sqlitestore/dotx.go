@@ -1,0 +1,124 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+
+	"github.com/idemkit/idemkit/idemkit"
+)
+
+// TxWork is the work of DoTx: it makes its writes through tx, the
+// transaction that also holds the claim.
+type TxWork func(ctx context.Context, tx *sql.Tx) (idemkit.Response, error)
+
+// DoTx is g.Do with the claim, the work's writes and the recorded outcome
+// all in tx, a transaction the caller began on DB() and commits or rolls
+// back: the claim and the side effect commit together or not at all, so a
+// crash between the two can neither lose the work nor run it twice.
+//
+// g supplies the configuration (windows, leases, failure policy); its own
+// store is not used. The outcomes are Do's, with three differences:
+//
+//   - Until tx commits, no other connection sees the claim. A duplicate on
+//     another connection waits for SQLite's write lock, which tx holds from
+//     BEGIN IMMEDIATE, and then finds the committed outcome; a rolled-back
+//     attempt leaves no trace, and its retry runs the work afresh.
+//   - When work returns an error (or panics), the claim is released inside
+//     tx; roll tx back to undo the work's writes too.
+//   - A duplicate that finds the call in progress gets an
+//     *idemkit.InProgressError at once, whatever Config.Wait says: waiting
+//     inside tx would hold the write lock the running call needs to record
+//     its outcome.
+//
+// work must make its writes through tx, not through DB(): with the default
+// single connection, DB() has none to give until tx ends. ctx bounds the
+// claim and the work.
+func (s *Store) DoTx(ctx context.Context, g *idemkit.Guard, tx *sql.Tx, key idemkit.Key, work TxWork) (idemkit.Result, error) {
+	if g == nil || tx == nil || work == nil {
+		return idemkit.Result{}, errors.New("sqlitestore: DoTx needs a Guard, a *sql.Tx and work")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ts := &txStore{tx: tx, onBusy: cancel}
+	return g.WithStore(ts).Do(ctx, key, func(ctx context.Context) (idemkit.Response, error) {
+		return work(ctx, tx)
+	})
+}
+
+// txStore is an idemkit.Store that runs the store's statements inside a
+// caller's transaction.
+type txStore struct {
+	tx *sql.Tx
+	// onBusy ends the Guard's wait for an in-progress call (see DoTx).
+	onBusy func()
+}
+
+var _ idemkit.Store = (*txStore)(nil)
+
+func (t *txStore) Claim(ctx context.Context, req *idemkit.ClaimRequest) (idemkit.ClaimResult, error) {
+	if err := ctx.Err(); err != nil {
+		return idemkit.ClaimResult{}, err
+	}
+	now := clock(req.Now)
+	cr, err := scanClaim(t.tx.QueryRowContext(ctx, claimSQL, claimArgs(req, now)...), now)
+	if err != nil {
+		return cr, notMigrated(ctx, t.tx, err)
+	}
+	if cr.Status == idemkit.ClaimBusy {
+		t.onBusy()
+	}
+	return cr, nil
+}
+
+func (t *txStore) Finish(ctx context.Context, req *idemkit.FinishRequest) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !req.Succeeded || req.Storage != idemkit.StorageExternal {
+		res, err := t.tx.ExecContext(ctx, finishSQL, finishArgs(req)...)
+		return fenced("finish", res, err)
+	}
+	// The outcome and its body together, or neither: a savepoint inside the
+	// caller's transaction.
+	if _, err := t.tx.ExecContext(ctx, "SAVEPOINT idemkit_finish"); err != nil {
+		return interpretError("finish", err)
+	}
+	res, err := t.tx.ExecContext(ctx, finishSQL, finishArgs(req)...)
+	err = fenced("finish", res, err)
+	if err == nil {
+		_, err = t.tx.ExecContext(ctx, putResponseSQL, req.Key, nonNil(req.Response.Body))
+		err = interpretError("finish", err)
+	}
+	if err != nil {
+		_, _ = t.tx.ExecContext(ctx, "ROLLBACK TO idemkit_finish")
+	}
+	if _, rerr := t.tx.ExecContext(ctx, "RELEASE idemkit_finish"); err == nil && rerr != nil {
+		err = interpretError("finish", rerr)
+	}
+	return err
+}
+
+func (t *txStore) Extend(ctx context.Context, req *idemkit.ExtendRequest) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	res, err := t.tx.ExecContext(ctx, extendSQL, extendArgs(req)...)
+	return fenced("extend", res, err)
+}
+
+func (t *txStore) Response(ctx context.Context, key string) ([]byte, error) {
+	return scanResponse(t.tx.QueryRowContext(ctx, responseSQL, key))
+}
+
+func (t *txStore) Sweep(ctx context.Context, req *idemkit.SweepRequest) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	res, err := t.tx.ExecContext(ctx, sweepSQL, sweepArgs(req)...)
+	if err != nil {
+		return 0, interpretError("sweep", err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), interpretError("sweep", err)
+}

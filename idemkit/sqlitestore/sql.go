@@ -1,0 +1,112 @@
+package sqlitestore
+
+// The store's SQL, in one place. Parameters are numbered so that one value
+// can be used more than once. Times are integer Unix nanoseconds.
+
+// Conditions on the existing record (c) in claimSQL, judged at ?5 (now).
+const (
+	// condExpired: the window is over and no live lease holds the record.
+	// It is replaced as if it did not exist.
+	condExpired = `(c.expires_at <= ?5 AND (c.state <> 'in_progress' OR c.lease_until <= ?5))`
+	// condTakeover: same fingerprint, and the attempt failed or its lease
+	// lapsed. The caller takes the record over.
+	condTakeover = `(c.fingerprint = ?3 AND (c.state = 'failed' OR (c.state = 'in_progress' AND c.lease_until <= ?5)))`
+	// condClaim: the caller ends up holding the record.
+	condClaim = `(` + condExpired + ` OR ` + condTakeover + `)`
+)
+
+// Claim statuses as claimSQL returns them; they equal idemkit.ClaimStatus.
+const (
+	statusAcquired  = 1
+	statusTakenOver = 2
+	statusCompleted = 3
+	statusBusy      = 4
+	statusMismatch  = 5
+)
+
+// claimSQL claims a key in one atomic statement (never a select followed by
+// an insert). SQLite runs every write under the database's single write
+// lock, so no two claims interleave and none sees a half-written record.
+//
+// With no record, it inserts one: a fresh claim, attempt 1. Otherwise the
+// record (c) is, at ?5 (now):
+//
+//   - expired: replaced as if it did not exist (fresh claim, attempt 1);
+//   - failed, or in progress with a lapsed lease, and of the same
+//     fingerprint: taken over. The caller's token replaces the old one,
+//     which fences the old worker off; the attempt is incremented and the
+//     window reaches at least now+Window;
+//   - otherwise (completed, busy, mismatch): left as it is.
+//
+// SQLite has no xmax. RETURNING tells the cases apart by the token, which
+// only a claim by this request sets to ?4 (tokens are random), and by the
+// attempt count (1 after an insert or a fresh claim). The body comes back
+// only for a completed record stored inline: an external body is never read
+// on the claim path.
+const claimSQL = `INSERT INTO idemkit_claims AS c (
+    key, tool, fingerprint, state, token, attempt,
+    started_at, lease_until, expires_at, created_at, updated_at)
+VALUES (?1, ?2, ?3, 'in_progress', ?4, 1, ?5, ?6, ?7, ?5, ?5)
+ON CONFLICT (key) DO UPDATE SET
+    tool        = iif(` + condExpired + `, ?2, c.tool),
+    fingerprint = iif(` + condExpired + `, ?3, c.fingerprint),
+    created_at  = iif(` + condExpired + `, ?5, c.created_at),
+    attempt     = CASE WHEN ` + condExpired + ` THEN 1
+                       WHEN ` + condTakeover + ` THEN c.attempt + 1
+                       ELSE c.attempt END,
+    expires_at  = CASE WHEN ` + condExpired + ` THEN ?7
+                       WHEN ` + condTakeover + ` THEN max(c.expires_at, ?7)
+                       ELSE c.expires_at END,
+    state       = iif(` + condClaim + `, 'in_progress', c.state),
+    token       = iif(` + condClaim + `, ?4, c.token),
+    started_at  = iif(` + condClaim + `, ?5, c.started_at),
+    lease_until = iif(` + condClaim + `, ?6, c.lease_until),
+    response    = iif(` + condClaim + `, NULL, c.response),
+    storage     = iif(` + condClaim + `, 0, c.storage),
+    size        = iif(` + condClaim + `, 0, c.size),
+    write_id    = iif(` + condClaim + `, '', c.write_id),
+    is_error    = iif(` + condClaim + `, 0, c.is_error),
+    last_error  = iif(` + condClaim + `, '', c.last_error),
+    updated_at  = iif(` + condClaim + `, ?5, c.updated_at)
+RETURNING
+    CASE WHEN token = ?4 THEN iif(attempt = 1, 1, 2) -- acquired, taken over
+         WHEN fingerprint <> ?3 THEN 5               -- mismatch
+         WHEN state = 'succeeded' THEN 3             -- completed
+         ELSE 4 END,                                 -- busy
+    attempt, started_at, lease_until,
+    iif(token <> ?4 AND fingerprint = ?3 AND state = 'succeeded', storage, 0),
+    iif(token <> ?4 AND fingerprint = ?3 AND state = 'succeeded', size, 0),
+    iif(token <> ?4 AND fingerprint = ?3 AND state = 'succeeded', write_id, ''),
+    iif(token <> ?4 AND fingerprint = ?3 AND state = 'succeeded', is_error, 0),
+    iif(token <> ?4 AND fingerprint = ?3 AND state = 'succeeded' AND storage = 0, response, NULL)`
+
+// finishSQL records an attempt's outcome, fenced by its token: it changes
+// nothing (no row) once another caller has taken the record over.
+const finishSQL = `UPDATE idemkit_claims SET
+    state = ?3, response = ?4, storage = ?5, size = ?6, write_id = ?7,
+    is_error = ?8, last_error = ?9, updated_at = ?10
+WHERE key = ?1 AND token = ?2 AND state = 'in_progress'`
+
+// putResponseSQL stores an external body (inside the finish's transaction).
+const putResponseSQL = `INSERT INTO idemkit_responses (key, body) VALUES (?1, ?2)
+ON CONFLICT (key) DO UPDATE SET body = excluded.body`
+
+// extendSQL pushes the lease of the attempt holding the token, and the
+// window's end at least as far.
+const extendSQL = `UPDATE idemkit_claims SET
+    lease_until = ?3, expires_at = max(expires_at, ?3), updated_at = ?4
+WHERE key = ?1 AND token = ?2 AND state = 'in_progress'`
+
+// responseSQL reads an external body; only a completed record that says
+// its body is external has one (a stale body of a replaced record does not
+// count).
+const responseSQL = `SELECT r.body FROM idemkit_responses AS r
+JOIN idemkit_claims AS c ON c.key = r.key
+WHERE r.key = ?1 AND c.state = 'succeeded' AND c.storage = 1`
+
+// sweepSQL deletes up to ?2 expired records (?2 < 0: all); a trigger
+// deletes their external bodies.
+const sweepSQL = `DELETE FROM idemkit_claims WHERE key IN (
+    SELECT key FROM idemkit_claims
+    WHERE expires_at <= ?1 AND (state <> 'in_progress' OR lease_until <= ?1)
+    LIMIT ?2)`

@@ -1,0 +1,515 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idemkit/idemkit"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+)
+
+// Defaults of Config.
+const (
+	// DefaultBusyTimeout is how long a statement waits for a write lock
+	// held by another connection or process.
+	DefaultBusyTimeout = 5 * time.Second
+	// DefaultMaxOpenConns is the size of the connection pool Open makes.
+	DefaultMaxOpenConns = 1
+)
+
+// Synchronous is SQLite's PRAGMA synchronous, which trades durability
+// against commit latency. In WAL mode both settings below survive a crash of
+// the process (kill -9, panic) with every committed claim intact; they
+// differ on a crash of the machine.
+type Synchronous string
+
+// Synchronous settings.
+const (
+	// SynchronousFull syncs the WAL on every commit: a committed claim or
+	// outcome survives a power loss or an OS crash. This is the default,
+	// because a lost outcome makes the next duplicate run the work again.
+	SynchronousFull Synchronous = "FULL"
+	// SynchronousNormal syncs only at checkpoints: commits are faster, and
+	// the database is never corrupted, but a power loss or an OS crash may
+	// roll back the last transactions, and a duplicate after the reboot may
+	// then run work again whose outcome was lost.
+	SynchronousNormal Synchronous = "NORMAL"
+)
+
+// Config configures a Store. A nil *Config means all defaults.
+type Config struct {
+	// BusyTimeout is how long a statement on a connection Open makes waits
+	// for the write lock another connection or process holds (PRAGMA
+	// busy_timeout) before failing with an error matching ErrBusy. The
+	// caller's ctx still ends the wait earlier. Defaults to
+	// DefaultBusyTimeout (5s).
+	BusyTimeout time.Duration
+
+	// Synchronous is the PRAGMA synchronous of connections Open makes.
+	// Defaults to SynchronousFull.
+	Synchronous Synchronous
+
+	// MaxOpenConns bounds the connection pool Open makes. Every claim is a
+	// write and SQLite runs one writer at a time, so one connection, where
+	// calls queue in the pool (fairly, bounded by their ctx) rather than
+	// polling SQLite's lock, is the fastest; more lets readers of DB() run
+	// beside a writer. A ":memory:" database always has exactly one.
+	// Defaults to DefaultMaxOpenConns (1).
+	MaxOpenConns int
+
+	// NoMigrate stops Open from applying the embedded migrations; call
+	// Migrate or MigrateTx yourself. Defaults to false (Open migrates).
+	NoMigrate bool
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.BusyTimeout < 0 {
+		errs = append(errs, fmt.Errorf("sqlitestore: Config.BusyTimeout must not be negative, got %s", c.BusyTimeout))
+	}
+	switch c.Synchronous {
+	case "", SynchronousFull, SynchronousNormal:
+	default:
+		errs = append(errs, fmt.Errorf("sqlitestore: Config.Synchronous must be %q or %q, got %q", SynchronousFull, SynchronousNormal, c.Synchronous))
+	}
+	if c.MaxOpenConns < 0 {
+		errs = append(errs, fmt.Errorf("sqlitestore: Config.MaxOpenConns must not be negative, got %d", c.MaxOpenConns))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) withDefaults() Config {
+	var o Config
+	if c != nil {
+		o = *c
+	}
+	if o.BusyTimeout == 0 {
+		o.BusyTimeout = DefaultBusyTimeout
+	}
+	if o.Synchronous == "" {
+		o.Synchronous = SynchronousFull
+	}
+	if o.MaxOpenConns == 0 {
+		o.MaxOpenConns = DefaultMaxOpenConns
+	}
+	return o
+}
+
+// Store is an idemkit.Store kept in an SQLite database: durable across
+// restarts, with no server to run. Build it with Open (a file path) or New
+// (a caller-owned *sql.DB). It is safe for concurrent use by many
+// goroutines, and many processes may share one database file on one
+// machine (not over a network file system, which WAL does not support).
+//
+// Its clock, when a request's Now is zero, is the machine's: the one clock
+// every process sharing the file reads.
+type Store struct {
+	db    *sql.DB
+	owned bool // Close closes db (Open made it)
+
+	// gate serialises this Store's own writes in the process, so that they
+	// queue in Go instead of polling SQLite's write lock with sleeps.
+	// Transactions of DoTx do not pass through it.
+	gate chan struct{}
+
+	mu    sync.Mutex // protects stmts and closed
+	stmts *statements
+	// closed is set by Close.
+	closed bool
+}
+
+var _ idemkit.Store = (*Store)(nil)
+
+// statements are the store's statements prepared on its pool.
+type statements struct {
+	claim, finish, extend, response, sweep, putResponse *sql.Stmt
+}
+
+func (st *statements) close() error {
+	var errs []error
+	for _, s := range []*sql.Stmt{st.claim, st.finish, st.extend, st.response, st.sweep, st.putResponse} {
+		if s != nil {
+			errs = append(errs, s.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Open opens (creating it if needed) the SQLite database at path and returns
+// a Store on it, with the embedded migrations applied unless
+// cfg.NoMigrate. path is a file name or ":memory:" for a database that lives
+// as long as the Store (on a single connection, for tests). cfg may be nil.
+//
+// Every connection runs in WAL mode (readers never block the writer) with
+// foreign keys on, PRAGMA busy_timeout set to cfg.BusyTimeout, PRAGMA
+// synchronous set to cfg.Synchronous, and transactions that take the write
+// lock at BEGIN (BEGIN IMMEDIATE), so that a transaction never fails to
+// upgrade a read lock when another writer got in first. Begin DoTx
+// transactions on DB(). ctx bounds opening and migrating; Close releases
+// the database.
+func Open(ctx context.Context, path string, cfg *Config) (*Store, error) {
+	if cfg != nil {
+		if err := cfg.validate(); err != nil {
+			return nil, err
+		}
+	}
+	c := cfg.withDefaults()
+	if path == "" {
+		return nil, errors.New(`sqlitestore: Open needs a path: a file name, or ":memory:"`)
+	}
+	memory := path == ":memory:"
+	db, err := sql.Open("sqlite", dsn(path, memory, &c))
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
+	}
+	conns := c.MaxOpenConns
+	if memory {
+		// Each connection to ":memory:" is a database of its own: keep
+		// exactly one, forever.
+		conns = 1
+		db.SetConnMaxLifetime(0)
+		db.SetConnMaxIdleTime(0)
+	}
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
+
+	s := newStore(db)
+	s.owned = true
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, interpretError("open "+path, err)
+	}
+	if !c.NoMigrate {
+		if err := s.Migrate(ctx); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// dsn builds the modernc.org/sqlite data source name of path.
+func dsn(path string, memory bool, c *Config) string {
+	q := url.Values{}
+	q.Set("_busy_timeout", fmt.Sprint(c.BusyTimeout.Milliseconds()))
+	q.Set("_foreign_keys", "1")
+	q.Set("_synchronous", string(c.Synchronous))
+	q.Set("_txlock", "immediate")
+	if memory {
+		return ":memory:?" + q.Encode()
+	}
+	q.Set("_journal_mode", "WAL")
+	// A file: URI, so that a path holding '?' or '#' stays a path.
+	esc := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
+	return "file:" + esc.Replace(path) + "?" + q.Encode()
+}
+
+// New returns a Store on db, a caller-owned *sql.DB opened with the
+// modernc.org/sqlite driver; Close leaves db open. cfg may be nil; its
+// connection settings apply only to Open, so configure db as Open would:
+// WAL, a busy_timeout, "_txlock=immediate" for DoTx transactions and, ideally,
+// db.SetMaxOpenConns(1). New does not touch the database: call Migrate (or
+// MigrateTx) before the first call unless the schema is managed elsewhere.
+func New(db *sql.DB, cfg *Config) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("sqlitestore: New needs a *sql.DB")
+	}
+	if cfg != nil {
+		if err := cfg.validate(); err != nil {
+			return nil, err
+		}
+	}
+	return newStore(db), nil
+}
+
+func newStore(db *sql.DB) *Store {
+	return &Store{db: db, gate: make(chan struct{}, 1)}
+}
+
+// DB returns the store's database. Begin the transactions given to DoTx on
+// it, and use it for the tool's own tables.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Close releases the store's prepared statements and, when Open made the
+// database, closes it. It is safe to call more than once.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	var errs []error
+	if s.stmts != nil {
+		errs = append(errs, s.stmts.close())
+		s.stmts = nil
+	}
+	if s.owned {
+		errs = append(errs, s.db.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// prepared returns the store's statements, preparing them on first use.
+func (s *Store) prepared(ctx context.Context) (*statements, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if s.stmts != nil {
+		return s.stmts, nil
+	}
+	st := &statements{}
+	var err error
+	prep := func(dst **sql.Stmt, query string) {
+		if err == nil {
+			*dst, err = s.db.PrepareContext(ctx, query)
+		}
+	}
+	prep(&st.claim, claimSQL)
+	prep(&st.finish, finishSQL)
+	prep(&st.extend, extendSQL)
+	prep(&st.response, responseSQL)
+	prep(&st.sweep, sweepSQL)
+	prep(&st.putResponse, putResponseSQL)
+	if err != nil {
+		st.close()
+		return nil, notMigrated(ctx, s.db, interpretError("prepare", err))
+	}
+	s.stmts = st
+	return st, nil
+}
+
+// lock takes the store's write gate; unlock releases it.
+func (s *Store) lock(ctx context.Context) error {
+	select {
+	case s.gate <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case s.gate <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Store) unlock() { <-s.gate }
+
+// clock returns t, or the machine's clock when t is zero.
+func clock(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Now()
+	}
+	return t
+}
+
+// Claim implements idemkit.Store with one INSERT … ON CONFLICT DO UPDATE …
+// RETURNING statement (see claimSQL). ctx bounds the wait for the write lock
+// and the statement.
+func (s *Store) Claim(ctx context.Context, req *idemkit.ClaimRequest) (idemkit.ClaimResult, error) {
+	if err := ctx.Err(); err != nil {
+		return idemkit.ClaimResult{}, err
+	}
+	st, err := s.prepared(ctx)
+	if err != nil {
+		return idemkit.ClaimResult{}, err
+	}
+	if err := s.lock(ctx); err != nil {
+		return idemkit.ClaimResult{}, err
+	}
+	defer s.unlock()
+	now := clock(req.Now)
+	return scanClaim(st.claim.QueryRowContext(ctx, claimArgs(req, now)...), now)
+}
+
+func claimArgs(req *idemkit.ClaimRequest, now time.Time) []any {
+	ns := now.UnixNano()
+	return []any{req.Key, req.Tool, req.Fingerprint, req.Token, ns, ns + int64(req.Lease), ns + int64(req.Window)}
+}
+
+func scanClaim(row *sql.Row, now time.Time) (idemkit.ClaimResult, error) {
+	var (
+		status, attempt, storage int
+		started, lease, size     int64
+		writeID                  string
+		isError                  bool
+		body                     []byte
+	)
+	if err := row.Scan(&status, &attempt, &started, &lease, &storage, &size, &writeID, &isError, &body); err != nil {
+		return idemkit.ClaimResult{}, interpretError("claim", err)
+	}
+	res := idemkit.ClaimResult{
+		Status:  idemkit.ClaimStatus(status),
+		Attempt: attempt,
+		Started: time.Unix(0, started).UTC(),
+		Now:     now,
+	}
+	switch status {
+	case statusBusy:
+		res.LeaseUntil = time.Unix(0, lease).UTC()
+	case statusCompleted:
+		res.Response = idemkit.Response{Body: body, WriteID: writeID, IsError: isError}
+		res.Storage = idemkit.Storage(storage)
+		res.Size = size
+	}
+	return res, nil
+}
+
+// finishArgs returns the arguments of finishSQL for req.
+func finishArgs(req *idemkit.FinishRequest) []any {
+	now := clock(req.Now).UnixNano()
+	if !req.Succeeded {
+		return []any{req.Key, req.Token, "failed", nil, 0, 0, "", false, req.Error, now}
+	}
+	var body []byte
+	if req.Storage == idemkit.StorageInline {
+		body = req.Response.Body
+		if body == nil {
+			body = []byte{}
+		}
+	}
+	return []any{req.Key, req.Token, "succeeded", body, int(req.Storage), req.Size, req.Response.WriteID, req.Response.IsError, "", now}
+}
+
+// Finish implements idemkit.Store. An external body is written in the same
+// transaction as the outcome. It returns idemkit.ErrLeaseLost when the
+// record is no longer held by req.Token.
+func (s *Store) Finish(ctx context.Context, req *idemkit.FinishRequest) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	st, err := s.prepared(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.unlock()
+	if !req.Succeeded || req.Storage != idemkit.StorageExternal {
+		res, err := st.finish.ExecContext(ctx, finishArgs(req)...)
+		return fenced("finish", res, err)
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return interpretError("finish", err)
+	}
+	defer tx.Rollback()
+	res, err := tx.StmtContext(ctx, st.finish).ExecContext(ctx, finishArgs(req)...)
+	if err := fenced("finish", res, err); err != nil {
+		return err
+	}
+	if _, err := tx.StmtContext(ctx, st.putResponse).ExecContext(ctx, req.Key, nonNil(req.Response.Body)); err != nil {
+		return interpretError("finish", err)
+	}
+	return interpretError("finish", tx.Commit())
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// fenced turns the result of a fenced UPDATE into ErrLeaseLost when it
+// changed no row.
+func fenced(op string, res sql.Result, err error) error {
+	if err != nil {
+		return interpretError(op, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return interpretError(op, err)
+	}
+	if n == 0 {
+		return idemkit.ErrLeaseLost
+	}
+	return nil
+}
+
+func extendArgs(req *idemkit.ExtendRequest) []any {
+	now := clock(req.Now).UnixNano()
+	return []any{req.Key, req.Token, now + int64(req.Lease), now}
+}
+
+// Extend implements idemkit.Store. It returns idemkit.ErrLeaseLost when the
+// record is no longer held by req.Token.
+func (s *Store) Extend(ctx context.Context, req *idemkit.ExtendRequest) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	st, err := s.prepared(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.unlock()
+	res, err := st.extend.ExecContext(ctx, extendArgs(req)...)
+	return fenced("extend", res, err)
+}
+
+// Response implements idemkit.Store: it reads a body stored apart
+// (StorageExternal), or returns idemkit.ErrNotFound. It is a read, and runs
+// beside writers.
+func (s *Store) Response(ctx context.Context, key string) ([]byte, error) {
+	st, err := s.prepared(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return scanResponse(st.response.QueryRowContext(ctx, key))
+}
+
+func scanResponse(row *sql.Row) ([]byte, error) {
+	var body []byte
+	if err := row.Scan(&body); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, idemkit.ErrNotFound
+		}
+		return nil, interpretError("response", err)
+	}
+	return nonNil(body), nil
+}
+
+func sweepArgs(req *idemkit.SweepRequest) []any {
+	limit := int64(req.Limit)
+	if limit <= 0 {
+		limit = -1
+	}
+	return []any{clock(req.Now).UnixNano(), limit}
+}
+
+// Sweep implements idemkit.Store: one DELETE of up to req.Limit expired
+// records and their external bodies. SQLite runs concurrent sweeps one after
+// another, so each record is deleted, and counted, once.
+func (s *Store) Sweep(ctx context.Context, req *idemkit.SweepRequest) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	st, err := s.prepared(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if err := s.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer s.unlock()
+	res, err := st.sweep.ExecContext(ctx, sweepArgs(req)...)
+	if err != nil {
+		return 0, interpretError("sweep", err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), interpretError("sweep", err)
+}
