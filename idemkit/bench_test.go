@@ -6,7 +6,6 @@ package idemkit_test
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -75,68 +74,113 @@ func (b *mapBaseline) do(key, fp string, token int64, work func() ([]byte, strin
 }
 
 // BenchmarkMemoryStore compares Guard.Do on a MemoryStore (claim, work,
-// finish on a fresh key) with the hand-written map doing the same, serially
-// and with 32 concurrent callers. Every call claims a fresh key: when the key
-// pool runs out, both sides swap in an empty store, so map growth is paid
-// alike.
+// finish on a fresh key) with the hand-written map doing the same, with 1 and
+// 32 concurrent callers. The two sides run interleaved in blocks, so they
+// share whatever else the machine does; every call claims a fresh key (when
+// the key pool runs out both sides move to an empty store, so map growth is
+// paid alike). Reported: ns per call of each side and guard/baseline time.
 func BenchmarkMemoryStore(b *testing.B) {
 	keys := benchKeyPool()
 	work := func(context.Context) (idemkit.Response, error) {
 		return idemkit.Response{Body: benchBody, WriteID: "re_123"}, nil
 	}
-	newGuard := func() *idemkit.Guard {
+	guards := newGenerations(func() *idemkit.Guard {
 		g, err := idemkit.NewGuard(&idemkit.MemoryStore{}, nil)
 		if err != nil {
-			b.Fatal(err)
+			panic(err)
 		}
 		return g
+	})
+	maps := newGenerations(func() *mapBaseline { return &mapBaseline{m: make(map[string]*baseRecord)} })
+	var gNext, mNext atomic.Int64
+	ctx := context.Background()
+	guardOp := func() bool {
+		i := int(gNext.Add(1) - 1)
+		res, err := guards.get(i).Do(ctx, keys[i%benchKeys], work)
+		if err != nil || res.Replayed() {
+			b.Errorf("Do: %v (replayed=%v)", err, res.Replayed())
+			return false
+		}
+		return true
 	}
-	runGuard := func(b *testing.B, parallelism int) {
-		b.ReportAllocs()
-		gens := newGenerations(newGuard)
-		var next atomic.Int64
-		b.SetParallelism(parallelism)
-		b.RunParallel(func(pb *testing.PB) {
-			ctx := context.Background()
-			for pb.Next() {
-				i := int(next.Add(1) - 1)
-				res, err := gens.get(i).Do(ctx, keys[i%benchKeys], work)
-				if err != nil || res.Replayed() {
-					b.Errorf("Do: %v (replayed=%v)", err, res.Replayed())
-					return
-				}
-			}
-		})
+	w := func() ([]byte, string) { return benchBody, "re_123" }
+	baseOp := func() bool {
+		i := int(mNext.Add(1) - 1)
+		k := keys[i%benchKeys]
+		if _, replay := maps.get(i).do(k.ID(), k.ArgsHash(), int64(i+1), w); replay {
+			b.Errorf("baseline replayed a fresh key")
+			return false
+		}
+		return true
 	}
-	runBaseline := func(b *testing.B, parallelism int) {
-		b.ReportAllocs()
-		gens := newGenerations(func() *mapBaseline { return &mapBaseline{m: make(map[string]*baseRecord)} })
-		var next atomic.Int64
-		w := func() ([]byte, string) { return benchBody, "re_123" }
-		b.SetParallelism(parallelism)
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				i := int(next.Add(1) - 1)
-				k := keys[i%benchKeys]
-				if _, replay := gens.get(i).do(k.ID(), k.ArgsHash(), int64(i+1), w); replay {
-					b.Errorf("baseline replayed a fresh key")
-					return
-				}
-			}
-		})
-	}
-	// RunParallel starts parallelism*GOMAXPROCS goroutines.
-	p32 := max(1, 32/runtime.GOMAXPROCS(0))
-	b.Run("callers=1/guard", func(b *testing.B) { runSerial(b, runGuard) })
-	b.Run("callers=1/baseline", func(b *testing.B) { runSerial(b, runBaseline) })
-	b.Run("callers=32/guard", func(b *testing.B) { runGuard(b, p32) })
-	b.Run("callers=32/baseline", func(b *testing.B) { runBaseline(b, p32) })
+	// One caller: the two sides interleaved in blocks of 128 calls.
+	b.Run("callers=1", func(b *testing.B) { pairedBlocks(b, 1, 128, guardOp, baseOp) })
+	// 32 callers contend on one store: throughput of each side on its own
+	// (run with -count to interleave; `make bench` takes the medians).
+	b.Run("callers=32/guard", func(b *testing.B) { callersRun(b, 32, guardOp) })
+	b.Run("callers=32/baseline", func(b *testing.B) { callersRun(b, 32, baseOp) })
 }
 
-// runSerial runs a parallel benchmark body with one goroutine.
-func runSerial(b *testing.B, run func(b *testing.B, parallelism int)) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	run(b, 1)
+// callersRun runs b.N calls of op spread over exactly callers goroutines,
+// and reports throughput as calls/s.
+func callersRun(b *testing.B, callers int, op func() bool) {
+	b.ReportAllocs()
+	var next atomic.Int64
+	n := int64(b.N)
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for next.Add(1) <= n {
+				if !op() {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+}
+
+// pairedBlocks runs b.N calls of each op, alternating blocks of block calls
+// of one and of the other, on exactly callers goroutines. It reports each
+// side's mean ns per call and their ratio.
+func pairedBlocks(b *testing.B, callers, block int, guard, baseline func() bool) {
+	b.ReportAllocs()
+	var gTime, bTime atomic.Int64
+	var next atomic.Int64
+	blocks := int64((b.N + block - 1) / block)
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for i := next.Add(1); i <= blocks; i = next.Add(1) {
+				sides := [2]func() bool{guard, baseline}
+				sums := [2]*atomic.Int64{&gTime, &bTime}
+				if i%2 == 0 {
+					sides[0], sides[1] = sides[1], sides[0]
+					sums[0], sums[1] = sums[1], sums[0]
+				}
+				for s := range sides {
+					t0 := time.Now()
+					for range block {
+						if !sides[s]() {
+							return
+						}
+					}
+					sums[s].Add(int64(time.Since(t0)))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	calls := float64(blocks * int64(block))
+	g, base := float64(gTime.Load())/calls, float64(bTime.Load())/calls
+	b.ReportMetric(g, "guard-ns/call")
+	b.ReportMetric(base, "baseline-ns/call")
+	b.ReportMetric(g/base, "time-ratio")
 }
 
 // BenchmarkNewKey measures key derivation from raw JSON arguments.

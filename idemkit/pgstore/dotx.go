@@ -1,0 +1,43 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+
+	"github.com/idemkit/idemkit/idemkit"
+	"github.com/jackc/pgx/v5"
+)
+
+// TxWork is the work of DoTx: it writes its side effect through tx.
+type TxWork func(ctx context.Context, tx pgx.Tx) (idemkit.Response, error)
+
+// DoTx is g.Do with the claim, work's writes and the stored outcome in the
+// caller's transaction tx, so that they commit or roll back together: there
+// is no moment at which the side effect is committed but the claim is not,
+// or the reverse, even if the process is killed.
+//
+// The caller owns tx: it commits after DoTx returns without error, and rolls
+// back otherwise (pgx.BeginFunc does both, and rolls back on panic). When
+// work fails, DoTx returns its error and the caller must roll back; nothing
+// of the call then remains. A replay (Outcome "replayed") or an error from
+// the claim leaves nothing in tx to commit.
+//
+// A duplicate of an in-flight DoTx, from any replica and through Do or
+// DoTx, waits on the claim row until tx ends, then replays the committed
+// outcome (or, if tx rolled back, claims the key and runs). ctx bounds that
+// wait. Under REPEATABLE READ or SERIALIZABLE isolation the waiting
+// duplicate's transaction fails with a serialization error instead; retry
+// the whole transaction, as for any such error.
+//
+// The Guard's configuration (window, failure policy, limits) applies; its
+// wait and lease settings do not matter here, since other callers never see
+// the claim in progress.
+func (s *Store) DoTx(ctx context.Context, g *idemkit.Guard, tx pgx.Tx, key idemkit.Key, work TxWork) (idemkit.Result, error) {
+	if g == nil || tx == nil || work == nil {
+		return idemkit.Result{}, errors.New("pgstore: DoTx needs a Guard, a transaction and work")
+	}
+	txStore := &Store{db: tx, sql: s.sql}
+	return g.WithStore(txStore).Do(ctx, key, func(ctx context.Context) (idemkit.Response, error) {
+		return work(ctx, tx)
+	})
+}

@@ -1,0 +1,384 @@
+// Package pgstore is an idemkit.Store on PostgreSQL, through pgx v5.
+//
+// Many MCP server replicas behind a load balancer share one database: the
+// claim row is the arbiter, so nothing relies on process memory. The claim is
+// one atomic INSERT … ON CONFLICT … DO UPDATE … RETURNING statement, and
+// times come from the database clock, the one clock every replica shares.
+//
+//	pool, _ := pgxpool.New(ctx, dsn)
+//	store, _ := pgstore.New(pool, nil)
+//	if err := store.Migrate(ctx); err != nil { … }
+//	guard, _ := idemkit.NewGuard(store, nil)
+//
+// When the side effect is a write to the same database, DoTx commits the
+// claim, the tool's own writes and the stored outcome in the caller's
+// transaction: there is then no window in which the work is done but not
+// recorded, even if the process is killed.
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idemkit/idemkit"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DB is what the store runs statements on: a *pgxpool.Pool, a *pgx.Conn or
+// a pgx.Tx.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Config configures a Store. A nil *Config means all defaults.
+type Config struct {
+	// Schema holds idemkit's tables. Defaults to "" (unqualified names,
+	// resolved through the connection's search_path, usually public).
+	Schema string
+}
+
+// Store is an idemkit.Store on PostgreSQL. It is safe for concurrent use;
+// many Stores, in many processes, may share one database.
+type Store struct {
+	db  DB
+	sql *statements
+}
+
+var _ idemkit.Store = (*Store)(nil)
+
+// New returns a Store that runs its statements on db (usually a
+// *pgxpool.Pool). Call Migrate once before use.
+func New(db DB, cfg *Config) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("pgstore: New needs a DB")
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if strings.ContainsRune(c.Schema, 0) {
+		return nil, errors.New("pgstore: Config.Schema must not contain NUL")
+	}
+	return &Store{db: db, sql: newStatements(c.Schema)}, nil
+}
+
+// DB returns the DB the store runs on.
+func (s *Store) DB() DB { return s.db }
+
+// statements are the store's SQL, with the schema filled in.
+type statements struct {
+	schema, prefix                                string
+	claim, lookup                                 string
+	finishSucceeded, finishFailed, finishExternal string
+	extend, response, sweep                       string
+}
+
+func newStatements(schema string) *statements {
+	prefix := ""
+	if schema != "" {
+		prefix = pgx.Identifier{schema}.Sanitize() + "."
+	}
+	r := strings.NewReplacer("{schema}", prefix)
+	return &statements{
+		schema:          schema,
+		prefix:          prefix,
+		claim:           r.Replace(claimSQL),
+		lookup:          r.Replace(lookupSQL),
+		finishSucceeded: r.Replace(finishSucceededSQL),
+		finishFailed:    r.Replace(finishFailedSQL),
+		finishExternal:  r.Replace(finishExternalSQL),
+		extend:          r.Replace(extendSQL),
+		response:        r.Replace(responseSQL),
+		sweep:           r.Replace(sweepSQL),
+	}
+}
+
+// The claim: one atomic statement. It inserts a fresh claim, or, on
+// conflict, takes the row over in place when the caller may: "now" is
+// excluded.updated_at (the caller's clock or the database's); lease and
+// window ride in excluded.lease_until and excluded.expires_at.
+//
+//	expired:  the window is over and no live lease holds the row
+//	          -> fresh work, attempt 1, new fingerprint
+//	takeover: same fingerprint and (failed, or in progress with a lapsed lease)
+//	          -> attempt + 1, new token and lease
+//
+// A row comes back only when the caller won (xmax = 0: it inserted). When it
+// did not, the row is left as it is and lookupSQL reads it: completed, busy
+// or mismatch. The SET list is kept small on purpose: PostgreSQL prepares
+// the conflict projection on every execution, even on the insert path.
+const (
+	expiredCond  = `(c.expires_at <= excluded.updated_at AND (c.state <> 'in_progress' OR c.lease_until <= excluded.updated_at))`
+	takeoverCond = `(c.fingerprint = excluded.fingerprint AND (c.state = 'failed' OR (c.state = 'in_progress' AND c.lease_until <= excluded.updated_at)))`
+
+	claimSQL = `
+INSERT INTO {schema}idemkit_claims AS c
+    (key, tool, fingerprint, state, token, attempt, started_at, lease_until, expires_at, updated_at)
+VALUES ($1, $2, $3, 'in_progress', $4, 1,
+    coalesce($7::timestamptz, statement_timestamp()),
+    coalesce($7::timestamptz, statement_timestamp()) + $5::bigint * interval '1 microsecond',
+    coalesce($7::timestamptz, statement_timestamp()) + $6::bigint * interval '1 microsecond',
+    coalesce($7::timestamptz, statement_timestamp()))
+ON CONFLICT (key) DO UPDATE SET
+    tool = excluded.tool, fingerprint = excluded.fingerprint, state = 'in_progress', token = excluded.token,
+    attempt     = CASE WHEN c.expires_at <= excluded.updated_at THEN 1 ELSE c.attempt + 1 END,
+    started_at  = excluded.started_at,
+    lease_until = excluded.lease_until,
+    expires_at  = greatest(CASE WHEN c.expires_at <= excluded.updated_at THEN NULL ELSE c.expires_at END, excluded.expires_at),
+    response = NULL, storage = 0, size = 0, write_id = NULL, is_error = false,
+    updated_at  = excluded.updated_at
+WHERE ` + expiredCond + ` OR ` + takeoverCond + `
+RETURNING c.attempt, (xmax = 0)`
+
+	// lookupSQL reads the row that stood in the way of a claim. The inline
+	// body comes back only for a completed row; an external body is never
+	// read here.
+	lookupSQL = `
+SELECT state, attempt, fingerprint = $2, started_at, lease_until, storage, size, write_id, is_error,
+    CASE WHEN state = 'succeeded' AND storage = 0 THEN response END,
+    coalesce($3::timestamptz, statement_timestamp())
+FROM {schema}idemkit_claims WHERE key = $1`
+
+	finishSucceededSQL = `
+UPDATE {schema}idemkit_claims
+SET state = 'succeeded', response = $3, storage = $4, size = $5, write_id = $6, is_error = $7,
+    updated_at = coalesce($8::timestamptz, statement_timestamp())
+WHERE key = $1 AND token = $2 AND state = 'in_progress'`
+
+	finishFailedSQL = `
+UPDATE {schema}idemkit_claims
+SET state = 'failed', last_error = $3, updated_at = coalesce($4::timestamptz, statement_timestamp())
+WHERE key = $1 AND token = $2 AND state = 'in_progress'`
+
+	// The body goes to idemkit_responses only if the fenced update matched.
+	finishExternalSQL = `
+WITH done AS (
+    UPDATE {schema}idemkit_claims
+    SET state = 'succeeded', response = NULL, storage = 1, size = $4, write_id = $5, is_error = $6,
+        updated_at = coalesce($7::timestamptz, statement_timestamp())
+    WHERE key = $1 AND token = $2 AND state = 'in_progress'
+    RETURNING key
+)
+INSERT INTO {schema}idemkit_responses (key, body)
+SELECT key, $3 FROM done
+ON CONFLICT (key) DO UPDATE SET body = excluded.body`
+
+	extendSQL = `
+UPDATE {schema}idemkit_claims
+SET lease_until = coalesce($4::timestamptz, statement_timestamp()) + $3::bigint * interval '1 microsecond',
+    expires_at  = greatest(expires_at, coalesce($4::timestamptz, statement_timestamp()) + $3::bigint * interval '1 microsecond'),
+    updated_at  = coalesce($4::timestamptz, statement_timestamp())
+WHERE key = $1 AND token = $2 AND state = 'in_progress'`
+
+	responseSQL = `
+SELECT r.body FROM {schema}idemkit_responses r
+JOIN {schema}idemkit_claims c ON c.key = r.key
+WHERE r.key = $1 AND c.state = 'succeeded' AND c.storage = 1`
+
+	// SKIP LOCKED lets many replicas sweep at once without waiting on, or
+	// double-counting, each other's rows.
+	sweepSQL = `
+DELETE FROM {schema}idemkit_claims
+WHERE key IN (
+    SELECT key FROM {schema}idemkit_claims
+    WHERE expires_at <= coalesce($2::timestamptz, statement_timestamp())
+      AND (state <> 'in_progress' OR lease_until <= coalesce($2::timestamptz, statement_timestamp()))
+    ORDER BY expires_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED)`
+)
+
+// nowArg passes a request's Now, or NULL for the database clock.
+func nowArg(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
+}
+
+func micros(d time.Duration) int64 { return d.Microseconds() }
+
+// maxClaimRounds bounds the claim-then-look loop. Another round is needed
+// only when the row changed between the two statements (finished, failed,
+// expired or swept), which takes a race on the same key.
+const maxClaimRounds = 8
+
+// Claim implements idemkit.Store.
+func (s *Store) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.ClaimResult, error) {
+	now := nowArg(req.Now)
+	for range maxClaimRounds {
+		var (
+			attempt  int32
+			inserted bool
+		)
+		err := s.db.QueryRow(ctx, s.sql.claim,
+			req.Key, req.Tool, req.Fingerprint, req.Token, micros(req.Lease), micros(req.Window), now,
+		).Scan(&attempt, &inserted)
+		switch {
+		case err == nil && attempt == 1:
+			return idemkit.ClaimResult{Status: idemkit.ClaimAcquired, Attempt: 1}, nil
+		case err == nil:
+			return idemkit.ClaimResult{Status: idemkit.ClaimTakenOver, Attempt: int(attempt)}, nil
+		case !errors.Is(err, pgx.ErrNoRows):
+			return idemkit.ClaimResult{}, s.translate("claim", err)
+		}
+		// Lost: read what stands in the way.
+		res, again, err := s.lookup(ctx, req, now)
+		if err != nil || !again {
+			return res, err
+		}
+	}
+	return idemkit.ClaimResult{}, fmt.Errorf("pgstore: claim of %s kept racing with concurrent changes to its row", req.Tool)
+}
+
+// lookup reads the row a claim lost to. again reports that the row changed
+// in between so that the claim should be tried once more.
+func (s *Store) lookup(ctx context.Context, req idemkit.ClaimRequest, now any) (res idemkit.ClaimResult, again bool, err error) {
+	var (
+		state           string
+		attempt         int32
+		sameFingerprint bool
+		storage         int16
+		writeID         *string
+		body            []byte
+	)
+	err = s.db.QueryRow(ctx, s.sql.lookup, req.Key, req.Fingerprint, now).Scan(
+		&state, &attempt, &sameFingerprint, &res.Started, &res.LeaseUntil, &storage, &res.Size, &writeID, &res.Response.IsError, &body, &res.Now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return idemkit.ClaimResult{}, true, nil // swept in between
+	}
+	if err != nil {
+		return idemkit.ClaimResult{}, false, s.translate("claim lookup", err)
+	}
+	res.Attempt = int(attempt)
+	switch {
+	case !sameFingerprint:
+		res.Status = idemkit.ClaimMismatch
+	case state == "succeeded":
+		res.Status = idemkit.ClaimCompleted
+		res.Storage = idemkit.Storage(storage)
+		res.Response.Body = body
+		if writeID != nil {
+			res.Response.WriteID = *writeID
+		}
+	case state == "in_progress" && res.Now.Before(res.LeaseUntil):
+		res.Status = idemkit.ClaimBusy
+	default: // failed or lapsed since the claim statement: claim again
+		return idemkit.ClaimResult{}, true, nil
+	}
+	return res, false, nil
+}
+
+// Finish implements idemkit.Store.
+func (s *Store) Finish(ctx context.Context, req idemkit.FinishRequest) error {
+	var (
+		tag pgconn.CommandTag
+		err error
+	)
+	now := nowArg(req.Now)
+	body := req.Response.Body
+	if body == nil {
+		body = []byte{}
+	}
+	switch {
+	case !req.Succeeded:
+		tag, err = s.db.Exec(ctx, s.sql.finishFailed, req.Key, req.Token, nullString(req.Error), now)
+	case req.Storage == idemkit.StorageExternal:
+		tag, err = s.db.Exec(ctx, s.sql.finishExternal, req.Key, req.Token, body, req.Size, nullString(req.Response.WriteID), req.Response.IsError, now)
+	case req.Storage == idemkit.StorageDropped:
+		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, nil, int16(idemkit.StorageDropped), req.Size, nullString(req.Response.WriteID), req.Response.IsError, now)
+	default:
+		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, body, int16(idemkit.StorageInline), req.Size, nullString(req.Response.WriteID), req.Response.IsError, now)
+	}
+	if err != nil {
+		return s.translate("finish", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return idemkit.ErrLeaseLost
+	}
+	return nil
+}
+
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// Extend implements idemkit.Store.
+func (s *Store) Extend(ctx context.Context, req idemkit.ExtendRequest) error {
+	tag, err := s.db.Exec(ctx, s.sql.extend, req.Key, req.Token, micros(req.Lease), nowArg(req.Now))
+	if err != nil {
+		return s.translate("extend", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return idemkit.ErrLeaseLost
+	}
+	return nil
+}
+
+// Response implements idemkit.Store.
+func (s *Store) Response(ctx context.Context, key string) ([]byte, error) {
+	var body []byte
+	err := s.db.QueryRow(ctx, s.sql.response, key).Scan(&body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, idemkit.ErrNotFound
+	}
+	if err != nil {
+		return nil, s.translate("load response", err)
+	}
+	return body, nil
+}
+
+// Sweep implements idemkit.Store.
+func (s *Store) Sweep(ctx context.Context, req idemkit.SweepRequest) (int, error) {
+	limit := req.Limit
+	if limit <= 0 {
+		limit = idemkit.DefaultSweepBatch
+	}
+	tag, err := s.db.Exec(ctx, s.sql.sweep, limit, nowArg(req.Now))
+	if err != nil {
+		return 0, s.translate("sweep", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// SQLSTATE codes the store explains.
+const (
+	sqlstateUndefinedTable       = "42P01"
+	sqlstateSerializationFailure = "40001"
+	sqlstateDeadlockDetected     = "40P01"
+	sqlstateInFailedTransaction  = "25P02"
+)
+
+// translate turns a driver error into one that says what to do, keeping the
+// original for errors.As.
+func (s *Store) translate(op string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case sqlstateUndefinedTable:
+			return fmt.Errorf("pgstore: %s: idemkit's tables are missing in schema %q; run (*pgstore.Store).Migrate first: %w", op, s.schemaName(), err)
+		case sqlstateSerializationFailure, sqlstateDeadlockDetected:
+			return fmt.Errorf("pgstore: %s: the transaction conflicted with a concurrent one; retry the whole transaction: %w", op, err)
+		case sqlstateInFailedTransaction:
+			return fmt.Errorf("pgstore: %s: the transaction has already failed; roll it back: %w", op, err)
+		}
+	}
+	return fmt.Errorf("pgstore: %s: %w", op, err)
+}
+
+func (s *Store) schemaName() string {
+	if s.sql.schema == "" {
+		return "search_path"
+	}
+	return s.sql.schema
+}
