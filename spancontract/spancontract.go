@@ -76,6 +76,22 @@ const (
 	Attempt = "idemkit.attempt"
 	// WriteID (string) is the downstream write the tool recorded.
 	WriteID = "idemkit.write.id"
+	// BypassReason (string) says why a call's outcome is "bypassed":
+	// BypassUnprotected or BypassUnscoped. Written only when a Guard is
+	// configured.
+	BypassReason = "idemkit.bypass.reason"
+)
+
+// Values of BypassReason.
+const (
+	// BypassUnprotected: the tool is not protected (read-only or idempotent
+	// annotations, or configuration).
+	BypassUnprotected = "unprotected"
+	// BypassUnscoped: the tool is protected, but the call could not be scoped
+	// to a caller (no subject, no session, not a local transport), so it ran
+	// unprotected rather than share one namespace across unknown callers. The
+	// span still carries the key hashes, so duplicates that leaked are seen.
+	BypassUnscoped = "unscoped"
 )
 
 // Values of KeySource.
