@@ -14,7 +14,7 @@ import (
 	"github.com/idemkit/idemkit/idemkit"
 )
 
-const benchKeys = 1 << 18
+const benchKeys = 1 << 14
 
 var benchKeyPool = sync.OnceValue(func() []idemkit.Key {
 	keys := make([]idemkit.Key, benchKeys)

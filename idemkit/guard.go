@@ -189,6 +189,7 @@ type toolPolicy struct {
 // Guards (in many processes) may share one durable Store.
 type Guard struct {
 	store     Store
+	inTx      bool // set by InTx: never wait on a busy claim
 	cfg       Config
 	base      toolPolicy
 	tools     map[string]toolPolicy
@@ -268,6 +269,17 @@ func (g *Guard) WithStore(s Store) *Guard {
 	return &c
 }
 
+// InTx is WithStore for a store bound to a caller's transaction (see
+// pgstore.DoTx, sqlitestore.DoTx). A duplicate that finds the call in
+// progress is then answered with an *InProgressError at once, whatever Wait
+// says: waiting inside the transaction would hold locks that the running
+// call needs to record its outcome.
+func (g *Guard) InTx(s Store) *Guard {
+	c := g.WithStore(s)
+	c.inTx = true
+	return c
+}
+
 func (g *Guard) policy(tool string) *toolPolicy {
 	if g.tools != nil {
 		if p, ok := g.tools[tool]; ok {
@@ -343,7 +355,7 @@ func (g *Guard) Do(ctx context.Context, key Key, work Work) (Result, error) {
 		case ClaimMismatch:
 			return Result{}, &MismatchError{Tool: key.tool}
 		case ClaimBusy:
-			if p.wait <= 0 {
+			if p.wait <= 0 || g.inTx {
 				return Result{}, g.inProgress(key, p, cr)
 			}
 			if waitUntil.IsZero() {

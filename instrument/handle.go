@@ -282,7 +282,7 @@ func (in *Instrumenter) requestAttributes(attrs []attribute.KeyValue, call *Tool
 func (in *Instrumenter) keyAttributes(attrs []attribute.KeyValue, key idemkit.Key, scope string) []attribute.KeyValue {
 	attrs = append(attrs,
 		attribute.String(spancontract.ArgsHash, key.ArgsHash()[:spancontract.HashLen]),
-		attribute.String(spancontract.KeyHash, key.Hash()),
+		attribute.String(spancontract.KeyHash, in.keyHash(key)),
 		attribute.String(spancontract.KeySource, key.Source()),
 	)
 	if scope != "" {

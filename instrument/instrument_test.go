@@ -274,6 +274,16 @@ func TestSubjectHash_HMAC(t *testing.T) {
 	if _, ok := r.last(t)[spancontract.Subject]; ok {
 		t.Error("raw subject without opt-in")
 	}
+	// The key hash is keyed too: it is derived from the subject.
+	key, err := idemkit.NewKey("alice@example.com", "t", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mac = hmac.New(sha256.New, []byte("k"))
+	mac.Write([]byte(key.ID()))
+	if got, want := r.last(t)[spancontract.KeyHash], hex.EncodeToString(mac.Sum(nil))[:32]; got != want || got == key.Hash() {
+		t.Errorf("key hash %v, want the HMAC %s (plain %s)", got, want, key.Hash())
+	}
 }
 
 func TestHandle_InvalidArgumentsAreRejectedBeforeTheClaim(t *testing.T) {

@@ -120,8 +120,10 @@ func WithSubject(fn func(ctx context.Context) string) Option {
 
 // WithSubjectHashKey makes idemkit.subject.hash an HMAC-SHA-256 of the
 // subject under key instead of a plain SHA-256, so that a span reader cannot
-// confirm a guessed subject (an e-mail address) by hashing it. Every replica
-// must use the same key for their hashes to agree. Defaults to no key.
+// confirm a guessed subject (an e-mail address) by hashing it. For the same
+// reason idemkit.key.hash becomes an HMAC of the key ID under key (it is
+// derived from the subject). Every replica must use the same key for their
+// hashes, and the Collector's duplicate groups, to agree. Defaults to no key.
 func WithSubjectHashKey(key []byte) Option {
 	k := append([]byte(nil), key...)
 	return optionFunc(func(c *config) { c.subjectKey = k })

@@ -59,6 +59,19 @@ func (in *Instrumenter) hashSubject(scope string) string {
 	return h
 }
 
+// keyHash returns the idemkit.key.hash of key: the plain SHA-256 prefix of
+// the key ID, or, with WithSubjectHashKey, an HMAC of it under the same key,
+// so that a span reader who guesses a subject and arguments cannot confirm
+// the guess from the key hash either.
+func (in *Instrumenter) keyHash(key idemkit.Key) string {
+	if in.cfg.subjectKey == nil {
+		return key.Hash()
+	}
+	mac := hmac.New(sha256.New, in.cfg.subjectKey)
+	mac.Write([]byte(key.ID()))
+	return hex.EncodeToString(mac.Sum(nil)[:spancontract.HashLen/2])
+}
+
 // explicitKey returns the explicit idempotency key sent in params._meta, or
 // "". Errors wrap idemkit.ErrInvalidKey.
 func explicitKey(meta map[string]any) (string, error) {

@@ -29,15 +29,16 @@ type TxWork func(ctx context.Context, tx pgx.Tx) (idemkit.Response, error)
 // duplicate's transaction fails with a serialization error instead; retry
 // the whole transaction, as for any such error.
 //
-// The Guard's configuration (window, failure policy, limits) applies; its
-// wait and lease settings do not matter here, since other callers never see
-// the claim in progress.
+// The Guard's configuration (window, failure policy, limits) applies, with
+// one difference: a duplicate that finds a plain Do of the same key in
+// progress gets an *idemkit.InProgressError at once, whatever Wait says,
+// because waiting would hold the row lock that call needs to finish.
 func (s *Store) DoTx(ctx context.Context, g *idemkit.Guard, tx pgx.Tx, key idemkit.Key, work TxWork) (idemkit.Result, error) {
 	if g == nil || tx == nil || work == nil {
 		return idemkit.Result{}, errors.New("pgstore: DoTx needs a Guard, a transaction and work")
 	}
 	txStore := &Store{db: tx, sql: s.sql}
-	return g.WithStore(txStore).Do(ctx, key, func(ctx context.Context) (idemkit.Response, error) {
+	return g.InTx(txStore).Do(ctx, key, func(ctx context.Context) (idemkit.Response, error) {
 		return work(ctx, tx)
 	})
 }

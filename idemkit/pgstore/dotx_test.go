@@ -397,3 +397,35 @@ func TestCrash_KilledAfterDoReturnedReplays(t *testing.T) {
 		t.Fatalf("after restart: %+v %v, %d refunds", res, err, f.refunds(t))
 	}
 }
+
+// A DoTx that meets a plain Do in progress answers at once, even with Wait
+// set: waiting would hold the row lock that the running call needs.
+func TestDoTx_InProgressIsAnsweredWithoutWaiting(t *testing.T) {
+	f := newTxFixture(t)
+	ctx := context.Background()
+	g, _ := idemkit.NewGuard(f.store, &idemkit.Config{Wait: 10 * time.Second})
+	k := mustKey(t, "s", "refund", `{"order":"o-5"}`)
+	started, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.Do(ctx, k, func(context.Context) (idemkit.Response, error) {
+			close(started)
+			<-release
+			return idemkit.Response{Body: []byte("first")}, nil
+		})
+		done <- err
+	}()
+	<-started
+	t0 := time.Now()
+	err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
+		_, err := f.store.DoTx(ctx, g, tx, k, f.insertRefund("o-5"))
+		return err
+	})
+	if !errors.Is(err, idemkit.ErrInProgress) || time.Since(t0) > 5*time.Second {
+		t.Fatalf("DoTx during a running Do: %v after %s, want ErrInProgress at once", err, time.Since(t0))
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("the running Do could not finish: %v", err)
+	}
+}

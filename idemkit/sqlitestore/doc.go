@@ -50,14 +50,20 @@
 // # Concurrency and durability
 //
 // The claim is one INSERT … ON CONFLICT DO UPDATE … RETURNING statement,
-// atomic under SQLite's single write lock. Every claim is a write, so Open
-// keeps one connection by default: the process's calls queue for it in
-// database/sql, fairly and without SQLITE_BUSY, and each runs in tens of
-// microseconds. Other processes sharing the file wait for the lock for up to
-// Config.BusyTimeout; an error matching ErrBusy says when that ran out.
+// atomic under SQLite's single write lock; a duplicate's claim, which
+// changes nothing, writes nothing either. Every claim is a write, and
+// SQLite runs one writer at a time, so Open keeps one connection by default:
+// the process's calls, and DoTx transactions, queue for it in database/sql,
+// bounded by their ctx, and never meet SQLITE_BUSY. Other processes sharing
+// the file wait for the lock for up to Config.BusyTimeout; an error matching
+// ErrBusy says when that ran out. Transactions begun on DB() take the write
+// lock at BEGIN (BEGIN IMMEDIATE).
+//
 // Commits are synced (PRAGMA synchronous=FULL) unless Config.Synchronous
-// says otherwise: a crash of the process, or of the machine, loses no
-// committed claim or outcome.
+// says otherwise: neither a crash of the process nor one of the machine
+// loses a committed claim or outcome. With SynchronousNormal a crash of the
+// process still loses nothing, and commits are cheaper, but a power loss
+// may roll back the last ones.
 //
 // A ":memory:" database is one connection's, so Open(":memory:") keeps that
 // single connection for the store's lifetime: useful for tests, durable for

@@ -31,17 +31,16 @@ type TxWork func(ctx context.Context, tx *sql.Tx) (idemkit.Response, error)
 //     inside tx would hold the write lock the running call needs to record
 //     its outcome.
 //
-// work must make its writes through tx, not through DB(): with the default
-// single connection, DB() has none to give until tx ends. ctx bounds the
-// claim and the work.
+// work must make its writes through tx, and not use DB() or call Guard.Do
+// on this store meanwhile: with the default single connection, the pool has
+// none to give until tx ends. ctx bounds the claim and the work; recording
+// the outcome is bounded by the Guard's FinishTimeout instead (tx itself
+// ends with the context it was begun with).
 func (s *Store) DoTx(ctx context.Context, g *idemkit.Guard, tx *sql.Tx, key idemkit.Key, work TxWork) (idemkit.Result, error) {
 	if g == nil || tx == nil || work == nil {
 		return idemkit.Result{}, errors.New("sqlitestore: DoTx needs a Guard, a *sql.Tx and work")
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ts := &txStore{tx: tx, onBusy: cancel}
-	return g.WithStore(ts).Do(ctx, key, func(ctx context.Context) (idemkit.Response, error) {
+	return g.InTx(&txStore{tx: tx}).Do(ctx, key, func(ctx context.Context) (idemkit.Response, error) {
 		return work(ctx, tx)
 	})
 }
@@ -50,13 +49,11 @@ func (s *Store) DoTx(ctx context.Context, g *idemkit.Guard, tx *sql.Tx, key idem
 // caller's transaction.
 type txStore struct {
 	tx *sql.Tx
-	// onBusy ends the Guard's wait for an in-progress call (see DoTx).
-	onBusy func()
 }
 
 var _ idemkit.Store = (*txStore)(nil)
 
-func (t *txStore) Claim(ctx context.Context, req *idemkit.ClaimRequest) (idemkit.ClaimResult, error) {
+func (t *txStore) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
 		return idemkit.ClaimResult{}, err
 	}
@@ -65,18 +62,16 @@ func (t *txStore) Claim(ctx context.Context, req *idemkit.ClaimRequest) (idemkit
 	if err != nil {
 		return cr, notMigrated(ctx, t.tx, err)
 	}
-	if cr.Status == idemkit.ClaimBusy {
-		t.onBusy()
-	}
 	return cr, nil
 }
 
-func (t *txStore) Finish(ctx context.Context, req *idemkit.FinishRequest) error {
+func (t *txStore) Finish(ctx context.Context, req idemkit.FinishRequest) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	query, args := finishQuery(req), finishArgs(req)
 	if !req.Succeeded || req.Storage != idemkit.StorageExternal {
-		res, err := t.tx.ExecContext(ctx, finishSQL, finishArgs(req)...)
+		res, err := t.tx.ExecContext(ctx, query, args...)
 		return fenced("finish", res, err)
 	}
 	// The outcome and its body together, or neither: a savepoint inside the
@@ -84,7 +79,7 @@ func (t *txStore) Finish(ctx context.Context, req *idemkit.FinishRequest) error 
 	if _, err := t.tx.ExecContext(ctx, "SAVEPOINT idemkit_finish"); err != nil {
 		return interpretError("finish", err)
 	}
-	res, err := t.tx.ExecContext(ctx, finishSQL, finishArgs(req)...)
+	res, err := t.tx.ExecContext(ctx, query, args...)
 	err = fenced("finish", res, err)
 	if err == nil {
 		_, err = t.tx.ExecContext(ctx, putResponseSQL, req.Key, nonNil(req.Response.Body))
@@ -99,7 +94,7 @@ func (t *txStore) Finish(ctx context.Context, req *idemkit.FinishRequest) error 
 	return err
 }
 
-func (t *txStore) Extend(ctx context.Context, req *idemkit.ExtendRequest) error {
+func (t *txStore) Extend(ctx context.Context, req idemkit.ExtendRequest) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -111,7 +106,7 @@ func (t *txStore) Response(ctx context.Context, key string) ([]byte, error) {
 	return scanResponse(t.tx.QueryRowContext(ctx, responseSQL, key))
 }
 
-func (t *txStore) Sweep(ctx context.Context, req *idemkit.SweepRequest) (int, error) {
+func (t *txStore) Sweep(ctx context.Context, req idemkit.SweepRequest) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}

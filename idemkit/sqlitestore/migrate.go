@@ -19,20 +19,21 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// migration is one numbered schema change.
-type migration struct {
-	version  int
-	name     string
-	up, down string
+// Migration is one numbered schema change.
+type Migration struct {
+	Version int
+	Name    string
+	Up      string
+	Down    string
 }
 
-// migrations returns the embedded migrations in version order.
-func migrations() ([]migration, error) {
+// Migrations returns the embedded migrations in version order.
+func Migrations() ([]Migration, error) {
 	names, err := fs.Glob(migrationFiles, "migrations/*.up.sql")
 	if err != nil {
 		return nil, err
 	}
-	var ms []migration
+	var ms []Migration
 	for _, n := range names {
 		base := strings.TrimSuffix(path.Base(n), ".up.sql")
 		num, name, ok := strings.Cut(base, "_")
@@ -48,12 +49,12 @@ func migrations() ([]migration, error) {
 		if err != nil {
 			return nil, fmt.Errorf("sqlitestore: migration %s has no .down.sql: %w", n, err)
 		}
-		ms = append(ms, migration{version: v, name: name, up: string(up), down: string(down)})
+		ms = append(ms, Migration{Version: v, Name: name, Up: string(up), Down: string(down)})
 	}
-	slices.SortFunc(ms, func(a, b migration) int { return a.version - b.version })
+	slices.SortFunc(ms, func(a, b Migration) int { return a.Version - b.Version })
 	for i := 1; i < len(ms); i++ {
-		if ms[i].version == ms[i-1].version {
-			return nil, fmt.Errorf("sqlitestore: two migrations numbered %03d", ms[i].version)
+		if ms[i].Version == ms[i-1].Version {
+			return nil, fmt.Errorf("sqlitestore: two migrations numbered %03d", ms[i].Version)
 		}
 	}
 	return ms, nil
@@ -116,7 +117,7 @@ func (s *Store) MigrateTx(ctx context.Context, tx *sql.Tx) error {
 }
 
 func migrate(ctx context.Context, q execQuerier) error {
-	ms, err := migrations()
+	ms, err := Migrations()
 	if err != nil {
 		return err
 	}
@@ -128,41 +129,69 @@ func migrate(ctx context.Context, q execQuerier) error {
 		return interpretError("migrate", err)
 	}
 	for _, m := range ms {
-		if m.version <= current {
+		if m.Version <= current {
 			continue
 		}
-		if _, err := q.ExecContext(ctx, m.up); err != nil {
-			return interpretError(fmt.Sprintf("migrate: apply %03d_%s", m.version, m.name), err)
+		if _, err := q.ExecContext(ctx, m.Up); err != nil {
+			return interpretError(fmt.Sprintf("migrate: apply %03d_%s", m.Version, m.Name), err)
 		}
 		if _, err := q.ExecContext(ctx, `INSERT INTO idemkit_migrations (version, name, applied_at) VALUES (?1, ?2, ?3)`,
-			m.version, m.name, time.Now().UnixNano()); err != nil {
+			m.Version, m.Name, time.Now().UnixNano()); err != nil {
 			return interpretError("migrate", err)
 		}
 	}
 	return nil
 }
 
-// migrateDown reverts the applied migrations above version to, newest
-// first, inside q's transaction.
-func migrateDown(ctx context.Context, q execQuerier, to int) error {
-	ms, err := migrations()
+// MigrateDownTx reverts the applied migrations above version target (0
+// removes every idemkit table but the migrations table), newest first,
+// inside the caller's transaction. ctx bounds it.
+func (s *Store) MigrateDownTx(ctx context.Context, tx *sql.Tx, target int) error {
+	if tx == nil {
+		return errors.New("sqlitestore: MigrateDownTx needs a *sql.Tx")
+	}
+	return migrateDown(ctx, tx, target)
+}
+
+func migrateDown(ctx context.Context, q execQuerier, target int) error {
+	ms, err := Migrations()
 	if err != nil {
 		return err
+	}
+	if _, err := q.ExecContext(ctx, createMigrationsSQL); err != nil {
+		return interpretError("migrate down", err)
 	}
 	var current int
 	if err := q.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM idemkit_migrations`).Scan(&current); err != nil {
 		return interpretError("migrate down", err)
 	}
 	for _, m := range slices.Backward(ms) {
-		if m.version > current || m.version <= to {
+		if m.Version > current || m.Version <= target {
 			continue
 		}
-		if _, err := q.ExecContext(ctx, m.down); err != nil {
-			return interpretError(fmt.Sprintf("migrate down: revert %03d_%s", m.version, m.name), err)
+		if _, err := q.ExecContext(ctx, m.Down); err != nil {
+			return interpretError(fmt.Sprintf("migrate down: revert %03d_%s", m.Version, m.Name), err)
 		}
-		if _, err := q.ExecContext(ctx, `DELETE FROM idemkit_migrations WHERE version = ?1`, m.version); err != nil {
+		if _, err := q.ExecContext(ctx, `DELETE FROM idemkit_migrations WHERE version = ?1`, m.Version); err != nil {
 			return interpretError("migrate down", err)
 		}
 	}
 	return nil
+}
+
+// Version returns the highest applied migration version, 0 when none. ctx
+// bounds it.
+func (s *Store) Version(ctx context.Context) (int, error) {
+	var exists int
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'idemkit_migrations'`).Scan(&exists); err != nil {
+		return 0, interpretError("version", err)
+	}
+	if exists == 0 {
+		return 0, nil
+	}
+	var v int
+	if err := s.db.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM idemkit_migrations`).Scan(&v); err != nil {
+		return 0, interpretError("version", err)
+	}
+	return v, nil
 }

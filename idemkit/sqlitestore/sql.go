@@ -38,6 +38,11 @@ const (
 //     window reaches at least now+Window;
 //   - otherwise (completed, busy, mismatch): left as it is.
 //
+// A claim that leaves the record as it is rewrites it with the same bytes,
+// which SQLite does not write to disk: a replay or an in-progress answer
+// costs no synced commit (sweep_at, the indexed copy of expires_at, is kept
+// by a trigger for that reason; see the migration).
+//
 // SQLite has no xmax. RETURNING tells the cases apart by the token, which
 // only a claim by this request sets to ?4 (tokens are random), and by the
 // attempt count (1 after an insert or a fresh claim). The body comes back
@@ -45,8 +50,8 @@ const (
 // on the claim path.
 const claimSQL = `INSERT INTO idemkit_claims AS c (
     key, tool, fingerprint, state, token, attempt,
-    started_at, lease_until, expires_at, created_at, updated_at)
-VALUES (?1, ?2, ?3, 'in_progress', ?4, 1, ?5, ?6, ?7, ?5, ?5)
+    started_at, lease_until, expires_at, sweep_at, created_at, updated_at)
+VALUES (?1, ?2, ?3, 'in_progress', ?4, 1, ?5, ?6, ?7, ?7, ?5, ?5)
 ON CONFLICT (key) DO UPDATE SET
     tool        = iif(` + condExpired + `, ?2, c.tool),
     fingerprint = iif(` + condExpired + `, ?3, c.fingerprint),
@@ -69,23 +74,31 @@ ON CONFLICT (key) DO UPDATE SET
     last_error  = iif(` + condClaim + `, '', c.last_error),
     updated_at  = iif(` + condClaim + `, ?5, c.updated_at)
 RETURNING
-    CASE WHEN token = ?4 THEN iif(attempt = 1, 1, 2) -- acquired, taken over
-         WHEN fingerprint <> ?3 THEN 5               -- mismatch
-         WHEN state = 'succeeded' THEN 3             -- completed
-         ELSE 4 END,                                 -- busy
+    -- the status: statusAcquired (1), statusTakenOver (2), statusMismatch (5),
+    -- statusCompleted (3), statusBusy (4)
+    CASE WHEN token = ?4 THEN iif(attempt = 1, 1, 2)
+         WHEN fingerprint <> ?3 THEN 5
+         WHEN state = 'succeeded' THEN 3
+         ELSE 4 END AS status,
     attempt, started_at, lease_until,
-    iif(token <> ?4 AND fingerprint = ?3 AND state = 'succeeded', storage, 0),
-    iif(token <> ?4 AND fingerprint = ?3 AND state = 'succeeded', size, 0),
-    iif(token <> ?4 AND fingerprint = ?3 AND state = 'succeeded', write_id, ''),
-    iif(token <> ?4 AND fingerprint = ?3 AND state = 'succeeded', is_error, 0),
-    iif(token <> ?4 AND fingerprint = ?3 AND state = 'succeeded' AND storage = 0, response, NULL)`
+    iif(token <> ?4 AND fingerprint = ?3 AND state = 'succeeded', storage, 0) AS storage,
+    iif(token <> ?4 AND fingerprint = ?3 AND state = 'succeeded', size, 0) AS size,
+    iif(token <> ?4 AND fingerprint = ?3 AND state = 'succeeded', write_id, '') AS write_id,
+    iif(token <> ?4 AND fingerprint = ?3 AND state = 'succeeded', is_error, 0) AS is_error,
+    iif(token <> ?4 AND fingerprint = ?3 AND state = 'succeeded' AND storage = 0, response, NULL) AS response`
 
-// finishSQL records an attempt's outcome, fenced by its token: it changes
-// nothing (no row) once another caller has taken the record over.
-const finishSQL = `UPDATE idemkit_claims SET
-    state = ?3, response = ?4, storage = ?5, size = ?6, write_id = ?7,
-    is_error = ?8, last_error = ?9, updated_at = ?10
+// finishSucceededSQL and finishFailedSQL record an attempt's outcome,
+// fenced by its token: they change nothing (no row) once another caller has
+// taken the record over.
+const (
+	finishSucceededSQL = `UPDATE idemkit_claims SET
+    state = 'succeeded', response = ?3, storage = ?4, size = ?5, write_id = ?6, is_error = ?7, updated_at = ?8
 WHERE key = ?1 AND token = ?2 AND state = 'in_progress'`
+
+	finishFailedSQL = `UPDATE idemkit_claims SET
+    state = 'failed', last_error = ?3, updated_at = ?4
+WHERE key = ?1 AND token = ?2 AND state = 'in_progress'`
+)
 
 // putResponseSQL stores an external body (inside the finish's transaction).
 const putResponseSQL = `INSERT INTO idemkit_responses (key, body) VALUES (?1, ?2)
@@ -108,5 +121,5 @@ WHERE r.key = ?1 AND c.state = 'succeeded' AND c.storage = 1`
 // deletes their external bodies.
 const sweepSQL = `DELETE FROM idemkit_claims WHERE key IN (
     SELECT key FROM idemkit_claims
-    WHERE expires_at <= ?1 AND (state <> 'in_progress' OR lease_until <= ?1)
+    WHERE sweep_at <= ?1 AND expires_at <= ?1 AND (state <> 'in_progress' OR lease_until <= ?1)
     LIMIT ?2)`

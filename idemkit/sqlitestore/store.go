@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idemkit/idemkit"
@@ -57,11 +58,12 @@ type Config struct {
 	Synchronous Synchronous
 
 	// MaxOpenConns bounds the connection pool Open makes. Every claim is a
-	// write and SQLite runs one writer at a time, so one connection, where
-	// calls queue in the pool (fairly, bounded by their ctx) rather than
-	// polling SQLite's lock, is the fastest; more lets readers of DB() run
-	// beside a writer. A ":memory:" database always has exactly one.
-	// Defaults to DefaultMaxOpenConns (1).
+	// write and SQLite runs one writer at a time, so one connection, for
+	// which calls (and DoTx transactions) queue in database/sql, bounded by
+	// their ctx, instead of polling SQLite's lock, loses nothing; more let
+	// readers of DB() run beside a writer, and the store's own writes then
+	// queue in Go. A ":memory:" database always has exactly one. Defaults
+	// to DefaultMaxOpenConns (1).
 	MaxOpenConns int
 
 	// NoMigrate stops Open from applying the embedded migrations; call
@@ -114,14 +116,15 @@ type Store struct {
 	db    *sql.DB
 	owned bool // Close closes db (Open made it)
 
-	// gate serialises this Store's own writes in the process, so that they
-	// queue in Go instead of polling SQLite's write lock with sleeps.
-	// Transactions of DoTx do not pass through it.
+	// gate serialises this Store's own writes within the process, so that
+	// they queue in Go instead of polling SQLite's write lock with sleeps.
+	// It is nil when the pool has a single connection, which queues them
+	// already. DoTx transactions do not pass through it.
 	gate chan struct{}
 
-	mu    sync.Mutex // protects stmts and closed
-	stmts *statements
-	// closed is set by Close.
+	stmts atomic.Pointer[statements] // nil until first use, and after Close
+
+	mu     sync.Mutex // protects closed, and preparing stmts
 	closed bool
 }
 
@@ -129,12 +132,12 @@ var _ idemkit.Store = (*Store)(nil)
 
 // statements are the store's statements prepared on its pool.
 type statements struct {
-	claim, finish, extend, response, sweep, putResponse *sql.Stmt
+	claim, succeeded, failed, extend, response, sweep, putResponse *sql.Stmt
 }
 
 func (st *statements) close() error {
 	var errs []error
-	for _, s := range []*sql.Stmt{st.claim, st.finish, st.extend, st.response, st.sweep, st.putResponse} {
+	for _, s := range []*sql.Stmt{st.claim, st.succeeded, st.failed, st.extend, st.response, st.sweep, st.putResponse} {
 		if s != nil {
 			errs = append(errs, s.Close())
 		}
@@ -198,7 +201,7 @@ func Open(ctx context.Context, path string, cfg *Config) (*Store, error) {
 // dsn builds the modernc.org/sqlite data source name of path.
 func dsn(path string, memory bool, c *Config) string {
 	q := url.Values{}
-	q.Set("_busy_timeout", fmt.Sprint(c.BusyTimeout.Milliseconds()))
+	q.Set("_busy_timeout", fmt.Sprint(int64((c.BusyTimeout+time.Millisecond-1)/time.Millisecond)))
 	q.Set("_foreign_keys", "1")
 	q.Set("_synchronous", string(c.Synchronous))
 	q.Set("_txlock", "immediate")
@@ -230,7 +233,11 @@ func New(db *sql.DB, cfg *Config) (*Store, error) {
 }
 
 func newStore(db *sql.DB) *Store {
-	return &Store{db: db, gate: make(chan struct{}, 1)}
+	s := &Store{db: db}
+	if db.Stats().MaxOpenConnections != 1 {
+		s.gate = make(chan struct{}, 1)
+	}
+	return s
 }
 
 // DB returns the store's database. Begin the transactions given to DoTx on
@@ -247,9 +254,8 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	var errs []error
-	if s.stmts != nil {
-		errs = append(errs, s.stmts.close())
-		s.stmts = nil
+	if st := s.stmts.Swap(nil); st != nil {
+		errs = append(errs, st.close())
 	}
 	if s.owned {
 		errs = append(errs, s.db.Close())
@@ -259,13 +265,16 @@ func (s *Store) Close() error {
 
 // prepared returns the store's statements, preparing them on first use.
 func (s *Store) prepared(ctx context.Context) (*statements, error) {
+	if st := s.stmts.Load(); st != nil {
+		return st, nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, ErrClosed
 	}
-	if s.stmts != nil {
-		return s.stmts, nil
+	if st := s.stmts.Load(); st != nil {
+		return st, nil
 	}
 	st := &statements{}
 	var err error
@@ -275,7 +284,8 @@ func (s *Store) prepared(ctx context.Context) (*statements, error) {
 		}
 	}
 	prep(&st.claim, claimSQL)
-	prep(&st.finish, finishSQL)
+	prep(&st.succeeded, finishSucceededSQL)
+	prep(&st.failed, finishFailedSQL)
 	prep(&st.extend, extendSQL)
 	prep(&st.response, responseSQL)
 	prep(&st.sweep, sweepSQL)
@@ -284,12 +294,15 @@ func (s *Store) prepared(ctx context.Context) (*statements, error) {
 		st.close()
 		return nil, notMigrated(ctx, s.db, interpretError("prepare", err))
 	}
-	s.stmts = st
+	s.stmts.Store(st)
 	return st, nil
 }
 
-// lock takes the store's write gate; unlock releases it.
+// lock takes the store's write gate, if it has one; unlock releases it.
 func (s *Store) lock(ctx context.Context) error {
+	if s.gate == nil {
+		return nil
+	}
 	select {
 	case s.gate <- struct{}{}:
 		return nil
@@ -303,7 +316,11 @@ func (s *Store) lock(ctx context.Context) error {
 	}
 }
 
-func (s *Store) unlock() { <-s.gate }
+func (s *Store) unlock() {
+	if s.gate != nil {
+		<-s.gate
+	}
+}
 
 // clock returns t, or the machine's clock when t is zero.
 func clock(t time.Time) time.Time {
@@ -316,7 +333,7 @@ func clock(t time.Time) time.Time {
 // Claim implements idemkit.Store with one INSERT … ON CONFLICT DO UPDATE …
 // RETURNING statement (see claimSQL). ctx bounds the wait for the write lock
 // and the statement.
-func (s *Store) Claim(ctx context.Context, req *idemkit.ClaimRequest) (idemkit.ClaimResult, error) {
+func (s *Store) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
 		return idemkit.ClaimResult{}, err
 	}
@@ -332,25 +349,29 @@ func (s *Store) Claim(ctx context.Context, req *idemkit.ClaimRequest) (idemkit.C
 	return scanClaim(st.claim.QueryRowContext(ctx, claimArgs(req, now)...), now)
 }
 
-func claimArgs(req *idemkit.ClaimRequest, now time.Time) []any {
+func claimArgs(req idemkit.ClaimRequest, now time.Time) []any {
 	ns := now.UnixNano()
 	return []any{req.Key, req.Tool, req.Fingerprint, req.Token, ns, ns + int64(req.Lease), ns + int64(req.Window)}
 }
 
 func scanClaim(row *sql.Row, now time.Time) (idemkit.ClaimResult, error) {
+	// int64 destinations: database/sql assigns the driver's int64 to them
+	// directly, where an int would go through strconv.
 	var (
-		status, attempt, storage int
-		started, lease, size     int64
-		writeID                  string
-		isError                  bool
-		body                     []byte
+		status, attempt, storage, started, lease, size int64
+		writeID                                        string
+		isError                                        bool
+		body                                           []byte
 	)
 	if err := row.Scan(&status, &attempt, &started, &lease, &storage, &size, &writeID, &isError, &body); err != nil {
 		return idemkit.ClaimResult{}, interpretError("claim", err)
 	}
+	if status < statusAcquired || status > statusMismatch {
+		return idemkit.ClaimResult{}, fmt.Errorf("sqlitestore: claim: unknown status %d", status)
+	}
 	res := idemkit.ClaimResult{
 		Status:  idemkit.ClaimStatus(status),
-		Attempt: attempt,
+		Attempt: int(attempt),
 		Started: time.Unix(0, started).UTC(),
 		Now:     now,
 	}
@@ -365,26 +386,31 @@ func scanClaim(row *sql.Row, now time.Time) (idemkit.ClaimResult, error) {
 	return res, nil
 }
 
-// finishArgs returns the arguments of finishSQL for req.
-func finishArgs(req *idemkit.FinishRequest) []any {
+// finishQuery returns the statement that records req.
+func finishQuery(req idemkit.FinishRequest) string {
+	if req.Succeeded {
+		return finishSucceededSQL
+	}
+	return finishFailedSQL
+}
+
+// finishArgs returns the arguments of finishQuery(req).
+func finishArgs(req idemkit.FinishRequest) []any {
 	now := clock(req.Now).UnixNano()
 	if !req.Succeeded {
-		return []any{req.Key, req.Token, "failed", nil, 0, 0, "", false, req.Error, now}
+		return []any{req.Key, req.Token, req.Error, now}
 	}
 	var body []byte
 	if req.Storage == idemkit.StorageInline {
-		body = req.Response.Body
-		if body == nil {
-			body = []byte{}
-		}
+		body = nonNil(req.Response.Body)
 	}
-	return []any{req.Key, req.Token, "succeeded", body, int(req.Storage), req.Size, req.Response.WriteID, req.Response.IsError, "", now}
+	return []any{req.Key, req.Token, body, int64(req.Storage), req.Size, req.Response.WriteID, req.Response.IsError, now}
 }
 
 // Finish implements idemkit.Store. An external body is written in the same
 // transaction as the outcome. It returns idemkit.ErrLeaseLost when the
 // record is no longer held by req.Token.
-func (s *Store) Finish(ctx context.Context, req *idemkit.FinishRequest) error {
+func (s *Store) Finish(ctx context.Context, req idemkit.FinishRequest) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -396,8 +422,13 @@ func (s *Store) Finish(ctx context.Context, req *idemkit.FinishRequest) error {
 		return err
 	}
 	defer s.unlock()
+	args := finishArgs(req)
+	stmt := st.failed
+	if req.Succeeded {
+		stmt = st.succeeded
+	}
 	if !req.Succeeded || req.Storage != idemkit.StorageExternal {
-		res, err := st.finish.ExecContext(ctx, finishArgs(req)...)
+		res, err := stmt.ExecContext(ctx, args...)
 		return fenced("finish", res, err)
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -405,7 +436,7 @@ func (s *Store) Finish(ctx context.Context, req *idemkit.FinishRequest) error {
 		return interpretError("finish", err)
 	}
 	defer tx.Rollback()
-	res, err := tx.StmtContext(ctx, st.finish).ExecContext(ctx, finishArgs(req)...)
+	res, err := tx.StmtContext(ctx, stmt).ExecContext(ctx, args...)
 	if err := fenced("finish", res, err); err != nil {
 		return err
 	}
@@ -438,14 +469,14 @@ func fenced(op string, res sql.Result, err error) error {
 	return nil
 }
 
-func extendArgs(req *idemkit.ExtendRequest) []any {
+func extendArgs(req idemkit.ExtendRequest) []any {
 	now := clock(req.Now).UnixNano()
 	return []any{req.Key, req.Token, now + int64(req.Lease), now}
 }
 
 // Extend implements idemkit.Store. It returns idemkit.ErrLeaseLost when the
 // record is no longer held by req.Token.
-func (s *Store) Extend(ctx context.Context, req *idemkit.ExtendRequest) error {
+func (s *Store) Extend(ctx context.Context, req idemkit.ExtendRequest) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -483,7 +514,7 @@ func scanResponse(row *sql.Row) ([]byte, error) {
 	return nonNil(body), nil
 }
 
-func sweepArgs(req *idemkit.SweepRequest) []any {
+func sweepArgs(req idemkit.SweepRequest) []any {
 	limit := int64(req.Limit)
 	if limit <= 0 {
 		limit = -1
@@ -494,7 +525,7 @@ func sweepArgs(req *idemkit.SweepRequest) []any {
 // Sweep implements idemkit.Store: one DELETE of up to req.Limit expired
 // records and their external bodies. SQLite runs concurrent sweeps one after
 // another, so each record is deleted, and counted, once.
-func (s *Store) Sweep(ctx context.Context, req *idemkit.SweepRequest) (int, error) {
+func (s *Store) Sweep(ctx context.Context, req idemkit.SweepRequest) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}

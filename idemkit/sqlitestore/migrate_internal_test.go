@@ -1,0 +1,71 @@
+package sqlitestore
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/idemkit/idemkit/idemkit"
+)
+
+// claimSQL returns idemkit's claim statuses as numbers.
+func TestClaimStatusCodesAreIdemkits(t *testing.T) {
+	for code, want := range map[int]idemkit.ClaimStatus{
+		statusAcquired:  idemkit.ClaimAcquired,
+		statusTakenOver: idemkit.ClaimTakenOver,
+		statusCompleted: idemkit.ClaimCompleted,
+		statusBusy:      idemkit.ClaimBusy,
+		statusMismatch:  idemkit.ClaimMismatch,
+	} {
+		if idemkit.ClaimStatus(code) != want {
+			t.Errorf("status code %d is idemkit's %s, want %s", code, idemkit.ClaimStatus(code), want)
+		}
+	}
+}
+
+// The down scripts undo the up scripts exactly, and the up scripts apply
+// again after them.
+func TestMigrations_DownRevertsUp(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "x.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	objects := func() int {
+		var n int
+		if err := s.db.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE name LIKE 'idemkit%' AND name <> 'idemkit_migrations'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := objects()
+	if before == 0 {
+		t.Fatal("no idemkit schema objects after Open")
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MigrateDownTx(ctx, tx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if n := objects(); n != 0 {
+		t.Fatalf("%d idemkit schema objects left after migrating down, want 0", n)
+	}
+	if v, err := s.Version(ctx); err != nil || v != 0 {
+		t.Fatalf("Version after migrating down: %d %v, want 0", v, err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := objects(); n != before {
+		t.Fatalf("%d schema objects after migrating up again, want %d", n, before)
+	}
+	if v, err := s.Version(ctx); err != nil || v != 1 {
+		t.Fatalf("Version after migrating up: %d %v, want 1", v, err)
+	}
+}
