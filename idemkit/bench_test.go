@@ -183,14 +183,22 @@ func pairedBlocks(b *testing.B, callers, block int, guard, baseline func() bool)
 	b.ReportMetric(g/base, "time-ratio")
 }
 
-// BenchmarkNewKey measures key derivation from raw JSON arguments.
+// BenchmarkNewKey measures key derivation from raw JSON arguments: as
+// encoding/json writes them (sorted, compact: already canonical, the common
+// case in MCP servers), and in an arbitrary client's order and spelling.
 func BenchmarkNewKey(b *testing.B) {
-	args := []byte(`{"order_id":"o-123456","amount_cents":1999,"currency":"EUR","reason":"damaged in transit","idempotency_key":"3f2a9c"}`)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := idemkit.NewKey("user-42", "issue_refund", args, nil); err != nil {
-			b.Fatal(err)
-		}
+	for name, args := range map[string]string{
+		"canonical":    `{"amount_cents":1999,"currency":"EUR","idempotency_key":"3f2a9c","order_id":"o-123456","reason":"damaged in transit"}`,
+		"noncanonical": `{"order_id": "o-123456", "amount_cents": 1999.0, "currency": "EUR", "reason": "damaged in transit", "idempotency_key": "3f2a9c"}`,
+	} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := idemkit.NewKey("user-42", "issue_refund", []byte(args), nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"slices"
 
 	"github.com/gowebpki/jcs"
 	"github.com/idemkit/idemkit/spancontract"
@@ -236,9 +235,12 @@ func canonicalArgs(args []byte, field string, exclude []string) ([]byte, *string
 	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
 		return emptyObject, nil, nil
 	}
-	canon, err := jcs.Transform(trimmed)
-	if err != nil {
-		return nil, nil, fmt.Errorf("the arguments are not valid JSON: %v", err)
+	canon := trimmed
+	if !isCanonical(trimmed) { // most arguments encoded by encoding/json already are
+		var err error
+		if canon, err = jcs.Transform(trimmed); err != nil {
+			return nil, nil, fmt.Errorf("the arguments are not valid JSON: %v", err)
+		}
 	}
 	if canon[0] != '{' || (field == "" && len(exclude) == 0) {
 		return canon, nil, nil
@@ -261,16 +263,17 @@ func canonicalArgs(args []byte, field string, exclude []string) ([]byte, *string
 		if err != nil {
 			return nil, nil, err
 		}
-		if name == field || slices.Contains(exclude, name) {
+		isField := field != "" && string(name) == field
+		if isField || containsName(exclude, name) {
 			if out == nil {
 				out = make([]byte, 0, len(canon))
 				out = append(out, canon[:start]...) // '{' and the members kept so far
 			}
-			if name == field {
+			if isField {
 				value := canon[nameEnd+1 : valueEnd]
 				if !bytes.Equal(value, []byte("null")) {
-					var s string
-					if err := json.Unmarshal(value, &s); err != nil {
+					s, err := jsonString(value)
+					if err != nil {
 						return nil, nil, fmt.Errorf("the %q argument must be a string, got %s", field, truncate(value, 40))
 					}
 					explicit = &s
@@ -298,14 +301,34 @@ func canonicalArgs(args []byte, field string, exclude []string) ([]byte, *string
 	return append(out, '}'), explicit, nil
 }
 
-// memberName decodes a canonical member name ("..." with JCS escapes).
-func memberName(quoted []byte) (string, error) {
+// memberName decodes a canonical member name ("..." with JCS escapes),
+// without a copy when it has no escapes.
+func memberName(quoted []byte) ([]byte, error) {
 	raw := quoted[1 : len(quoted)-1]
 	if bytes.IndexByte(raw, '\\') < 0 {
-		return string(raw), nil
+		return raw, nil
 	}
 	var s string
 	err := json.Unmarshal(quoted, &s)
+	return []byte(s), err
+}
+
+func containsName(names []string, name []byte) bool {
+	for _, n := range names {
+		if n == string(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// jsonString decodes a JSON string value.
+func jsonString(v []byte) (string, error) {
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' && bytes.IndexByte(v, '\\') < 0 {
+		return string(v[1 : len(v)-1]), nil
+	}
+	var s string
+	err := json.Unmarshal(v, &s)
 	return s, err
 }
 
