@@ -5,6 +5,7 @@ package idemkit_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/benchpair"
 )
 
 const benchKeys = 1 << 14
@@ -75,112 +77,43 @@ func (b *mapBaseline) do(key, fp string, token int64, work func() ([]byte, strin
 
 // BenchmarkMemoryStore compares Guard.Do on a MemoryStore (claim, work,
 // finish on a fresh key) with the hand-written map doing the same, with 1 and
-// 32 concurrent callers. The two sides run interleaved in blocks, so they
-// share whatever else the machine does; every call claims a fresh key (when
-// the key pool runs out both sides move to an empty store, so map growth is
-// paid alike). Reported: ns per call of each side and guard/baseline time.
+// 32 concurrent callers, interleaved (internal/benchpair). Every call claims
+// a fresh key: when the key pool runs out both sides move to an empty store,
+// so map growth is paid alike. Read throughput-ratio (guard over baseline).
 func BenchmarkMemoryStore(b *testing.B) {
 	keys := benchKeyPool()
 	work := func(context.Context) (idemkit.Response, error) {
 		return idemkit.Response{Body: benchBody, WriteID: "re_123"}, nil
 	}
-	guards := newGenerations(func() *idemkit.Guard {
-		g, err := idemkit.NewGuard(&idemkit.MemoryStore{}, nil)
-		if err != nil {
-			panic(err)
-		}
-		return g
-	})
-	maps := newGenerations(func() *mapBaseline { return &mapBaseline{m: make(map[string]*baseRecord)} })
-	var gNext, mNext atomic.Int64
 	ctx := context.Background()
-	guardOp := func() bool {
-		i := int(gNext.Add(1) - 1)
-		res, err := guards.get(i).Do(ctx, keys[i%benchKeys], work)
-		if err != nil || res.Replayed() {
-			b.Errorf("Do: %v (replayed=%v)", err, res.Replayed())
-			return false
-		}
-		return true
-	}
 	w := func() ([]byte, string) { return benchBody, "re_123" }
-	baseOp := func() bool {
-		i := int(mNext.Add(1) - 1)
-		k := keys[i%benchKeys]
-		if _, replay := maps.get(i).do(k.ID(), k.ArgsHash(), int64(i+1), w); replay {
-			b.Errorf("baseline replayed a fresh key")
-			return false
-		}
-		return true
-	}
-	// One caller: the two sides interleaved in blocks of 128 calls.
-	b.Run("callers=1", func(b *testing.B) { pairedBlocks(b, 1, 128, guardOp, baseOp) })
-	// 32 callers contend on one store: throughput of each side on its own
-	// (run with -count to interleave; `make bench` takes the medians).
-	b.Run("callers=32/guard", func(b *testing.B) { callersRun(b, 32, guardOp) })
-	b.Run("callers=32/baseline", func(b *testing.B) { callersRun(b, 32, baseOp) })
-}
-
-// callersRun runs b.N calls of op spread over exactly callers goroutines,
-// and reports throughput as calls/s.
-func callersRun(b *testing.B, callers int, op func() bool) {
-	b.ReportAllocs()
-	var next atomic.Int64
-	n := int64(b.N)
-	b.ResetTimer()
-	var wg sync.WaitGroup
-	for range callers {
-		wg.Go(func() {
-			for next.Add(1) <= n {
-				if !op() {
-					return
+	for _, callers := range []int{1, 32} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			guards := newGenerations(func() *idemkit.Guard {
+				g, err := idemkit.NewGuard(&idemkit.MemoryStore{}, nil)
+				if err != nil {
+					panic(err)
 				}
+				return g
+			})
+			maps := newGenerations(func() *mapBaseline { return &mapBaseline{m: make(map[string]*baseRecord)} })
+			guardOp := func(i int) error {
+				res, err := guards.get(i).Do(ctx, keys[i%benchKeys], work)
+				if err == nil && res.Replayed() {
+					err = errors.New("replayed a fresh key")
+				}
+				return err
 			}
+			baseOp := func(i int) error {
+				k := keys[i%benchKeys]
+				if _, replay := maps.get(i).do(k.ID(), k.ArgsHash(), int64(i+1), w); replay {
+					return errors.New("baseline replayed a fresh key")
+				}
+				return nil
+			}
+			benchpair.Run(b, callers, 256, guardOp, baseOp)
 		})
 	}
-	wg.Wait()
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
-}
-
-// pairedBlocks runs b.N calls of each op, alternating blocks of block calls
-// of one and of the other, on exactly callers goroutines. It reports each
-// side's mean ns per call and their ratio.
-func pairedBlocks(b *testing.B, callers, block int, guard, baseline func() bool) {
-	b.ReportAllocs()
-	var gTime, bTime atomic.Int64
-	var next atomic.Int64
-	blocks := int64((b.N + block - 1) / block)
-	b.ResetTimer()
-	var wg sync.WaitGroup
-	for range callers {
-		wg.Go(func() {
-			for i := next.Add(1); i <= blocks; i = next.Add(1) {
-				sides := [2]func() bool{guard, baseline}
-				sums := [2]*atomic.Int64{&gTime, &bTime}
-				if i%2 == 0 {
-					sides[0], sides[1] = sides[1], sides[0]
-					sums[0], sums[1] = sums[1], sums[0]
-				}
-				for s := range sides {
-					t0 := time.Now()
-					for range block {
-						if !sides[s]() {
-							return
-						}
-					}
-					sums[s].Add(int64(time.Since(t0)))
-				}
-			}
-		})
-	}
-	wg.Wait()
-	b.StopTimer()
-	calls := float64(blocks * int64(block))
-	g, base := float64(gTime.Load())/calls, float64(bTime.Load())/calls
-	b.ReportMetric(g, "guard-ns/call")
-	b.ReportMetric(base, "baseline-ns/call")
-	b.ReportMetric(g/base, "time-ratio")
 }
 
 // BenchmarkNewKey measures key derivation from raw JSON arguments: as

@@ -7,14 +7,13 @@ package pgstore_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/idemkit/idemkit/idemkit"
 	"github.com/idemkit/idemkit/idemkit/pgstore"
+	"github.com/idemkit/idemkit/internal/benchpair"
 	"github.com/idemkit/idemkit/internal/pgtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -124,87 +123,15 @@ func BenchmarkPostgres(b *testing.B) {
 	}
 	for _, callers := range []int{1, 32} {
 		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
-			pairedRun(b, callers, func() idemkit.Key {
-				i := next.Add(1) - 1
-				if i >= benchKeys {
-					b.Fatal("key pool exhausted: lower -benchtime")
-				}
-				return keys[i]
-			}, guardOp, seedOp)
-		})
-	}
-}
-
-// pairedRun runs b.N pairs of calls, one of guard and one of baseline on
-// fresh keys, alternating which goes first, over exactly callers
-// goroutines. Pairing makes the two sides share whatever else the machine
-// is doing, so their ratio is stable even when absolute times are not. It
-// reports the median time of each side and the throughput ratio
-// guard/baseline (1.0 = as fast as the baseline).
-func pairedRun(b *testing.B, callers int, nextKey func() idemkit.Key, guard, baseline func(idemkit.Key) error) {
-	b.ReportAllocs()
-	var (
-		mu             sync.Mutex
-		gTimes, bTimes []time.Duration
-		next           atomic.Int64
-	)
-	n := int64(b.N)
-	b.ResetTimer()
-	var wg sync.WaitGroup
-	for range callers {
-		wg.Go(func() {
-			var gt, bt []time.Duration
-			for i := next.Add(1); i <= n; i = next.Add(1) {
-				kg, kb := nextKey(), nextKey()
-				first, second := guard, baseline
-				if i%2 == 0 {
-					first, second = baseline, guard
-				}
-				t0 := time.Now()
-				if err := first(kg); err != nil {
-					b.Error(err)
-					return
-				}
-				t1 := time.Now()
-				if err := second(kb); err != nil {
-					b.Error(err)
-					return
-				}
-				t2 := time.Now()
-				if i%2 == 0 {
-					bt, gt = append(bt, t1.Sub(t0)), append(gt, t2.Sub(t1))
-				} else {
-					gt, bt = append(gt, t1.Sub(t0)), append(bt, t2.Sub(t1))
-				}
+			// Each side claims its own fresh keys: even indices for the
+			// Guard, odd ones for the seed statements.
+			base := int(next.Add(int64(2*b.N))) - 2*b.N
+			if base+2*b.N > benchKeys {
+				b.Fatal("key pool exhausted: lower -benchtime")
 			}
-			mu.Lock()
-			gTimes, bTimes = append(gTimes, gt...), append(bTimes, bt...)
-			mu.Unlock()
+			benchpair.Run(b, callers, 8*callers,
+				func(i int) error { return guardOp(keys[base+2*i]) },
+				func(i int) error { return seedOp(keys[base+2*i+1]) })
 		})
 	}
-	wg.Wait()
-	b.StopTimer()
-	if len(gTimes) == 0 || len(bTimes) == 0 {
-		return
-	}
-	gMed, bMed := median(gTimes), median(bTimes)
-	gMean, bMean := mean(gTimes), mean(bTimes)
-	b.ReportMetric(float64(gMed.Microseconds()), "guard-µs/call")
-	b.ReportMetric(float64(bMed.Microseconds()), "baseline-µs/call")
-	// Throughput ratio from total time spent on each side.
-	b.ReportMetric(float64(bMean)/float64(gMean), "throughput-ratio")
-}
-
-func median(d []time.Duration) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
-func mean(d []time.Duration) time.Duration {
-	var sum time.Duration
-	for _, x := range d {
-		sum += x
-	}
-	return sum / time.Duration(len(d))
 }

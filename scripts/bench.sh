@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# bench.sh runs the project's benchmarks and prints each candidate beside
+# the baseline that did the same work in the same run, as medians of
+# BENCH_COUNT repetitions (default 5). Spec: bench/ratios.txt. The raw
+# output is kept in bench/last-run.txt. The machine is shared and noisy:
+# compare ratios, not absolute times.
+# Usage: make bench   (BENCH_COUNT=3 make bench for a quicker look)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+count="${BENCH_COUNT:-5}"
+scripts/ensure-postgres.sh
+out=bench/last-run.txt
+: >"$out"
+run() { go test -run '^$' -benchmem -count "$count" "$@" 2>&1 | tee -a "$out" | grep -E '^(Benchmark|ok|FAIL|---)' >&2; }
+run -bench 'BenchmarkMemoryStore|BenchmarkNewKey' ./idemkit
+run -bench 'BenchmarkPostgres' -benchtime 3000x ./idemkit/pgstore
+run -bench 'BenchmarkDoVsBaselineRawSQL' -benchtime 3000x ./idemkit/sqlitestore
+run -bench 'BenchmarkCallTool/paired' -benchtime 20000x -cpu 1 ./instrument/mcpgo
+if [[ -f collector/dupprocessor/bench/ratios.txt ]]; then
+  (cd collector/dupprocessor && go test -run '^$' -benchmem -count "$count" -bench . . 2>&1) | tee -a "$out" | grep -E '^(Benchmark|ok|FAIL)' >&2
+  cat collector/dupprocessor/bench/ratios.txt >>/tmp/idemkit-ratios.$$
+fi
+cat bench/ratios.txt ${root}/collector/dupprocessor/bench/ratios.txt 2>/dev/null >/tmp/idemkit-ratios.$$ || cat bench/ratios.txt >/tmp/idemkit-ratios.$$
+go run ./internal/benchreport -spec /tmp/idemkit-ratios.$$ <"$out" 2>/dev/null
+rm -f /tmp/idemkit-ratios.$$
