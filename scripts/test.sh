@@ -34,4 +34,7 @@ if [[ -x scripts/dashboards-test.sh ]]; then
   scripts/dashboards-test.sh
 fi
 
+step "demo, end to end (real servers, agent and Collector; fails on any misattribution)"
+scripts/demo.sh
+
 step "all tests passed"

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# demo.sh runs the idemkit demo end to end (what `make demo` runs):
+#
+#   1. builds the otelcol-idemkit Collector (scripts/collector-build.sh; about
+#      6 minutes the first time on a fresh machine, seconds afterwards) and
+#      the demo programs (examples/refundserver, dupgen, demoreport);
+#   2. starts the Collector with examples/demo/collector.yaml and two refund
+#      servers on free local ports with fresh databases: one protected by
+#      idemkit (SQLite store), one without idemkit;
+#   3. runs dupgen, an agent that makes refunds run twice the way each of the
+#      four layers does (transport retry, harness retry, model re-issue,
+#      reconnect replay) plus two controls, against both servers;
+#   4. stops the servers (which flushes their telemetry), waits for the
+#      Collector's decisions and prints the report computed from the
+#      Collector's Prometheus metrics, its annotated spans and the servers'
+#      databases.
+#
+# It exits non-zero when any attribution or side-effect count is not as
+# expected, so it doubles as the end-to-end check (CI: bash scripts/demo.sh).
+# Every process it starts is stopped on exit. Logs, databases, the manifest
+# and the annotated spans stay in the work directory it prints
+# (IDEMKIT_DEMO_DIR to choose it).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+work="${IDEMKIT_DEMO_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/idemkit-demo.XXXXXX")}"
+mkdir -p "$work"
+# A reused IDEMKIT_DEMO_DIR: start from fresh databases and outputs.
+rm -rf "$work/protected" "$work/unprotected" "$work/protected.url" "$work/unprotected.url" \
+  "$work/spans.jsonl" "$work/manifest.json" "$work/report.txt"
+bold() { if [[ -t 1 ]]; then printf '\033[1m%s\033[0m\n' "$*"; else printf '%s\n' "$*"; fi; }
+step() { printf '\n'; bold "==> $*"; }
+die() { printf '\ndemo.sh: %s\n' "$*" >&2; exit 2; }
+
+# Processes this script started, stopped in reverse order on exit.
+pids=()
+names=()
+cleanup() {
+  local rc=$?
+  local i
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    stop_process "${pids[$i]}" "${names[$i]}"
+  done
+  printf '\nLogs and data: %s\n' "$work"
+  printf '  collector.log, protected.log, unprotected.log, dupgen.log, report.txt, manifest.json, spans.jsonl, */refunds.db\n'
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# stop_process PID NAME: SIGTERM, then SIGKILL after 15 s.
+stop_process() {
+  local pid=$1 name=$2 i
+  kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < 150; i++)); do
+    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+    sleep 0.1
+  done
+  echo "demo.sh: $name (pid $pid) did not stop in 15 s; killing it" >&2
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+# start NAME LOG CMD...: starts a background process and remembers it.
+start() {
+  local name=$1 log=$2
+  shift 2
+  "$@" >"$log" 2>&1 &
+  pids+=("$!")
+  names+=("$name")
+}
+
+# free_port: a TCP port on 127.0.0.1 that nothing listens on.
+free_port() {
+  local port i
+  for ((i = 0; i < 200; i++)); do
+    port=$((20000 + RANDOM % 40000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      echo "$port"
+      return 0
+    fi
+  done
+  die "found no free TCP port"
+}
+
+# wait_for WHAT TIMEOUT_S PID TEST...: waits until TEST succeeds.
+wait_for() {
+  local what=$1 timeout=$2 pid=$3 log=$4
+  shift 4
+  local deadline=$((SECONDS + timeout))
+  until "$@" 2>/dev/null; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "--- last lines of $log" >&2; tail -n 30 "$log" >&2 || true
+      die "$what exited before it was ready"
+    fi
+    if ((SECONDS > deadline)); then
+      echo "--- last lines of $log" >&2; tail -n 30 "$log" >&2 || true
+      die "$what was not ready after ${timeout}s"
+    fi
+    sleep 0.1
+  done
+}
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+started=$SECONDS
+step "Building the Collector distribution (scripts/collector-build.sh; ~6 min on a fresh machine, seconds when cached)"
+if ! collector="$(scripts/collector-build.sh 2>"$work/collector-build.log" | tail -n 1)" || [[ ! -x "$collector" ]]; then
+  tail -n 40 "$work/collector-build.log" >&2 || true
+  die "the Collector build failed (full log: $work/collector-build.log)"
+fi
+echo "    $collector"
+
+step "Building the demo programs (examples/refundserver, examples/dupgen, examples/demoreport)"
+mkdir -p "$work/bin"
+go build -o "$work/bin/" ./examples/refundserver ./examples/dupgen ./examples/demoreport
+built=$SECONDS
+
+step "Starting the Collector (examples/demo/collector.yaml)"
+otlp_port=$(free_port)
+prom_port=$(free_port)
+while [[ $prom_port == "$otlp_port" ]]; do prom_port=$(free_port); done
+tel_port=$(free_port)
+while [[ $tel_port == "$otlp_port" || $tel_port == "$prom_port" ]]; do tel_port=$(free_port); done
+otlp="127.0.0.1:$otlp_port"
+start collector "$work/collector.log" env \
+  OTLP_GRPC_ENDPOINT="$otlp" PROMETHEUS_ENDPOINT="127.0.0.1:$prom_port" TELEMETRY_PORT="$tel_port" \
+  SPANS_FILE="$work/spans.jsonl" DUP_DECISION_WAIT=2s DUP_FLUSH_INTERVAL=1s \
+  "$collector" --config examples/demo/collector.yaml
+collector_pid=${pids[-1]}
+wait_for "the Collector" 60 "$collector_pid" "$work/collector.log" listening "$otlp_port"
+wait_for "the Collector's Prometheus exporter" 30 "$collector_pid" "$work/collector.log" listening "$prom_port"
+echo "    OTLP/gRPC $otlp, Prometheus http://127.0.0.1:$prom_port/metrics, own metrics http://127.0.0.1:$tel_port/metrics"
+
+step "Starting the refund servers (fresh databases)"
+mkdir -p "$work/protected" "$work/unprotected"
+start protected "$work/protected.log" "$work/bin/refundserver" -addr 127.0.0.1:0 -ready-file "$work/protected.url" \
+  -db "$work/protected/refunds.db" -store sqlite -store-db "$work/protected/idemkit.db" \
+  -otlp-endpoint "$otlp" -service-name refundserver
+protected_pid=${pids[-1]}
+start unprotected "$work/unprotected.log" "$work/bin/refundserver" -unprotected -addr 127.0.0.1:0 -ready-file "$work/unprotected.url" \
+  -db "$work/unprotected/refunds.db" -otlp-endpoint "$otlp" -service-name refundserver-unprotected
+unprotected_pid=${pids[-1]}
+wait_for "the protected server" 30 "$protected_pid" "$work/protected.log" test -s "$work/protected.url"
+wait_for "the unprotected server" 30 "$unprotected_pid" "$work/unprotected.log" test -s "$work/unprotected.url"
+echo "    protected   (idemkit, SQLite store)  $(cat "$work/protected.url")"
+echo "    unprotected (before idemkit)         $(cat "$work/unprotected.url")"
+
+step "Running the duplicate generator (an agent whose tool calls are duplicated by each layer)"
+gen_rc=0
+"$work/bin/dupgen" -protected "$(cat "$work/protected.url")" -unprotected "$(cat "$work/unprotected.url")" \
+  -protected-service refundserver -unprotected-service refundserver-unprotected \
+  -otlp-endpoint "$otlp" -manifest "$work/manifest.json" 2>&1 | tee "$work/dupgen.log" || gen_rc=$?
+((gen_rc == 0)) || die "dupgen failed (exit $gen_rc); see $work/dupgen.log and the server logs"
+
+step "Stopping the servers (graceful: in-flight calls finish, telemetry is flushed)"
+stop_process "$protected_pid" protected
+stop_process "$unprotected_pid" unprotected
+echo "    stopped"
+
+step "Waiting for the Collector's decisions (decision_wait 2s) and printing the report"
+report_rc=0
+"$work/bin/demoreport" -manifest "$work/manifest.json" \
+  -prometheus "http://127.0.0.1:$prom_port/metrics" -telemetry "http://127.0.0.1:$tel_port/metrics" \
+  -spans "$work/spans.jsonl" -protected-db "$work/protected/refunds.db" -unprotected-db "$work/unprotected/refunds.db" \
+  -harness-threshold 2s 2>&1 | tee "$work/report.txt" || report_rc=$?
+
+printf '\nDemo took %ds (%ds after the builds).\n' $((SECONDS - started)) $((SECONDS - built))
+exit "$report_rc"
