@@ -30,10 +30,11 @@
 //     mcp.protocol.version when known;
 //   - idemkit.args.hash, idemkit.key.hash, idemkit.key.source and
 //     idemkit.subject.hash for calls that derived a key (protected tools,
-//     and protected tools bypassed as unscoped); idemkit.outcome;
-//     idemkit.attempt; idemkit.write.id (see RecordWrite);
-//     idemkit.bypass.reason ("unprotected" or "unscoped") on bypassed calls
-//     when there is a Guard;
+//     protected tools bypassed as unscoped, and write tools observed without
+//     a Guard); idemkit.outcome; idemkit.attempt; idemkit.write.id (see
+//     RecordWrite); idemkit.bypass.reason on bypassed calls: "unprotected"
+//     (a read-only or idempotent tool, with a Guard), "unscoped", or
+//     "no_guard" (a write tool, observe-only);
 //   - error.type: "tool_error" for an isError result (including the
 //     in-progress, mismatch and rejected-key answers), the Go error's type
 //     for a handler error or a store failure, with status Error;

@@ -76,6 +76,16 @@ func Handle[R any](ctx context.Context, in *Instrumenter, call *ToolCall, codec 
 		cr  callResult
 	)
 	switch {
+	case in.guard == nil && in.writeTool(call.Tool, call.ReadOnlyHint, call.IdempotentHint):
+		// Observe-only: no protection, but the key hashes are recorded so
+		// that the Collector measures the duplicates that leak.
+		cr.outcome, cr.reason = outcomeBypassed, spancontract.BypassNoGuard
+		if rec {
+			if k, kerr := in.newKey(st.scope, call); kerr == nil {
+				cr.key, cr.scope = k, st.scope
+			}
+		}
+		res, err = next(ctx)
 	case !in.Protects(call.Tool, call.ReadOnlyHint, call.IdempotentHint):
 		cr.outcome, cr.reason = outcomeBypassed, spancontract.BypassUnprotected
 		res, err = next(ctx)
@@ -320,7 +330,7 @@ func (in *Instrumenter) finish(ctx context.Context, span trace.Span, rec bool, t
 		if cr.outcome != outcomeNone {
 			attrs = append(attrs, outcomeAttrs[cr.outcome])
 		}
-		if cr.reason != "" && in.guard != nil {
+		if cr.reason != "" && (in.guard != nil || cr.reason == spancontract.BypassNoGuard) {
 			attrs = append(attrs, attribute.String(spancontract.BypassReason, cr.reason))
 		}
 		if cr.attempt > 0 {

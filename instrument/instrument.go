@@ -114,7 +114,10 @@ type Instrumenter struct {
 }
 
 // New returns an Instrumenter that protects calls with guard. A nil guard
-// traces every call and protects none (outcome "bypassed"). Metric
+// observes only: it traces every call and protects none (outcome
+// "bypassed"); write tools' spans still carry the key hashes (bypass reason
+// "no_guard"), so the Collector measures the duplicates that leak before
+// protection is turned on. Metric
 // instruments that cannot be created are reported to otel.Handle and
 // replaced by no-ops.
 func New(guard *idemkit.Guard, opts ...Option) *Instrumenter {
@@ -138,9 +141,13 @@ func (in *Instrumenter) Guard() *idemkit.Guard { return in.guard }
 // (readOnlyHint false, idempotentHint false) make an unannotated tool
 // protected.
 func (in *Instrumenter) Protects(tool string, readOnlyHint, idempotentHint bool) bool {
-	if in.guard == nil {
-		return false
-	}
+	return in.guard != nil && in.writeTool(tool, readOnlyHint, idempotentHint)
+}
+
+// writeTool reports whether calls of tool need protection, Guard or not:
+// as WithProtect or WithBypass say, otherwise unless annotated read-only or
+// idempotent.
+func (in *Instrumenter) writeTool(tool string, readOnlyHint, idempotentHint bool) bool {
 	if v, ok := in.cfg.protect[tool]; ok {
 		return v
 	}

@@ -77,8 +77,7 @@ const (
 	// WriteID (string) is the downstream write the tool recorded.
 	WriteID = "idemkit.write.id"
 	// BypassReason (string) says why a call's outcome is "bypassed":
-	// BypassUnprotected or BypassUnscoped. Written only when a Guard is
-	// configured.
+	// BypassUnprotected, BypassUnscoped or BypassNoGuard.
 	BypassReason = "idemkit.bypass.reason"
 )
 
@@ -92,6 +91,11 @@ const (
 	// unprotected rather than share one namespace across unknown callers. The
 	// span still carries the key hashes, so duplicates that leaked are seen.
 	BypassUnscoped = "unscoped"
+	// BypassNoGuard: the tool is a write tool that would be protected, but
+	// the instrumentation runs without a Guard (observe-only: spans and
+	// metrics, no protection). The span carries the key hashes, so the
+	// Collector measures the duplicates that leak before protection is on.
+	BypassNoGuard = "no_guard"
 )
 
 // Values of KeySource.

@@ -453,13 +453,20 @@ func TestProtection_AnnotationsAndOverrides(t *testing.T) {
 	}
 }
 
-func TestProtection_NilGuardTracesOnly(t *testing.T) {
+// Without a Guard nothing is protected, but write tools' spans carry the
+// key hashes (bypass reason no_guard), so that the Collector can measure
+// the duplicates that leak before protection is turned on. Read-only tools
+// carry neither.
+func TestProtection_NilGuardObservesOnly(t *testing.T) {
 	h := newHarness(t, harnessConfig{noGuard: true})
 	var runs counter
 	h.srv.AddTool(mcp.NewTool("send"), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		runs.inc("x")
 		instrument.RecordWrite(ctx, "w-1")
 		return mcp.NewToolResultText("ok"), nil
+	})
+	h.srv.AddTool(mcp.NewTool("look", mcp.WithReadOnlyHintAnnotation(true)), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText("seen"), nil
 	})
 	c := h.client()
 	for i := 0; i < 2; i++ {
@@ -470,12 +477,20 @@ func TestProtection_NilGuardTracesOnly(t *testing.T) {
 	if runs.get("x") != 2 {
 		t.Errorf("ran %d times", runs.get("x"))
 	}
-	a := attrMap(h.toolSpans("send")[1])
-	if a[spancontract.Outcome] != "bypassed" || a[spancontract.WriteID] != "w-1" {
-		t.Errorf("attrs %v", sortedDump(a))
+	spans := h.toolSpans("send")
+	first, second := attrMap(spans[0]), attrMap(spans[1])
+	if second[spancontract.Outcome] != "bypassed" || second[spancontract.WriteID] != "w-1" || second[spancontract.BypassReason] != spancontract.BypassNoGuard {
+		t.Errorf("attrs %v", sortedDump(second))
 	}
-	if _, ok := a["idemkit.bypass.reason"]; ok {
-		t.Error("bypass reason without a Guard")
+	if second[spancontract.KeyHash] == nil || second[spancontract.KeyHash] != first[spancontract.KeyHash] || second[spancontract.ArgsHash] == nil {
+		t.Errorf("the two identical calls do not carry one key hash: %v / %v", first[spancontract.KeyHash], second[spancontract.KeyHash])
+	}
+	if _, err := c.CallTool(context.Background(), callReq("look", nil)); err != nil {
+		t.Fatal(err)
+	}
+	look := attrMap(h.toolSpans("look")[0])
+	if look[spancontract.KeyHash] != nil || look[spancontract.BypassReason] != nil {
+		t.Errorf("a read-only tool without a Guard: %v", sortedDump(look))
 	}
 }
 
