@@ -1,0 +1,182 @@
+package dupprocessor
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/open-telemetry/opentelemetry-collector-contrib/connector/spanmetricsconnector"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/connector/connectortest"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/idemkit/idemkit/collector/dupprocessor/dupconnector"
+	sc "github.com/idemkit/idemkit/spancontract"
+)
+
+// streamGen generates a realistic stream: per batch of 100 spans, 60 tool
+// spans from MCP servers (3 of them duplicates of recent calls, through
+// each layer), 20 chat spans from the agent and 20 HTTP spans. Every call
+// has a fresh key; five tool calls share a trace, twenty a session.
+type streamGen struct {
+	rng    *rand.Rand
+	n      int
+	at     time.Duration
+	recent []sp
+}
+
+const (
+	benchBatch     = 100
+	benchToolSpans = 60
+	benchChatSpans = 20
+	benchDups      = 3
+)
+
+func newStreamGen() *streamGen { return &streamGen{rng: rand.New(rand.NewPCG(1, 2))} }
+
+func (g *streamGen) batch() ptrace.Traces {
+	spans := make([]sp, 0, benchBatch)
+	for i := 0; i < benchToolSpans-benchDups; i++ {
+		g.n++
+		g.at += 2 * time.Millisecond
+		s := sp{
+			tag:     fmt.Sprint(g.n),
+			trace:   fmt.Sprint(g.n / 5),
+			key:     fmt.Sprint(g.n),
+			session: fmt.Sprintf("session-%d", g.n/20),
+			req:     fmt.Sprint(g.n % 1000),
+			at:      g.at,
+			outcome: sc.OutcomeExecuted,
+			attempt: 1,
+			writeID: fmt.Sprintf("re_%d", g.n),
+			tool:    []string{"issue_refund", "send_email", "create_ticket"}[g.n%3],
+		}
+		spans = append(spans, s)
+		if len(g.recent) < 64 {
+			g.recent = append(g.recent, s)
+		} else {
+			g.recent[g.n%64] = s
+		}
+	}
+	for i := 0; i < benchDups; i++ {
+		g.n++
+		d := g.recent[g.rng.IntN(len(g.recent))]
+		d.tag = fmt.Sprint(g.n)
+		d.at = g.at + time.Millisecond
+		d.outcome, d.attempt = sc.OutcomeReplayed, 2
+		switch i % 3 {
+		case 0: // transport retry: same request ID
+		case 1:
+			d.req += "-retry"
+		default:
+			d.session += "-reconnected"
+		}
+		spans = append(spans, d)
+	}
+	for i := 0; i < benchChatSpans; i++ {
+		spans = append(spans, sp{tag: fmt.Sprintf("chat-%d-%d", g.n, i), kind: "chat", svc: "agent", trace: fmt.Sprint((g.n - i*3) / 5), at: g.at})
+	}
+	for len(spans) < benchBatch {
+		spans = append(spans, sp{tag: fmt.Sprintf("http-%d-%d", g.n, len(spans)), kind: "http", svc: "api", trace: fmt.Sprint(g.n / 5), at: g.at})
+	}
+	return buildTraces(spans...)
+}
+
+// runStream times b.N batches of the stream through consume; generating a
+// batch is not timed. advance runs after each batch, timed.
+func runStream(b *testing.B, consume consumer.Traces, advance func()) {
+	g := newStreamGen()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		td := g.batch()
+		b.StartTimer()
+		if err := consume.ConsumeTraces(context.Background(), td); err != nil {
+			b.Fatal(err)
+		}
+		if advance != nil {
+			advance()
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N*benchBatch)/b.Elapsed().Seconds(), "spans/s")
+}
+
+// BenchmarkProcessor measures the dup processor on the stream, releasing
+// held spans on a simulated clock (10ms of processing time per batch, so
+// 10,000 spans/s arrive; decision_wait 5s holds 500 batches) on the same
+// goroutine, so that all its work is timed.
+func BenchmarkProcessor(b *testing.B) {
+	h := newHarnessNext(b, nil, consumertest.NewNop())
+	runStream(b, h.p, func() { h.p.tick(h.clock.Advance(10 * time.Millisecond)) })
+	b.ReportMetric(float64(h.p.groups.len()), "groups")
+	require.NoError(b, h.p.Shutdown(context.Background()))
+}
+
+// BenchmarkProcessorAndConnector adds the dup connector behind the
+// processor: the whole attribution path.
+func BenchmarkProcessorAndConnector(b *testing.B) {
+	conn, err := dupconnector.NewFactory().CreateTracesToMetrics(context.Background(),
+		connectortest.NewNopSettings(component.MustNewType("dup")), dupconnector.NewFactory().CreateDefaultConfig(), consumertest.NewNop())
+	require.NoError(b, err)
+	h := newHarnessNext(b, nil, conn)
+	runStream(b, h.p, func() { h.p.tick(h.clock.Advance(10 * time.Millisecond)) })
+	require.NoError(b, h.p.Shutdown(context.Background()))
+	require.NoError(b, conn.Shutdown(context.Background()))
+}
+
+// BenchmarkSpanMetricsConnector is the baseline: the contrib span_metrics
+// connector (default configuration) on the same stream.
+func BenchmarkSpanMetricsConnector(b *testing.B) {
+	f := spanmetricsconnector.NewFactory()
+	conn, err := f.CreateTracesToMetrics(context.Background(), connectortest.NewNopSettings(f.Type()), f.CreateDefaultConfig(), consumertest.NewNop())
+	require.NoError(b, err)
+	require.NoError(b, conn.Start(context.Background(), componenttest.NewNopHost()))
+	runStream(b, conn, nil)
+	require.NoError(b, conn.Shutdown(context.Background()))
+}
+
+// TestMemoryPerGroup measures the heap held per tracked group once its
+// spans are released: the group, its member, its map entry and its share of
+// the evidence contexts (one trace per five calls, one session per twenty).
+func TestMemoryPerGroup(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates ~100 MB")
+	}
+	const n = 100_000
+	cfg := createDefaultConfig()
+	cfg.MaxGroups = 2 * n
+	h := newHarnessNext(t, cfg, consumertest.NewNop())
+	g := newStreamGen()
+	batches := make([]ptrace.Traces, 0, n/benchToolSpans+1)
+	for tracked := 0; tracked < n; tracked += benchToolSpans {
+		batches = append(batches, g.batch())
+	}
+	for _, td := range batches {
+		h.consume(td)
+	}
+	batches = nil
+	h.advance(cfg.DecisionWait) // release every held span
+	groups, contexts := h.p.groups.len(), h.p.evidence.len()
+	require.Zero(t, h.p.held)
+	require.NoError(t, h.p.Shutdown(context.Background()))
+	// Heap with the state, then without it: the difference is the state.
+	var with, without runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&with)
+	h.p = nil
+	runtime.GC()
+	runtime.ReadMemStats(&without)
+	perGroup := float64(with.HeapAlloc-without.HeapAlloc) / float64(groups)
+	t.Logf("%d groups, %d contexts: %.0f bytes held per tracked group (evidence included)", groups, contexts, perGroup)
+	require.Greater(t, groups, n*9/10)
+	require.Less(t, perGroup, 1024.0, "bytes per group")
+}

@@ -1,0 +1,280 @@
+package dupprocessor // import "github.com/idemkit/idemkit/collector/dupprocessor"
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"hash/maphash"
+	"math"
+	"strings"
+
+	"github.com/gowebpki/jcs"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
+
+	"github.com/idemkit/idemkit/collector/dupprocessor/internal/spanview"
+	sc "github.com/idemkit/idemkit/spancontract"
+)
+
+// serviceNameKey is the resource attribute service.name (not in spancontract:
+// it is OpenTelemetry's, not the contract's).
+const serviceNameKey = string(semconv.ServiceNameKey)
+
+// gkey is a duplicate group's key: the 16 bytes behind the 32 hex characters
+// of idemkit.key.hash, or the first 16 bytes of a SHA-256 this processor
+// computes when the span carries no key hash.
+type gkey [16]byte
+
+// String returns the key as idemkit.duplicate.group carries it: 32 lowercase hex characters.
+func (k gkey) String() string { return hex.EncodeToString(k[:]) }
+
+// short returns the first 8 bytes of the key, used to tell groups apart in
+// the evidence kept per context.
+func (k gkey) short() uint64 { return binary.LittleEndian.Uint64(k[:8]) }
+
+// outcome is idemkit.outcome, parsed.
+type outcome uint8
+
+const (
+	outcomeNone outcome = iota // absent: a span from another instrumentation
+	outcomeExecuted
+	outcomeReplayed
+	outcomeInProgress
+	outcomeTakeover
+	outcomeOther // a value this processor does not know
+)
+
+func parseOutcome(s string) outcome {
+	switch s {
+	case "":
+		return outcomeNone
+	case sc.OutcomeExecuted:
+		return outcomeExecuted
+	case sc.OutcomeReplayed:
+		return outcomeReplayed
+	case sc.OutcomeInProgress:
+		return outcomeInProgress
+	case sc.OutcomeTakeover:
+		return outcomeTakeover
+	default:
+		return outcomeOther
+	}
+}
+
+// ignoreReason says why a tool span is passed through untracked; the values
+// are the telemetry attribute's enum.
+type ignoreReason string
+
+const (
+	reasonNone            ignoreReason = ""
+	reasonNoKey           ignoreReason = "no_key"
+	reasonBadTimestamp    ignoreReason = "bad_timestamp"
+	reasonExcludedOutcome ignoreReason = "excluded_outcome"
+	reasonResent          ignoreReason = "resent"
+)
+
+// Domain tags keep the three key derivations and the context kinds apart.
+const (
+	domainKeyHash   = 'k' // an idemkit.key.hash that is not 32 hex characters
+	domainSubject   = 's' // subject hash + tool + args hash
+	domainArguments = 'a' // this processor's own hash of the arguments
+
+	ctxTrace        uint64 = 0x9e3779b97f4a7c15
+	ctxConversation uint64 = 0xc2b2ae3d27d4eb4f
+	ctxSession      uint64 = 0x165667b19e3779f9
+)
+
+// toolAttrs are the attributes of a tool span that the processor reads, in
+// one pass over the span's attributes.
+type toolAttrs struct {
+	keyHash, argsHash, subjectHash, tool string
+	args                                 pcommon.Value
+	hasArgs                              bool
+	session, requestID, writeID, conv    string
+	outcome                              string
+	attempt                              int64
+	annotated                            bool // carries idemkit.duplicate* attributes already
+}
+
+// readToolAttrs reads the attributes of a tool span. Values of an unexpected
+// type are converted when that is unambiguous (an int request ID) and
+// ignored otherwise; nothing here can panic.
+func readToolAttrs(attrs pcommon.Map) toolAttrs {
+	var a toolAttrs
+	for k, v := range attrs.All() {
+		if !a.annotated && strings.HasPrefix(k, sc.Duplicate) {
+			a.annotated = true
+		}
+		switch k {
+		case sc.KeyHash:
+			a.keyHash = scalar(v)
+		case sc.ArgsHash:
+			a.argsHash = scalar(v)
+		case sc.SubjectHash:
+			a.subjectHash = scalar(v)
+		case sc.GenAIToolName:
+			a.tool = scalar(v)
+		case sc.GenAIToolCallArguments:
+			a.args, a.hasArgs = v, v.Type() != pcommon.ValueTypeEmpty
+		case sc.MCPSessionID:
+			a.session = scalar(v)
+		case sc.JSONRPCRequestID:
+			a.requestID = scalar(v)
+		case sc.WriteID:
+			a.writeID = scalar(v)
+		case sc.GenAIConversationID:
+			a.conv = scalar(v)
+		case sc.Outcome:
+			if v.Type() == pcommon.ValueTypeStr {
+				a.outcome = v.Str()
+			}
+		case sc.Attempt:
+			switch v.Type() {
+			case pcommon.ValueTypeInt:
+				a.attempt = v.Int()
+			case pcommon.ValueTypeDouble:
+				if f := v.Double(); f >= 0 && f < math.MaxInt32 {
+					a.attempt = int64(f)
+				}
+			}
+		}
+	}
+	return a
+}
+
+var scalar = spanview.Scalar
+
+// keyer derives group keys and context hashes. It is not safe for
+// concurrent use: the processor calls it under its mutex.
+type keyer struct {
+	seed    maphash.Seed
+	buf     []byte
+	maxArgs int
+}
+
+// groupKey derives the duplicate key of a tool span, in the order of the
+// issue: idemkit's key hash; else subject/tool/argument hash; else a hash of
+// the canonical gen_ai.tool.call.arguments. ok is false when none is there.
+func (k *keyer) groupKey(a *toolAttrs, res pcommon.Resource, s ptrace.Span) (gkey, bool) {
+	if a.keyHash == "" || a.argsHash == "" || a.subjectHash == "" {
+		// groupbyattrs (used in front of a load_balancing exporter) moves the
+		// routing attribute from the span to its resource.
+		ra := res.Attributes()
+		if a.keyHash == "" {
+			if v, ok := ra.Get(sc.KeyHash); ok {
+				a.keyHash = scalar(v)
+			}
+		}
+		if a.keyHash == "" && a.argsHash == "" {
+			if v, ok := ra.Get(sc.ArgsHash); ok {
+				a.argsHash = scalar(v)
+			}
+		}
+		if a.keyHash == "" && a.subjectHash == "" {
+			if v, ok := ra.Get(sc.SubjectHash); ok {
+				a.subjectHash = scalar(v)
+			}
+		}
+	}
+	var key gkey
+	switch {
+	case a.keyHash != "":
+		if len(a.keyHash) == 2*len(key) {
+			if _, err := hex.Decode(key[:], []byte(a.keyHash)); err == nil {
+				return key, true
+			}
+		}
+		return k.sum(domainKeyHash, a.keyHash), true
+	case a.argsHash != "":
+		return k.sum(domainSubject, a.subjectHash, a.tool, a.argsHash), true
+	case a.hasArgs:
+		side := "client"
+		if s.Kind() == ptrace.SpanKindServer {
+			side = "server"
+		}
+		svc := ""
+		if v, ok := res.Attributes().Get(serviceNameKey); ok {
+			svc = scalar(v)
+		}
+		return k.sum(domainArguments, side, svc, a.tool, k.canonicalArgs(a.args)), true
+	}
+	return key, false
+}
+
+// sum returns the first 16 bytes of the SHA-256 of the domain tag and the
+// NUL-separated parts.
+func (k *keyer) sum(domain byte, parts ...string) gkey {
+	b := append(k.buf[:0], domain)
+	for _, p := range parts {
+		b = append(b, 0)
+		b = append(b, p...)
+	}
+	k.buf = b
+	sum := sha256.Sum256(b)
+	var key gkey
+	copy(key[:], sum[:])
+	return key
+}
+
+// canonicalArgs returns the RFC 8785 form of the arguments when they are
+// JSON no larger than maxArgs, prefixed "c"; otherwise their raw text
+// prefixed "r", so identical retries still group together.
+func (k *keyer) canonicalArgs(v pcommon.Value) string {
+	var raw []byte
+	switch v.Type() {
+	case pcommon.ValueTypeStr:
+		raw = []byte(v.Str())
+	case pcommon.ValueTypeMap, pcommon.ValueTypeSlice:
+		b, err := json.Marshal(v.AsRaw())
+		if err != nil {
+			return "r" + v.AsString()
+		}
+		raw = b
+	case pcommon.ValueTypeBytes:
+		return "r" + string(v.Bytes().AsRaw())
+	default:
+		return "r" + v.AsString()
+	}
+	if len(raw) > k.maxArgs {
+		return "r" + string(raw)
+	}
+	out, err := jcs.Transform(raw)
+	if err != nil {
+		return "r" + string(raw)
+	}
+	return "c" + string(out)
+}
+
+// str hashes a non-empty string into a context key of the given kind; 0 for "".
+func (k *keyer) str(kind uint64, s string) uint64 {
+	if s == "" {
+		return 0
+	}
+	return nonZero(maphash.String(k.seed, s) ^ kind)
+}
+
+// trace returns the context key of a trace ID; 0 for the empty trace ID.
+func traceKey(id pcommon.TraceID) uint64 {
+	if id.IsEmpty() {
+		return 0
+	}
+	return nonZero(binary.LittleEndian.Uint64(id[:8]) ^ binary.LittleEndian.Uint64(id[8:]) ^ ctxTrace)
+}
+
+func nonZero(h uint64) uint64 {
+	if h == 0 {
+		return 1
+	}
+	return h
+}
+
+// startNanos returns the start timestamp of s in nanoseconds; ok is false for
+// a zero timestamp or one that does not fit an int64 (year 2262 and later).
+func startNanos(ts pcommon.Timestamp) (int64, bool) {
+	if ts == 0 || uint64(ts) > math.MaxInt64 {
+		return 0, false
+	}
+	return int64(ts), true
+}
