@@ -93,7 +93,7 @@ type toolAttrs struct {
 	args                                 pcommon.Value
 	hasArgs                              bool
 	session, requestID, writeID, conv    string
-	outcome                              string
+	outcome, bypassReason                string
 	attempt                              int64
 	annotated                            bool // carries idemkit.duplicate* attributes already
 }
@@ -130,6 +130,8 @@ func readToolAttrs(attrs pcommon.Map) toolAttrs {
 			if v.Type() == pcommon.ValueTypeStr {
 				a.outcome = v.Str()
 			}
+		case sc.BypassReason:
+			a.bypassReason = scalar(v)
 		case sc.Attempt:
 			switch v.Type() {
 			case pcommon.ValueTypeInt:

@@ -417,6 +417,13 @@ func (p *dupProcessor) extract(s ptrace.Span, res pcommon.Resource) (gkey, membe
 		return gkey{}, member{}, reasonBadTimestamp
 	}
 	a := readToolAttrs(s.Attributes())
+	if a.outcome == sc.OutcomeBypassed && (a.bypassReason == sc.BypassUnscoped || a.bypassReason == sc.BypassNoGuard) {
+		// A write tool that ran unprotected (no caller scope, or
+		// instrumentation without a Guard): its span carries the key
+		// hashes precisely so that a second run shows as the real double
+		// side effect it is.
+		a.outcome = sc.OutcomeExecuted
+	}
 	oc := parseOutcome(a.outcome)
 	if a.outcome == sc.OutcomeBypassed || a.outcome == sc.OutcomeMismatch {
 		return gkey{}, member{}, reasonExcludedOutcome
