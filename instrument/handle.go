@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -304,6 +305,12 @@ func (in *Instrumenter) keyAttributes(attrs []attribute.KeyValue, key idemkit.Ke
 	return attrs
 }
 
+// attrPool recycles the attribute buffers of finish.
+var attrPool = sync.Pool{New: func() any {
+	b := make([]attribute.KeyValue, 0, 16)
+	return &b
+}}
+
 // finish sets the outcome attributes, ends the span and records metrics.
 func (in *Instrumenter) finish(ctx context.Context, span trace.Span, rec bool, ta *toolAttrs, call *ToolCall,
 	cr *callResult, err error, start time.Time, resultAttr string) {
@@ -321,8 +328,10 @@ func (in *Instrumenter) finish(ctx context.Context, span trace.Span, rec bool, t
 	}
 
 	if rec {
-		// One SetAttributes call: the span's attribute slice grows once.
-		attrs := make([]attribute.KeyValue, 0, 16)
+		// One SetAttributes call: the span's attribute slice grows once. The
+		// SDK copies the attributes, so the buffer goes back to the pool.
+		buf := attrPool.Get().(*[]attribute.KeyValue)
+		attrs := (*buf)[:0]
 		attrs = in.requestAttributes(attrs, call)
 		if !cr.key.IsZero() {
 			attrs = in.keyAttributes(attrs, cr.key, cr.scope)
@@ -346,6 +355,9 @@ func (in *Instrumenter) finish(ctx context.Context, span trace.Span, rec bool, t
 			attrs = append(attrs, attribute.String(spancontract.GenAIToolCallResult, resultAttr))
 		}
 		span.SetAttributes(attrs...)
+		clear(attrs) // drop references to strings before pooling
+		*buf = attrs[:0]
+		attrPool.Put(buf)
 		switch {
 		case err != nil:
 			span.RecordError(err)
