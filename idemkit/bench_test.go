@@ -18,19 +18,9 @@ import (
 
 const benchKeys = 1 << 14
 
-var benchKeyPool = sync.OnceValue(func() []idemkit.Key {
-	keys := make([]idemkit.Key, benchKeys)
-	for i := range keys {
-		k, err := idemkit.NewKey("user-42", "issue_refund", fmt.Appendf(nil, `{"order":"o-%d","amount_cents":500}`, i), nil)
-		if err != nil {
-			panic(err)
-		}
-		keys[i] = k
-	}
-	return keys
-})
+func benchKeyPool() []idemkit.Key { return benchpair.Keys(benchKeys) }
 
-var benchBody = []byte(`{"content":[{"type":"text","text":"refund re_123 issued"}],"structuredContent":{"refund_id":"re_123"}}`)
+var benchBody = benchpair.Body
 
 // mapBaseline is the hand-written equivalent of a MemoryStore claim and
 // finish: a mutex-guarded map, the same record fields, the same expiry rule.

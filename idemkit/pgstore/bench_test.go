@@ -7,7 +7,6 @@ package pgstore_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -21,19 +20,9 @@ import (
 
 const benchKeys = 1 << 18
 
-var benchKeyPool = sync.OnceValue(func() []idemkit.Key {
-	keys := make([]idemkit.Key, benchKeys)
-	for i := range keys {
-		k, err := idemkit.NewKey("user-42", "issue_refund", fmt.Appendf(nil, `{"order":"o-%d","amount_cents":500}`, i), nil)
-		if err != nil {
-			panic(err)
-		}
-		keys[i] = k
-	}
-	return keys
-})
+func benchKeyPool() []idemkit.Key { return benchpair.Keys(benchKeys) }
 
-var benchBody = []byte(`{"content":[{"type":"text","text":"refund re_123 issued"}],"structuredContent":{"refund_id":"re_123"}}`)
+var benchBody = benchpair.Body
 
 // The seed article's table and its two statements, verbatim: the claim and
 // the finish a hand-written implementation would run.

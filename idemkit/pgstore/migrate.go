@@ -4,9 +4,7 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"io/fs"
-	"sort"
-	"strconv"
+	"github.com/idemkit/idemkit/internal/migrations"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -16,56 +14,16 @@ import (
 var migrationFS embed.FS
 
 // Migration is one numbered schema change.
-type Migration struct {
-	Version int
-	Name    string
-	Up      string
-	Down    string
-}
+type Migration = migrations.Migration
 
 // Migrations returns the embedded migrations in version order, with the
 // schema not yet filled in.
 func Migrations() ([]Migration, error) {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
+	ms, err := migrations.Load(migrationFS, "migrations")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pgstore: %w", err)
 	}
-	byVersion := map[int]*Migration{}
-	for _, e := range entries {
-		name := e.Name()
-		base, dir, ok := strings.Cut(strings.TrimSuffix(name, ".sql"), ".")
-		if !ok || (dir != "up" && dir != "down") {
-			return nil, fmt.Errorf("pgstore: migration file %q is not NNN_name.up.sql or .down.sql", name)
-		}
-		num, label, _ := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if err != nil || v <= 0 {
-			return nil, fmt.Errorf("pgstore: migration file %q has no version number", name)
-		}
-		body, err := migrationFS.ReadFile("migrations/" + name)
-		if err != nil {
-			return nil, err
-		}
-		m := byVersion[v]
-		if m == nil {
-			m = &Migration{Version: v, Name: label}
-			byVersion[v] = m
-		}
-		if dir == "up" {
-			m.Up = string(body)
-		} else {
-			m.Down = string(body)
-		}
-	}
-	out := make([]Migration, 0, len(byVersion))
-	for _, m := range byVersion {
-		if m.Up == "" || m.Down == "" {
-			return nil, fmt.Errorf("pgstore: migration %03d lacks its up or down file", m.Version)
-		}
-		out = append(out, *m)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
-	return out, nil
+	return ms, nil
 }
 
 // migrateLockID serialises concurrent Migrate calls from many replicas.

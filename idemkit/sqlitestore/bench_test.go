@@ -25,23 +25,14 @@ import (
 
 	"github.com/idemkit/idemkit/idemkit"
 	"github.com/idemkit/idemkit/idemkit/sqlitestore"
+	"github.com/idemkit/idemkit/internal/benchpair"
 )
 
 const benchKeys = 1 << 17
 
-var benchKeyPool = sync.OnceValue(func() []idemkit.Key {
-	keys := make([]idemkit.Key, benchKeys)
-	for i := range keys {
-		k, err := idemkit.NewKey("user-42", "issue_refund", fmt.Appendf(nil, `{"order":"o-%d","amount_cents":500}`, i), nil)
-		if err != nil {
-			panic(err)
-		}
-		keys[i] = k
-	}
-	return keys
-})
+func benchKeyPool() []idemkit.Key { return benchpair.Keys(benchKeys) }
 
-var benchBody = []byte(`{"content":[{"type":"text","text":"refund re_123 issued"}],"structuredContent":{"refund_id":"re_123"}}`)
+var benchBody = benchpair.Body
 
 // benchCases runs body for each durability setting and caller count.
 func benchCases(b *testing.B, body func(b *testing.B, cfg *sqlitestore.Config, callers int)) {

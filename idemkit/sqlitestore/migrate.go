@@ -6,11 +6,8 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
-	"path"
+	"github.com/idemkit/idemkit/internal/migrations"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -20,42 +17,14 @@ import (
 var migrationFiles embed.FS
 
 // Migration is one numbered schema change.
-type Migration struct {
-	Version int
-	Name    string
-	Up      string
-	Down    string
-}
+type Migration = migrations.Migration
 
-// Migrations returns the embedded migrations in version order.
+// Migrations returns the embedded migrations in version order, with the
+// schema not yet filled in.
 func Migrations() ([]Migration, error) {
-	names, err := fs.Glob(migrationFiles, "migrations/*.up.sql")
+	ms, err := migrations.Load(migrationFiles, "migrations")
 	if err != nil {
-		return nil, err
-	}
-	var ms []Migration
-	for _, n := range names {
-		base := strings.TrimSuffix(path.Base(n), ".up.sql")
-		num, name, ok := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("sqlitestore: migration file %s is not named NNN_name.up.sql", n)
-		}
-		up, err := migrationFiles.ReadFile(n)
-		if err != nil {
-			return nil, err
-		}
-		down, err := migrationFiles.ReadFile(strings.TrimSuffix(n, ".up.sql") + ".down.sql")
-		if err != nil {
-			return nil, fmt.Errorf("sqlitestore: migration %s has no .down.sql: %w", n, err)
-		}
-		ms = append(ms, Migration{Version: v, Name: name, Up: string(up), Down: string(down)})
-	}
-	slices.SortFunc(ms, func(a, b Migration) int { return a.Version - b.Version })
-	for i := 1; i < len(ms); i++ {
-		if ms[i].Version == ms[i-1].Version {
-			return nil, fmt.Errorf("sqlitestore: two migrations numbered %03d", ms[i].Version)
-		}
+		return nil, fmt.Errorf("sqlitestore: %w", err)
 	}
 	return ms, nil
 }

@@ -5,10 +5,13 @@
 package benchpair
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idemkit/idemkit"
 )
 
 // Op performs call number i of one side; i is unique across all calls of
@@ -82,4 +85,27 @@ func runPhase(callers, from, n int, op Op) (time.Duration, error) {
 		return 0, *p
 	}
 	return time.Since(start), nil
+}
+
+// Body is a typical tool response: a small CallToolResult.
+var Body = []byte(`{"content":[{"type":"text","text":"refund re_123 issued"}],"structuredContent":{"refund_id":"re_123"}}`)
+
+var (
+	keysMu sync.Mutex // protects keys
+	keys   []idemkit.Key
+)
+
+// Keys returns n distinct keys of one subject and tool (refunds of orders
+// o-0, o-1, …), derived once per test binary and shared by its benchmarks.
+func Keys(n int) []idemkit.Key {
+	keysMu.Lock()
+	defer keysMu.Unlock()
+	for i := len(keys); i < n; i++ {
+		k, err := idemkit.NewKey("user-42", "issue_refund", fmt.Appendf(nil, `{"order":"o-%d","amount_cents":500}`, i), nil)
+		if err != nil {
+			panic(err)
+		}
+		keys = append(keys, k)
+	}
+	return keys[:n]
 }
