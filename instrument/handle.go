@@ -3,6 +3,7 @@ package instrument
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -372,7 +373,13 @@ func (in *Instrumenter) finish(ctx context.Context, span trace.Span, rec bool, t
 	span.End()
 
 	m := &in.m
-	m.calls.Add(ctx, 1, ta.callOpts[cr.outcome]...)
+	callOpts := ta.callOpts[cr.outcome]
+	if cr.outcome == outcomeBypassed && (in.guard != nil || cr.reason == spancontract.BypassNoGuard) {
+		if i := slices.Index(bypassReasons[:], cr.reason); i >= 0 {
+			callOpts = ta.bypassOpts[i]
+		}
+	}
+	m.calls.Add(ctx, 1, callOpts...)
 	if cr.claimed {
 		m.claim.Record(ctx, cr.claimTime.Seconds(), ta.toolRecord...)
 	}

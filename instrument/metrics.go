@@ -18,7 +18,8 @@ import (
 const (
 	// MetricToolCalls counts tool calls by gen_ai.tool.name and
 	// idemkit.outcome (absent when the call was rejected before a claim:
-	// invalid key or arguments, store unavailable).
+	// invalid key or arguments, store unavailable), and for bypassed calls
+	// idemkit.bypass.reason (unprotected, unscoped, no_guard).
 	// [idemkit_tool_calls_total]
 	MetricToolCalls = "idemkit.tool.calls"
 	// MetricClaimDuration is the time from the start of the claim to the
@@ -82,6 +83,10 @@ func (m *instruments) init(mp metric.MeterProvider) error {
 	return errs
 }
 
+// bypassReasons are the values of idemkit.bypass.reason, which
+// MetricToolCalls carries on bypassed calls.
+var bypassReasons = [...]string{spancontract.BypassUnprotected, spancontract.BypassUnscoped, spancontract.BypassNoGuard}
+
 // outcome indexes the precomputed per-outcome attribute sets.
 type outcome uint8
 
@@ -127,6 +132,7 @@ type toolAttrs struct {
 	nameAttr   attribute.KeyValue
 	startOpts  []trace.SpanStartOption
 	callOpts   [numOutcomes][]metric.AddOption
+	bypassOpts [len(bypassReasons)][]metric.AddOption
 	toolAdd    []metric.AddOption
 	toolRecord []metric.RecordOption
 	opOK       []metric.RecordOption
@@ -166,6 +172,10 @@ func newToolAttrs(tool string) *toolAttrs {
 	ta.callOpts[outcomeNone] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(name))}
 	for i := outcomeExecuted; i < numOutcomes; i++ {
 		ta.callOpts[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(name, outcomeAttrs[i]))}
+	}
+	for i, r := range bypassReasons {
+		ta.bypassOpts[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
+			name, outcomeAttrs[outcomeBypassed], attribute.String(spancontract.BypassReason, r)))}
 	}
 	toolSet := attribute.NewSet(name)
 	ta.toolAdd = []metric.AddOption{metric.WithAttributeSet(toolSet)}

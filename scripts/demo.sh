@@ -20,6 +20,16 @@
 # Every process it starts is stopped on exit. Logs, databases, the manifest
 # and the annotated spans stay in the work directory it prints
 # (IDEMKIT_DEMO_DIR to choose it).
+#
+# IDEMKIT_DEMO_HOOK (optional, unset by default): a shell command run against
+# the live pipeline, twice, with the phase as its argument:
+#   collector-ready  once the Collector listens, before any server or traffic;
+#   after-report     after the report, before anything is stopped.
+# Its environment has IDEMKIT_DEMO_WORK, IDEMKIT_DEMO_OTLP (host:port),
+# IDEMKIT_DEMO_PROMETHEUS and IDEMKIT_DEMO_TELEMETRY (host:port of the
+# Collector's Prometheus exporter and of its own metrics) and
+# IDEMKIT_DEMO_COLLECTOR (the binary). A failing hook fails the demo.
+# scripts/dashboards-test.sh uses it to scrape the demo with a real Prometheus.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -104,6 +114,15 @@ wait_for() {
 }
 listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# run_hook PHASE: runs IDEMKIT_DEMO_HOOK (see the top of this file), if set.
+run_hook() {
+  [[ -n ${IDEMKIT_DEMO_HOOK:-} ]] || return 0
+  step "Hook ($1): $IDEMKIT_DEMO_HOOK"
+  IDEMKIT_DEMO_WORK="$work" IDEMKIT_DEMO_OTLP="$otlp" IDEMKIT_DEMO_PROMETHEUS="127.0.0.1:$prom_port" \
+    IDEMKIT_DEMO_TELEMETRY="127.0.0.1:$tel_port" IDEMKIT_DEMO_COLLECTOR="$collector" \
+    bash -c "$IDEMKIT_DEMO_HOOK \"\$1\"" demo-hook "$1"
+}
+
 started=$SECONDS
 step "Building the Collector distribution (scripts/collector-build.sh; ~6 min on a fresh machine, seconds when cached)"
 if ! collector="$(scripts/collector-build.sh 2>"$work/collector-build.log" | tail -n 1)" || [[ ! -x "$collector" ]]; then
@@ -132,6 +151,7 @@ collector_pid=${pids[-1]}
 wait_for "the Collector" 60 "$collector_pid" "$work/collector.log" listening "$otlp_port"
 wait_for "the Collector's Prometheus exporter" 30 "$collector_pid" "$work/collector.log" listening "$prom_port"
 echo "    OTLP/gRPC $otlp, Prometheus http://127.0.0.1:$prom_port/metrics, own metrics http://127.0.0.1:$tel_port/metrics"
+run_hook collector-ready || die "IDEMKIT_DEMO_HOOK failed (collector-ready)"
 
 step "Starting the refund servers (fresh databases)"
 mkdir -p "$work/protected" "$work/unprotected"
@@ -167,4 +187,9 @@ report_rc=0
   -harness-threshold 2s 2>&1 | tee "$work/report.txt" || report_rc=$?
 
 printf '\nDemo took %ds (%ds after the builds).\n' $((SECONDS - started)) $((SECONDS - built))
-exit "$report_rc"
+hook_rc=0
+run_hook after-report || hook_rc=$?
+((hook_rc == 0)) || printf '\ndemo.sh: IDEMKIT_DEMO_HOOK failed (after-report, exit %d)\n' "$hook_rc" >&2
+((report_rc != 0)) && exit "$report_rc"
+((hook_rc == 0)) || exit 2
+exit 0

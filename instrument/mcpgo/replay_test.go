@@ -492,6 +492,15 @@ func TestProtection_NilGuardObservesOnly(t *testing.T) {
 	if look[spancontract.KeyHash] != nil || look[spancontract.BypassReason] != nil {
 		t.Errorf("a read-only tool without a Guard: %v", sortedDump(look))
 	}
+	// The call counter tells observed write calls from read-only ones.
+	calls := sumByAttrs(t, h.collect()[instrument.MetricToolCalls])
+	want := map[string]int64{
+		key(spancontract.GenAIToolName, "send", spancontract.BypassReason, spancontract.BypassNoGuard, spancontract.Outcome, "bypassed"): 2,
+		key(spancontract.GenAIToolName, "look", spancontract.Outcome, "bypassed"):                                                        1,
+	}
+	if !reflect.DeepEqual(calls, want) {
+		t.Errorf("tool calls %v, want %v", calls, want)
+	}
 }
 
 // TestUnscoped covers stateless HTTP without a subject: no session in the

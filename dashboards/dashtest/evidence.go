@@ -1,0 +1,277 @@
+package dashtest
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+
+	_ "modernc.org/sqlite" // the demo servers' refund databases
+)
+
+// Evidence is what the demo run did, from sources other than Prometheus:
+// the duplicate generator's manifest (what each scenario was meant to
+// produce), the servers' refund databases (the side effects that really
+// happened) and the spans the Collector wrote out (what the dup processor
+// decided). The headline panels must agree with it.
+type Evidence struct {
+	// Services are the demo's servers by service name.
+	Services map[string]*ServiceEvidence
+	// ToolSpans are the execute_tool spans of spans.jsonl.
+	ToolSpans []ToolSpan
+}
+
+// ServiceEvidence is one demo server's share of the evidence.
+type ServiceEvidence struct {
+	Name      string
+	Protected bool
+	// Requests are the issue_refund calls the scenarios made reach it.
+	Requests int
+	// Duplicates are the duplicates the scenarios expect, cause/effect.
+	Duplicates []CauseEffect
+	// Intended are the refunds the agent meant to make, per order.
+	Intended map[string]int
+	// Rows are the refund rows in its database, per order.
+	Rows map[string]int
+}
+
+// CauseEffect is a duplicate's attribution.
+type CauseEffect struct {
+	Cause, Effect string
+}
+
+// ToolSpan is what the checks read of an execute_tool span.
+type ToolSpan struct {
+	Service, Tool, Outcome string
+	Cause, Effect          string // empty unless annotated as a duplicate
+	GapMs                  float64
+	HasGap                 bool
+}
+
+// DoubleRefunds are the refund rows beyond the intended ones, per order,
+// summed: the real double side effects.
+func (s *ServiceEvidence) DoubleRefunds() int {
+	n := 0
+	for order, rows := range s.Rows {
+		if extra := rows - s.Intended[order]; extra > 0 {
+			n += extra
+		}
+	}
+	return n
+}
+
+// manifest is the part of examples/internal/agent.Manifest read here.
+type manifest struct {
+	Runs []struct {
+		Scenario string `json:"scenario"`
+		Target   struct {
+			Name      string `json:"name"`
+			Service   string `json:"service"`
+			Protected bool   `json:"protected"`
+		} `json:"target"`
+		OrderID string `json:"order_id"`
+		Expect  struct {
+			Requests   int `json:"requests"`
+			Intended   int `json:"intended"`
+			Duplicates []struct {
+				Cause  string `json:"cause"`
+				Effect string `json:"effect"`
+			} `json:"duplicates"`
+		} `json:"expect"`
+	} `json:"runs"`
+}
+
+// LoadEvidence reads a demo work directory (scripts/demo.sh): the
+// manifest (manifest.json), each target's refund database
+// (<target name>/refunds.db) and the spans the Collector wrote
+// (spans.jsonl).
+func LoadEvidence(ctx context.Context, dir string) (*Evidence, error) {
+	manifestPath := filepath.Join(dir, "manifest.json")
+	spansPath := filepath.Join(dir, "spans.jsonl")
+	dbs := map[string]string{}
+	b, err := os.ReadFile(manifestPath)
+	if err != nil {
+		return nil, err
+	}
+	var m manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%s: %w", manifestPath, err)
+	}
+	ev := &Evidence{Services: map[string]*ServiceEvidence{}}
+	for _, r := range m.Runs {
+		s := ev.Services[r.Target.Service]
+		if s == nil {
+			s = &ServiceEvidence{Name: r.Target.Service, Protected: r.Target.Protected, Intended: map[string]int{}, Rows: map[string]int{}}
+			ev.Services[r.Target.Service] = s
+		}
+		dbs[r.Target.Service] = filepath.Join(dir, r.Target.Name, "refunds.db")
+		s.Requests += r.Expect.Requests
+		s.Intended[r.OrderID] += r.Expect.Intended
+		for _, d := range r.Expect.Duplicates {
+			s.Duplicates = append(s.Duplicates, CauseEffect{d.Cause, d.Effect})
+		}
+	}
+	if len(ev.Services) == 0 {
+		return nil, fmt.Errorf("%s: no scenario runs", manifestPath)
+	}
+	for svc, path := range dbs {
+		s := ev.Services[svc]
+		if s == nil {
+			return nil, fmt.Errorf("database %s: service %q is not in the manifest", path, svc)
+		}
+		if s.Rows, err = refundRows(ctx, path); err != nil {
+			return nil, err
+		}
+	}
+	if ev.ToolSpans, err = readToolSpans(spansPath); err != nil {
+		return nil, err
+	}
+	if len(ev.ToolSpans) == 0 {
+		return nil, fmt.Errorf("%s: no execute_tool span", spansPath)
+	}
+	return ev, nil
+}
+
+func refundRows(ctx context.Context, path string) (map[string]int, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(ctx, `SELECT order_id, COUNT(*) FROM refunds GROUP BY order_id`)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var order string
+		var n int
+		if err := rows.Scan(&order, &n); err != nil {
+			return nil, err
+		}
+		out[order] = n
+	}
+	return out, rows.Err()
+}
+
+// otlpValue is an OTLP/JSON AnyValue (the kinds used here).
+type otlpValue struct {
+	StringValue *string         `json:"stringValue"`
+	IntValue    json.RawMessage `json:"intValue"`
+	BoolValue   *bool           `json:"boolValue"`
+	DoubleValue *float64        `json:"doubleValue"`
+}
+
+type otlpAttr struct {
+	Key   string    `json:"key"`
+	Value otlpValue `json:"value"`
+}
+
+func attrMap(as []otlpAttr) map[string]otlpValue {
+	m := make(map[string]otlpValue, len(as))
+	for _, a := range as {
+		m[a.Key] = a.Value
+	}
+	return m
+}
+
+func (v otlpValue) str() string {
+	if v.StringValue != nil {
+		return *v.StringValue
+	}
+	return ""
+}
+
+// num reads an int (a JSON string or number in OTLP/JSON) or a double.
+func (v otlpValue) num() (float64, bool) {
+	if v.DoubleValue != nil {
+		return *v.DoubleValue, true
+	}
+	if len(v.IntValue) == 0 {
+		return 0, false
+	}
+	var s string
+	if json.Unmarshal(v.IntValue, &s) != nil {
+		s = string(v.IntValue)
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	return f, err == nil
+}
+
+// readToolSpans reads the execute_tool spans of a file exporter's
+// OTLP/JSON lines.
+func readToolSpans(path string) ([]ToolSpan, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []ToolSpan
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 256<<20)
+	for line := 1; sc.Scan(); line++ {
+		var req struct {
+			ResourceSpans []struct {
+				Resource struct {
+					Attributes []otlpAttr `json:"attributes"`
+				} `json:"resource"`
+				ScopeSpans []struct {
+					Spans []struct {
+						Attributes []otlpAttr `json:"attributes"`
+					} `json:"spans"`
+				} `json:"scopeSpans"`
+			} `json:"resourceSpans"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+		for _, rs := range req.ResourceSpans {
+			svc := attrMap(rs.Resource.Attributes)["service.name"].str()
+			for _, ss := range rs.ScopeSpans {
+				for _, s := range ss.Spans {
+					a := attrMap(s.Attributes)
+					if a["gen_ai.operation.name"].str() != "execute_tool" {
+						continue
+					}
+					ts := ToolSpan{
+						Service: svc, Tool: a["gen_ai.tool.name"].str(), Outcome: a["idemkit.outcome"].str(),
+						Cause: a["idemkit.duplicate.cause"].str(), Effect: a["idemkit.duplicate.effect"].str(),
+					}
+					ts.GapMs, ts.HasGap = a["idemkit.duplicate.gap_ms"].num()
+					out = append(out, ts)
+				}
+			}
+		}
+	}
+	return out, sc.Err()
+}
+
+// Count counts the values of key over items, for expectations.
+func Count[T any](items []T, key func(T) (string, bool)) map[string]float64 {
+	out := map[string]float64{}
+	for _, it := range items {
+		if k, ok := key(it); ok {
+			out[k]++
+		}
+	}
+	return out
+}
+
+// sortedKeys returns a map's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

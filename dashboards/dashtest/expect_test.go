@@ -1,0 +1,69 @@
+package dashtest
+
+import (
+	"math"
+	"strings"
+	"testing"
+)
+
+func samples(kv ...any) []Sample {
+	var out []Sample
+	for i := 0; i+1 < len(kv); i += 2 {
+		out = append(out, Sample{Labels: map[string]string{"cause": kv[i].(string)}, Value: kv[i+1].(float64)})
+	}
+	return out
+}
+
+func TestBy(t *testing.T) {
+	want := map[string]float64{"a": 2, "b": 1, "z": 0}
+	for _, tc := range []struct {
+		got []Sample
+		err string
+	}{
+		{samples("a", 2.0, "b", 1.0), ""},
+		{samples("a", 2.0, "b", 1.0, "c", 0.0, "z", 0.0), ""}, // counters exported at 0
+		{samples("a", 2.0), "b: missing"},
+		{samples("a", 2.0, "b", 2.0), "b: 2, want 1"},
+		{samples("a", 2.0, "b", 1.0, "c", 1.0), "c: 1, not expected"},
+		{samples("a", 2.0, "b", 1.0, "a", 0.0), "two series"},
+	} {
+		err := By(want, "cause")(tc.got)
+		switch {
+		case tc.err == "" && err != nil:
+			t.Errorf("%s: %v", describe(tc.got), err)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%s: got %v, want an error about %q", describe(tc.got), err, tc.err)
+		}
+	}
+}
+
+func TestWithinAndScalar(t *testing.T) {
+	b := map[string][2]float64{"a": {10, 50}}
+	if err := Within("cause", b)(samples("a", 30.0, "idle", math.NaN())); err != nil {
+		t.Error(err)
+	}
+	for _, bad := range [][]Sample{samples("a", 51.0), samples("a", math.NaN()), samples("b", 30.0), samples("a", 30.0, "b", 1.0)} {
+		if Within("cause", b)(bad) == nil {
+			t.Errorf("Within accepted %s", describe(bad))
+		}
+	}
+	if Scalar(4)(samples("x", 4.0)) != nil || Scalar(4)(samples("x", 3.0)) == nil || Scalar(4)(nil) == nil ||
+		Scalar(4)(samples("x", 4.0, "y", 4.0)) == nil {
+		t.Error("Scalar")
+	}
+}
+
+func TestQuantileBounds(t *testing.T) {
+	les := []float64{10, 50, 100, 500, 2000, 5000, math.Inf(1)}
+	got := QuantileBounds(map[string][]float64{
+		"transport": {23, 29}, "harness": {321, 322}, "model": {2225, 2226}, "spread": {5, 480}, "late": {9000},
+	}, les)
+	want := map[string][2]float64{
+		"transport": {10, 50}, "harness": {100, 500}, "model": {2000, 5000}, "spread": {0, 500}, "late": {5000, 5000},
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s: %v, want %v", k, got[k], w)
+		}
+	}
+}
