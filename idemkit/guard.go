@@ -332,7 +332,7 @@ func (g *Guard) Do(ctx context.Context, key Key, work Work) (Result, error) {
 	req := ClaimRequest{
 		Key:         key.id,
 		Tool:        key.tool,
-		Fingerprint: key.args,
+		Fingerprint: key.Fingerprint(),
 		Token:       newToken(),
 		Lease:       p.lease,
 		Window:      p.window,

@@ -181,6 +181,17 @@ func (k Key) Hash() string { return short(k.id) }
 // explicit key it is the fingerprint checked on reuse.
 func (k Key) ArgsHash() string { return k.args }
 
+// Fingerprint returns what the Guard asks a Store to compare to detect a
+// reused explicit key (ClaimRequest.Fingerprint): the argument hash for an
+// explicit key, "" for a derived one, whose ID already commits to the
+// arguments (storing the hash again would only cost space).
+func (k Key) Fingerprint() string {
+	if k.explicit == "" {
+		return ""
+	}
+	return k.args
+}
+
 // Subject returns the subject the key was derived for.
 func (k Key) Subject() string { return k.subject }
 

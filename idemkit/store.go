@@ -55,8 +55,10 @@ type ClaimRequest struct {
 	Key string
 	// Tool is the tool name, kept for operators.
 	Tool string
-	// Fingerprint is Key.ArgsHash(). A live record whose fingerprint differs
-	// answers ClaimMismatch.
+	// Fingerprint is Key.Fingerprint(): the argument hash for an explicit
+	// key, "" for a derived one (whose ID already commits to the
+	// arguments). A live record whose fingerprint differs answers
+	// ClaimMismatch.
 	Fingerprint string
 	// Token identifies this attempt; Finish and Extend must present it.
 	Token int64

@@ -102,7 +102,7 @@ func newStatements(schema string) *statements {
 
 // The claim: one atomic statement. It inserts a fresh claim, or, on
 // conflict, takes the row over in place when the caller may: "now" is
-// excluded.updated_at (the caller's clock or the database's); lease and
+// excluded.started_at (the caller's clock or the database's); lease and
 // window ride in excluded.lease_until and excluded.expires_at.
 //
 //	expired:  the window is over and no live lease holds the row
@@ -115,25 +115,23 @@ func newStatements(schema string) *statements {
 // or mismatch. The SET list is kept small on purpose: PostgreSQL prepares
 // the conflict projection on every execution, even on the insert path.
 const (
-	expiredCond  = `(c.expires_at <= excluded.updated_at AND (c.state <> 'in_progress' OR c.lease_until <= excluded.updated_at))`
-	takeoverCond = `(c.fingerprint = excluded.fingerprint AND (c.state = 'failed' OR (c.state = 'in_progress' AND c.lease_until <= excluded.updated_at)))`
+	expiredCond  = `(c.expires_at <= excluded.started_at AND (c.state <> 'in_progress' OR c.lease_until <= excluded.started_at))`
+	takeoverCond = `(c.fingerprint = excluded.fingerprint AND (c.state = 'failed' OR (c.state = 'in_progress' AND c.lease_until <= excluded.started_at)))`
 
 	claimSQL = `
 INSERT INTO {schema}idemkit_claims AS c
-    (key, tool, fingerprint, state, token, attempt, started_at, lease_until, expires_at, updated_at)
+    (key, tool, fingerprint, state, token, attempt, started_at, lease_until, expires_at)
 VALUES ($1, $2, $3, 'in_progress', $4, 1,
     coalesce($7::timestamptz, statement_timestamp()),
     coalesce($7::timestamptz, statement_timestamp()) + $5::bigint * interval '1 microsecond',
-    coalesce($7::timestamptz, statement_timestamp()) + $6::bigint * interval '1 microsecond',
-    coalesce($7::timestamptz, statement_timestamp()))
+    coalesce($7::timestamptz, statement_timestamp()) + $6::bigint * interval '1 microsecond')
 ON CONFLICT (key) DO UPDATE SET
     tool = excluded.tool, fingerprint = excluded.fingerprint, state = 'in_progress', token = excluded.token,
-    attempt     = CASE WHEN c.expires_at <= excluded.updated_at THEN 1 ELSE c.attempt + 1 END,
+    attempt     = CASE WHEN c.expires_at <= excluded.started_at THEN 1 ELSE c.attempt + 1 END,
     started_at  = excluded.started_at,
     lease_until = excluded.lease_until,
-    expires_at  = greatest(CASE WHEN c.expires_at <= excluded.updated_at THEN NULL ELSE c.expires_at END, excluded.expires_at),
-    response = NULL, storage = 0, size = 0, write_id = NULL, is_error = false,
-    updated_at  = excluded.updated_at
+    expires_at  = greatest(CASE WHEN c.expires_at <= excluded.started_at THEN NULL ELSE c.expires_at END, excluded.expires_at),
+    response = NULL, storage = 0, size = 0, write_id = NULL, is_error = false
 WHERE ` + expiredCond + ` OR ` + takeoverCond + `
 RETURNING c.attempt, (xmax = 0)`
 
@@ -148,21 +146,19 @@ FROM {schema}idemkit_claims WHERE key = $1`
 
 	finishSucceededSQL = `
 UPDATE {schema}idemkit_claims
-SET state = 'succeeded', response = $3, storage = $4, size = $5, write_id = $6, is_error = $7,
-    updated_at = coalesce($8::timestamptz, statement_timestamp())
+SET state = 'succeeded', response = $3, storage = $4, size = $5, write_id = $6, is_error = $7
 WHERE key = $1 AND token = $2 AND state = 'in_progress'`
 
 	finishFailedSQL = `
 UPDATE {schema}idemkit_claims
-SET state = 'failed', last_error = $3, updated_at = coalesce($4::timestamptz, statement_timestamp())
+SET state = 'failed', last_error = $3
 WHERE key = $1 AND token = $2 AND state = 'in_progress'`
 
 	// The body goes to idemkit_responses only if the fenced update matched.
 	finishExternalSQL = `
 WITH done AS (
     UPDATE {schema}idemkit_claims
-    SET state = 'succeeded', response = NULL, storage = 1, size = $4, write_id = $5, is_error = $6,
-        updated_at = coalesce($7::timestamptz, statement_timestamp())
+    SET state = 'succeeded', response = NULL, storage = 1, size = $4, write_id = $5, is_error = $6
     WHERE key = $1 AND token = $2 AND state = 'in_progress'
     RETURNING key
 )
@@ -173,8 +169,7 @@ ON CONFLICT (key) DO UPDATE SET body = excluded.body`
 	extendSQL = `
 UPDATE {schema}idemkit_claims
 SET lease_until = coalesce($4::timestamptz, statement_timestamp()) + $3::bigint * interval '1 microsecond',
-    expires_at  = greatest(expires_at, coalesce($4::timestamptz, statement_timestamp()) + $3::bigint * interval '1 microsecond'),
-    updated_at  = coalesce($4::timestamptz, statement_timestamp())
+    expires_at  = greatest(expires_at, coalesce($4::timestamptz, statement_timestamp()) + $3::bigint * interval '1 microsecond')
 WHERE key = $1 AND token = $2 AND state = 'in_progress'`
 
 	responseSQL = `
@@ -282,20 +277,19 @@ func (s *Store) Finish(ctx context.Context, req idemkit.FinishRequest) error {
 		tag pgconn.CommandTag
 		err error
 	)
-	now := nowArg(req.Now)
 	body := req.Response.Body
 	if body == nil {
 		body = []byte{}
 	}
 	switch {
 	case !req.Succeeded:
-		tag, err = s.db.Exec(ctx, s.sql.finishFailed, req.Key, req.Token, nullString(req.Error), now)
+		tag, err = s.db.Exec(ctx, s.sql.finishFailed, req.Key, req.Token, nullString(req.Error))
 	case req.Storage == idemkit.StorageExternal:
-		tag, err = s.db.Exec(ctx, s.sql.finishExternal, req.Key, req.Token, body, req.Size, nullString(req.Response.WriteID), req.Response.IsError, now)
+		tag, err = s.db.Exec(ctx, s.sql.finishExternal, req.Key, req.Token, body, req.Size, nullString(req.Response.WriteID), req.Response.IsError)
 	case req.Storage == idemkit.StorageDropped:
-		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, nil, int16(idemkit.StorageDropped), req.Size, nullString(req.Response.WriteID), req.Response.IsError, now)
+		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, nil, int16(idemkit.StorageDropped), req.Size, nullString(req.Response.WriteID), req.Response.IsError)
 	default:
-		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, body, int16(idemkit.StorageInline), req.Size, nullString(req.Response.WriteID), req.Response.IsError, now)
+		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, body, int16(idemkit.StorageInline), req.Size, nullString(req.Response.WriteID), req.Response.IsError)
 	}
 	if err != nil {
 		return s.translate("finish", err)

@@ -611,7 +611,7 @@ func (s *suite) largeResponse(t *testing.T) {
 		return idemkit.Response{Body: bytes.Clone(body), WriteID: "rep-1"}, nil
 	})
 	// The claim path does not carry the body.
-	cr, err := store.Claim(ctx(t), idemkit.ClaimRequest{Key: k.ID(), Tool: "report", Fingerprint: k.ArgsHash(), Token: 77, Lease: time.Minute, Window: time.Hour, Now: clock.Now()})
+	cr, err := store.Claim(ctx(t), idemkit.ClaimRequest{Key: k.ID(), Tool: "report", Fingerprint: k.Fingerprint(), Token: 77, Lease: time.Minute, Window: time.Hour, Now: clock.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -627,7 +627,7 @@ func (s *suite) largeResponse(t *testing.T) {
 	k2 := key(t, "s", "report", `{"month":"2030-02"}`)
 	inline := bytes.Repeat([]byte("a"), idemkit.DefaultMaxInlineResponse)
 	mustDo(t, g, k2, func(context.Context) (idemkit.Response, error) { return idemkit.Response{Body: inline}, nil })
-	cr, err = store.Claim(ctx(t), idemkit.ClaimRequest{Key: k2.ID(), Tool: "report", Fingerprint: k2.ArgsHash(), Token: 78, Lease: time.Minute, Window: time.Hour, Now: clock.Now()})
+	cr, err = store.Claim(ctx(t), idemkit.ClaimRequest{Key: k2.ID(), Tool: "report", Fingerprint: k2.Fingerprint(), Token: 78, Lease: time.Minute, Window: time.Hour, Now: clock.Now()})
 	if err != nil || cr.Storage != idemkit.StorageInline || !bytes.Equal(cr.Response.Body, inline) {
 		t.Fatalf("claim of a body at the inline limit: err %v storage %d len %d", err, cr.Storage, len(cr.Response.Body))
 	}
