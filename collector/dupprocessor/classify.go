@@ -42,23 +42,29 @@ func reasonIndex(r ignoreReason) int {
 	return 0
 }
 
-// Attribute sets of the processor's own telemetry, built once.
+// Attribute options of the processor's own telemetry, built once (as
+// slices, passed on with ...): building them per Add would allocate on every
+// call.
 var (
-	causeAttrs = func() (a [len(causes)]attribute.Set) {
+	causeOpts = func() (o [len(causes)][]metric.AddOption) {
 		for i, c := range causes {
-			a[i] = attribute.NewSet(attribute.String("cause", c))
+			o[i] = attrOpt("cause", c)
 		}
-		return a
+		return o
 	}()
-	reasonAttrs = func() (a [len(reasons)]attribute.Set) {
+	reasonOpts = func() (o [len(reasons)][]metric.AddOption) {
 		for i, r := range reasons {
-			a[i] = attribute.NewSet(attribute.String("reason", string(r)))
+			o[i] = attrOpt("reason", string(r))
 		}
-		return a
+		return o
 	}()
-	lateToolAttrs = attribute.NewSet(attribute.String("span", "tool"))
-	lateChatAttrs = attribute.NewSet(attribute.String("span", "chat"))
+	lateToolOpts = attrOpt("span", "tool")
+	lateChatOpts = attrOpt("span", "chat")
 )
+
+func attrOpt(k, v string) []metric.AddOption {
+	return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String(k, v)))}
+}
 
 // counts accumulates the processor's telemetry under its mutex; record
 // hands it to the meter outside the mutex, once per call or tick rather
@@ -74,22 +80,38 @@ type counts struct {
 func (c *counts) record(ctx context.Context, p *dupProcessor) {
 	for i, n := range c.classified {
 		if n > 0 {
-			p.tel.ProcessorDupSpansClassified.Add(ctx, n, metric.WithAttributeSet(causeAttrs[i]))
+			p.tel.ProcessorDupSpansClassified.Add(ctx, n, causeOpts[i]...)
 		}
 	}
 	for i, n := range c.ignored {
 		if n > 0 {
-			p.tel.ProcessorDupSpansIgnored.Add(ctx, n, metric.WithAttributeSet(reasonAttrs[i]))
+			p.tel.ProcessorDupSpansIgnored.Add(ctx, n, reasonOpts[i]...)
 		}
 	}
 	if c.lateTool > 0 {
-		p.tel.ProcessorDupLateSpans.Add(ctx, c.lateTool, metric.WithAttributeSet(lateToolAttrs))
+		p.tel.ProcessorDupLateSpans.Add(ctx, c.lateTool, lateToolOpts...)
 	}
 	if c.lateChat > 0 {
-		p.tel.ProcessorDupLateSpans.Add(ctx, c.lateChat, metric.WithAttributeSet(lateChatAttrs))
+		p.tel.ProcessorDupLateSpans.Add(ctx, c.lateChat, lateChatOpts...)
 	}
 	if c.evictions > 0 {
 		p.tel.ProcessorDupEvictions.Add(ctx, c.evictions)
+	}
+}
+
+// recordZero exports every event counter at 0 when the processor starts,
+// so that each series exists before its first event: rate() and increase()
+// need a sample before an increment to see it, and a healthy Collector's
+// dashboard then shows 0 evictions and 0 late spans instead of "No data".
+func recordZero(ctx context.Context, p *dupProcessor) {
+	p.tel.ProcessorDupEvictions.Add(ctx, 0)
+	p.tel.ProcessorDupLateSpans.Add(ctx, 0, lateToolOpts...)
+	p.tel.ProcessorDupLateSpans.Add(ctx, 0, lateChatOpts...)
+	for i := range causeOpts {
+		p.tel.ProcessorDupSpansClassified.Add(ctx, 0, causeOpts[i]...)
+	}
+	for i := range reasonOpts {
+		p.tel.ProcessorDupSpansIgnored.Add(ctx, 0, reasonOpts[i]...)
 	}
 }
 
@@ -109,27 +131,31 @@ type verdict struct {
 	prevConv    uint64 // its conversation context
 }
 
-// decide classifies hs and annotates its span. It returns false, leaving hs
-// undecided, when the span's own outcome proves an earlier call that has not
-// arrived, final is false and original_wait has not run out since its arrival.
-func (p *dupProcessor) decide(hs *heldSpan, now int64, final bool) bool {
+// decide classifies hs and annotates its span, found at its position in
+// td: only a duplicate, or a span that arrived with idemkit.duplicate*
+// attributes, is read or written. It returns false, leaving hs undecided,
+// when the span's own outcome proves an earlier call that has not arrived,
+// final is false and original_wait has not run out since its arrival.
+func (p *dupProcessor) decide(hs *heldSpan, td ptrace.Traces, now int64, final bool) bool {
+	if p.decideFirst(hs) {
+		return true
+	}
 	v := p.classify(hs.gi, &hs.m)
 	if v.orphan && !final && now < hs.arrival+p.origWait {
 		return false
 	}
-	g := &p.arena[hs.gi]
-	annotate(hs.span, g.key, &v, hs.m.flags&flagAnnotated != 0)
-	hs.decided = true
-	if g.held--; g.held == 0 && g.removed {
-		p.freeGroup(hs.gi)
+	if stale := hs.m.flags&flagAnnotated != 0; v.dup || stale {
+		annotate(spanAt(td, hs.pos), p.groups.get(hs.gi).key, &v, stale)
 	}
+	hs.decided = true
+	p.release(hs.gi)
 	if v.dup && !v.orphan && (v.cause == sc.CauseHarnessRetry || v.cause == sc.CauseUnknown) {
 		// A chat span arriving later inside this interval is late evidence.
 		gm := gapMark{from: v.prevStart, to: hs.m.start}
 		ctxs := [4]uint64{hs.m.traceCtx, hs.m.convCtx, v.prevTrace, v.prevConv}
 		for i, c := range ctxs {
 			if c != 0 && !slices.Contains(ctxs[:i], c) {
-				p.touchEvidence(c, now).addGap(gm)
+				p.evidence.addGap(p.touchEvidence(c, p.evidence.tag(c), now), gm)
 			}
 		}
 	}
@@ -141,15 +167,39 @@ func (p *dupProcessor) decide(hs *heldSpan, now int64, final bool) bool {
 	return true
 }
 
+// decideFirst decides hs when it is the common case: alone in its group
+// (the one member is this span), its outcome proves nothing and it carries
+// nothing to strip, so it is a first call (row 0) with nothing to read or
+// write in its span. It returns false, doing nothing, otherwise. It touches
+// no evidence, so deciding such spans before the others of their batch
+// changes no decision.
+func (p *dupProcessor) decideFirst(hs *heldSpan) bool {
+	if p.groups.metaOf(hs.gi).flags&metaMulti != 0 || hs.m.flags != 0 {
+		return false
+	}
+	hs.decided = true
+	p.release(hs.gi)
+	p.counts.classified[causeIndexNone]++
+	return true
+}
+
+// release notes that a held span of the group at gi was decided, freeing
+// the group's slot when it was removed and this was its last held span.
+func (p *dupProcessor) release(gi uint32) {
+	mt := p.groups.metaOf(gi)
+	if mt.held--; mt.held == 0 && mt.flags&metaRemoved != 0 {
+		p.groups.free(gi)
+	}
+}
+
 // classify applies the decision procedure of README.md to m, a member of
-// the group at arena index gi,
-// on the evidence held now.
+// the group at arena index gi, on the evidence held now.
 func (p *dupProcessor) classify(gi uint32, m *member) verdict {
-	key := p.arena[gi].key
+	ms := p.groups.members(gi)
 	earlier := p.scratch[:0]
-	for _, e := range p.members(gi) {
-		if !e.same(m) && e.before(m) {
-			earlier = append(earlier, e)
+	for i := range ms {
+		if e := &ms[i]; !e.same(m) && e.before(m) {
+			earlier = append(earlier, *e)
 		}
 	}
 	p.scratch = earlier
@@ -165,7 +215,7 @@ func (p *dupProcessor) classify(gi uint32, m *member) verdict {
 		}
 		return 1
 	})
-	short := key.short()
+	short := p.groups.get(gi).key.short()
 	occ := 0
 	for i := 1; i < len(earlier); i++ {
 		if p.newOccurrence(short, &earlier[occ], &earlier[i-1], &earlier[i]) {
@@ -201,7 +251,7 @@ func (p *dupProcessor) newOccurrence(short uint64, first, prev, m *member) bool 
 		return false
 	}
 	if c := m.callCtx(); c != 0 {
-		if e := p.evidence.get(c); e != nil && e.otherToolBetween(short, prev.start, m.start) {
+		if e := p.evidence.find(c, p.evidence.tag(c)); e != nil && p.evidence.otherToolBetween(e, short, prev.start, m.start) {
 			return true
 		}
 	}
@@ -216,7 +266,7 @@ func (p *dupProcessor) chatBetween(prev, m *member) bool {
 		if c == 0 || slices.Contains(ctxs[:i], c) {
 			continue
 		}
-		if e := p.evidence.get(c); e != nil && e.chatBetween(prev.start, m.start) {
+		if e := p.evidence.find(c, p.evidence.tag(c)); e != nil && p.evidence.chatBetween(e, prev.start, m.start) {
 			return true
 		}
 	}
@@ -302,6 +352,7 @@ func annotate(s ptrace.Span, key gkey, v *verdict, stale bool) {
 	if !v.dup {
 		return
 	}
+	attrs.EnsureCapacity(attrs.Len() + 6) // one growth, not several
 	attrs.PutBool(sc.Duplicate, true)
 	attrs.PutStr(sc.DuplicateCause, v.cause)
 	attrs.PutStr(sc.DuplicateEffect, v.effect)

@@ -98,15 +98,11 @@ type toolAttrs struct {
 	annotated                            bool // carries idemkit.duplicate* attributes already
 }
 
-// readToolAttrs reads the attributes of a tool span. Values of an unexpected
-// type are converted when that is unambiguous (an int request ID) and
-// ignored otherwise; nothing here can panic.
-func readToolAttrs(attrs pcommon.Map) toolAttrs {
-	var a toolAttrs
+// readToolAttrs reads the attributes of a tool span into a, in one pass.
+// Values of an unexpected type are converted when that is unambiguous (an
+// int request ID) and ignored otherwise; nothing here can panic.
+func readToolAttrs(attrs pcommon.Map, a *toolAttrs) {
 	for k, v := range attrs.All() {
-		if !a.annotated && strings.HasPrefix(k, sc.Duplicate) {
-			a.annotated = true
-		}
 		switch k {
 		case sc.KeyHash:
 			a.keyHash = scalar(v)
@@ -141,12 +137,22 @@ func readToolAttrs(attrs pcommon.Map) toolAttrs {
 					a.attempt = int64(f)
 				}
 			}
+		default:
+			// None of the keys above starts with the prefix.
+			if !a.annotated && strings.HasPrefix(k, sc.Duplicate) {
+				a.annotated = true
+			}
 		}
 	}
-	return a
 }
 
-var scalar = spanview.Scalar
+// scalar is spanview.Scalar with the common case, a string, inline.
+func scalar(v pcommon.Value) string {
+	if v.Type() == pcommon.ValueTypeStr {
+		return v.Str()
+	}
+	return spanview.Scalar(v)
+}
 
 // keyer derives group keys and context hashes. It is not safe for
 // concurrent use: the processor calls it under its mutex.
@@ -159,7 +165,7 @@ type keyer struct {
 // groupKey derives the duplicate key of a tool span, in the order of the
 // issue: idemkit's key hash; else subject/tool/argument hash; else a hash of
 // the canonical gen_ai.tool.call.arguments. ok is false when none is there.
-func (k *keyer) groupKey(a *toolAttrs, res pcommon.Resource, s ptrace.Span) (gkey, bool) {
+func (k *keyer) groupKey(key *gkey, a *toolAttrs, res pcommon.Resource, s ptrace.Span) bool {
 	if a.keyHash == "" || a.argsHash == "" || a.subjectHash == "" {
 		// groupbyattrs (used in front of a load_balancing exporter) moves the
 		// routing attribute from the span to its resource.
@@ -180,17 +186,16 @@ func (k *keyer) groupKey(a *toolAttrs, res pcommon.Resource, s ptrace.Span) (gke
 			}
 		}
 	}
-	var key gkey
 	switch {
 	case a.keyHash != "":
-		if len(a.keyHash) == 2*len(key) {
-			if _, err := hex.Decode(key[:], []byte(a.keyHash)); err == nil {
-				return key, true
-			}
+		if decodeKeyHash(key, a.keyHash) {
+			return true
 		}
-		return k.sum(domainKeyHash, a.keyHash), true
+		*key = k.sum(domainKeyHash, a.keyHash)
+		return true
 	case a.argsHash != "":
-		return k.sum(domainSubject, a.subjectHash, a.tool, a.argsHash), true
+		*key = k.sum(domainSubject, a.subjectHash, a.tool, a.argsHash)
+		return true
 	case a.hasArgs:
 		side := "client"
 		if s.Kind() == ptrace.SpanKindServer {
@@ -200,9 +205,41 @@ func (k *keyer) groupKey(a *toolAttrs, res pcommon.Resource, s ptrace.Span) (gke
 		if v, ok := res.Attributes().Get(serviceNameKey); ok {
 			svc = scalar(v)
 		}
-		return k.sum(domainArguments, side, svc, a.tool, k.canonicalArgs(a.args)), true
+		*key = k.sum(domainArguments, side, svc, a.tool, k.canonicalArgs(a.args))
+		return true
 	}
-	return key, false
+	return false
+}
+
+// hexVal maps an ASCII hex digit (either case, as encoding/hex accepts) to
+// its value, and every other byte to 0xff.
+var hexVal = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
+	}
+	for c := byte('0'); c <= '9'; c++ {
+		t[c] = c - '0'
+	}
+	for c := byte('a'); c <= 'f'; c++ {
+		t[c] = c - 'a' + 10
+		t[c-'a'+'A'] = c - 'a' + 10
+	}
+	return t
+}()
+
+// decodeKeyHash decodes a key hash of exactly 32 hex digits into key, as
+// hex.Decode would, without allocating; false when s is anything else.
+func decodeKeyHash(key *gkey, s string) bool {
+	if len(s) != 2*len(key) {
+		return false
+	}
+	var bad byte
+	for i := range key {
+		hi, lo := hexVal[s[2*i]], hexVal[s[2*i+1]]
+		bad |= hi | lo
+		key[i] = hi<<4 | lo
+	}
+	return bad&0xf0 == 0
 }
 
 // sum returns the first 16 bytes of the SHA-256 of the domain tag and the

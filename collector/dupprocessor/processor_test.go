@@ -209,6 +209,35 @@ func TestProcessor_Telemetry(t *testing.T) {
 	require.Equal(t, 10, sink.SpanCount())
 }
 
+// A started processor exports every event counter at 0 before the first
+// event, so that rate() and increase() see the first increment and a healthy
+// Collector's dashboard shows 0 evictions rather than "No data".
+func TestProcessor_TelemetryStartsAtZero(t *testing.T) {
+	tt := componenttest.NewTelemetry()
+	t.Cleanup(func() { require.NoError(t, tt.Shutdown(context.Background())) })
+	p, err := newDupProcessor(metadatatest.NewSettings(tt), createDefaultConfig(), new(consumertest.TracesSink))
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, p.Start(ctx, componenttest.NewNopHost()))
+	t.Cleanup(func() { require.NoError(t, p.Shutdown(ctx)) })
+
+	metadatatest.AssertEqualProcessorDupEvictions(t, tt, []metricdata.DataPoint[int64]{{Value: 0}}, metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualProcessorDupLateSpans(t, tt, []metricdata.DataPoint[int64]{
+		{Value: 0, Attributes: attribute.NewSet(attribute.String("span", "tool"))},
+		{Value: 0, Attributes: attribute.NewSet(attribute.String("span", "chat"))},
+	}, metricdatatest.IgnoreTimestamp())
+	var classified []metricdata.DataPoint[int64]
+	for _, c := range []string{sc.CauseTransportRetry, sc.CauseHarnessRetry, sc.CauseModelReissue, sc.CauseReconnectReplay, sc.CauseUnknown, "none"} {
+		classified = append(classified, metricdata.DataPoint[int64]{Attributes: attribute.NewSet(attribute.String("cause", c))})
+	}
+	metadatatest.AssertEqualProcessorDupSpansClassified(t, tt, classified, metricdatatest.IgnoreTimestamp())
+	var ignored []metricdata.DataPoint[int64]
+	for _, r := range []string{"no_key", "bad_timestamp", "excluded_outcome", "resent"} {
+		ignored = append(ignored, metricdata.DataPoint[int64]{Attributes: attribute.NewSet(attribute.String("reason", r))})
+	}
+	metadatatest.AssertEqualProcessorDupSpansIgnored(t, tt, ignored, metricdatatest.IgnoreTimestamp())
+}
+
 func allSpans(td ptrace.Traces) []ptrace.Span {
 	var out []ptrace.Span
 	rss := td.ResourceSpans()

@@ -2,111 +2,113 @@ package dupprocessor // import "github.com/idemkit/idemkit/collector/dupprocesso
 
 import "math/bits"
 
-// table is an open-addressing hash table from non-zero uint64 keys to V,
-// with linear probing and backward-shift deletion. Unlike a Go map under
-// constant insert-and-evict churn it leaves no tombstones, so a lookup of a
-// new key stays one or two cache lines. Keys are mixed with a per-table
-// seed, so keys chosen by a sender cannot be made to collide. It is not safe
-// for concurrent use.
-type table[V any] struct {
-	slots []tableSlot[V]
+// index is an open-addressing hash table (linear probing, backward-shift
+// deletion) from a 32-bit tag to a 32-bit arena index. It does not store the
+// keys themselves: a tag match is only a candidate, which the caller
+// confirms against the full key kept in the arena slot (see
+// dupProcessor.findGroup and findEvidence), so two keys whose tags collide
+// are still told apart. A slot is 8 bytes and holds no pointer: 100,000
+// entries take 2 MiB that the garbage collector never scans, and a lookup
+// of an absent key (the common case: a new call) reads one cache line.
+//
+// Unlike a Go map under constant insert-and-evict churn it leaves no
+// tombstones. Tags come from a keyed hash (tagOf), so keys chosen by a
+// sender cannot be made to collide. It is not safe for concurrent use.
+type index struct {
+	slots []islot
 	n     int
+	mask  uint32
 	shift uint8
-	seed  uint64
 }
 
-type tableSlot[V any] struct {
-	key uint64 // 0: empty
-	val V
+// islot is one slot of an index; tag 0 marks it empty.
+type islot struct{ tag, idx uint32 }
+
+const indexMinBits = 10
+
+func newIndex() index {
+	return index{slots: make([]islot, 1<<indexMinBits), mask: 1<<indexMinBits - 1, shift: 64 - indexMinBits}
 }
 
-const tableMinBits = 10
-
-func newTable[V any](seed uint64) *table[V] {
-	return &table[V]{slots: make([]tableSlot[V], 1<<tableMinBits), shift: 64 - tableMinBits, seed: seed | 1}
+// tagOf folds a keyed 64-bit hash into a non-zero tag.
+func tagOf(h uint64) uint32 {
+	t := uint32(h>>32) ^ uint32(h)
+	if t == 0 {
+		return 1
+	}
+	return t
 }
 
-func (t *table[V]) home(key uint64) uint64 {
-	return ((key ^ t.seed) * 0x9e3779b97f4a7c15) >> t.shift
+// home is the first slot probed for tag. It depends on the tag alone, so
+// that deletion can find the home of every entry it shifts.
+func (t *index) home(tag uint32) uint32 {
+	return uint32((uint64(tag) * 0x9e3779b97f4a7c15) >> t.shift)
 }
 
 // len returns the number of entries.
-func (t *table[V]) len() int { return t.n }
+func (t *index) len() int { return t.n }
 
-// get returns the value of key, or the zero V.
-func (t *table[V]) get(key uint64) V {
-	mask := uint64(len(t.slots) - 1)
-	for i := t.home(key); ; i = (i + 1) & mask {
-		s := &t.slots[i]
-		if s.key == key || s.key == 0 {
-			return s.val
-		}
-	}
-}
+// touch loads the home slot of tag and returns its tag, to bring the cache
+// line in ahead of a lookup or insertion.
+func (t *index) touch(tag uint32) uint32 { return t.slots[t.home(tag)].tag }
 
-// touch loads the home slot of key and returns its key, to bring the cache
-// line in ahead of get or put.
-func (t *table[V]) touch(key uint64) uint64 {
-	return t.slots[t.home(key)].key
-}
-
-// put sets the value of key (non-zero), growing the table past half full.
-func (t *table[V]) put(key uint64, val V) {
+// insert adds (tag, idx); the caller has checked that its key is absent.
+// The table doubles past half full.
+func (t *index) insert(tag, idx uint32) {
 	if 2*(t.n+1) > len(t.slots) {
 		t.grow()
 	}
-	mask := uint64(len(t.slots) - 1)
-	for i := t.home(key); ; i = (i + 1) & mask {
-		s := &t.slots[i]
-		if s.key == key {
-			s.val = val
-			return
-		}
-		if s.key == 0 {
-			s.key, s.val = key, val
-			t.n++
+	t.place(tag, idx)
+	t.n++
+}
+
+func (t *index) place(tag, idx uint32) {
+	for i := t.home(tag); ; i = (i + 1) & t.mask {
+		if t.slots[i].tag == 0 {
+			t.slots[i] = islot{tag, idx}
 			return
 		}
 	}
 }
 
-// del removes key, shifting back the entries that probed past it.
-func (t *table[V]) del(key uint64) {
-	mask := uint64(len(t.slots) - 1)
-	i := t.home(key)
+// del removes the entry (tag, idx), shifting back the entries that probed
+// past it.
+func (t *index) del(tag, idx uint32) {
+	i := t.home(tag)
 	for {
-		if t.slots[i].key == key {
-			break
-		}
-		if t.slots[i].key == 0 {
+		s := t.slots[i]
+		if s.tag == 0 {
 			return
 		}
-		i = (i + 1) & mask
-	}
-	t.n--
-	for j := (i + 1) & mask; ; j = (j + 1) & mask {
-		k := t.slots[j].key
-		if k == 0 {
+		if s.tag == tag && s.idx == idx {
 			break
 		}
-		h := t.home(k)
+		i = (i + 1) & t.mask
+	}
+	t.n--
+	for j := (i + 1) & t.mask; ; j = (j + 1) & t.mask {
+		s := t.slots[j]
+		if s.tag == 0 {
+			break
+		}
+		h := t.home(s.tag)
 		// Move slot j back to i unless its home lies cyclically in (i, j].
 		if (j > i && (h <= i || h > j)) || (j < i && h <= i && h > j) {
-			t.slots[i] = t.slots[j]
+			t.slots[i] = s
 			i = j
 		}
 	}
-	t.slots[i] = tableSlot[V]{}
+	t.slots[i] = islot{}
 }
 
-func (t *table[V]) grow() {
+func (t *index) grow() {
 	old := t.slots
-	t.slots = make([]tableSlot[V], 2*len(old))
-	t.shift = uint8(64 - bits.Len(uint(len(t.slots)-1)))
-	t.n = 0
+	t.slots = make([]islot, 2*len(old))
+	t.mask = uint32(len(t.slots) - 1)
+	t.shift = uint8(64 - bits.Len(uint(t.mask)))
 	for _, s := range old {
-		if s.key != 0 {
-			t.put(s.key, s.val)
+		if s.tag != 0 {
+			t.place(s.tag, s.idx)
 		}
 	}
 }

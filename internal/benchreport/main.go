@@ -72,7 +72,11 @@ func main() {
 			p[i] = strings.TrimSpace(p[i])
 		}
 		label, cand, base, metric, better := p[0], p[1], p[2], p[3], p[4]
-		target, _ := strconv.ParseFloat(p[5], 64)
+		target, err := strconv.ParseFloat(p[5], 64)
+		if err != nil && p[5] != "-" {
+			fmt.Fprintf(os.Stderr, "benchreport: bad target %q in %q\n", p[5], line)
+			os.Exit(2)
+		}
 		c, okc := median(samples[cand][metric])
 		if !okc {
 			fmt.Printf("| %s | (no %s in %s) | | | | | no |\n", label, metric, cand)
@@ -88,6 +92,10 @@ func main() {
 				continue
 			}
 			ratio, bstr = c/b, strconv.FormatFloat(b, 'g', 4, 64)
+		}
+		if p[5] == "-" { // informational: no bound
+			fmt.Printf("| %s | %.4g | %s | %s (median of %d) | %.3fx | - | - |\n", label, c, bstr, metric, len(samples[cand][metric]), ratio)
+			continue
 		}
 		met := (better == "higher" && ratio >= target) || (better == "lower" && ratio <= target)
 		cmp := ">="
