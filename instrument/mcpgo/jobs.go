@@ -2,9 +2,6 @@ package mcpgo
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -29,71 +26,23 @@ import (
 // cancelled by jobs.Close; instrument.Progress and instrument.RecordWrite
 // work in it. Its result is what the status tool returns.
 func AddJobTool(s *server.MCPServer, jobs *instrument.Jobs, tool mcp.Tool, work server.ToolHandlerFunc) {
-	status := instrument.StatusToolName(tool.Name)
-	jobs.Instrumenter().SetStatusTool(tool.Name, status)
-	sentence := "It starts the work in the background and returns a job_id at once; call " + status + " with that job_id to follow it and get the result."
-	tool.Description = strings.TrimSpace(tool.Description + "\n\n" + sentence)
 	name := tool.Name
-
+	status := instrument.StatusToolName(name)
+	jobs.Instrumenter().SetStatusTool(name, status)
+	tool.Description = instrument.JobToolDescription(tool.Description, name)
 	s.AddTool(tool, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		job, err := jobs.Start(ctx, name, func(ctx context.Context) ([]byte, bool, error) {
-			res, err := work(ctx, req)
-			if err != nil {
-				return nil, false, err
-			}
-			if res == nil {
-				return nil, false, errNoResult
-			}
-			b, err := json.Marshal(res)
-			return b, res.IsError, err
-		})
-		if err != nil {
-			return mcp.NewToolResultError("The " + name + " job could not be started (" + err.Error() + "). Nothing was done; retry the same call shortly."), nil
-		}
-		return &mcp.CallToolResult{
-			Content: []mcp.Content{mcp.NewTextContent(instrument.StartedText(name, status, job.ID))},
-			StructuredContent: map[string]any{
-				"job_id":      job.ID,
-				"state":       string(job.State),
-				"status_tool": status,
-			},
-		}, nil
+		return instrument.StartJob(ctx, jobs, codec{}, name, func(ctx context.Context) (*mcp.CallToolResult, error) {
+			return work(ctx, req)
+		}), nil
 	})
-
-	statusTool := mcp.NewTool(status,
-		mcp.WithDescription("Reports the state of a "+name+" job started earlier and, once it has finished, returns its result."),
-		mcp.WithString("job_id", mcp.Required(), mcp.Description("The job_id that "+name+" returned.")),
+	s.AddTool(mcp.NewTool(status,
+		mcp.WithDescription(instrument.StatusToolDescription(name)),
+		mcp.WithString("job_id", mcp.Required(), mcp.Description(instrument.JobIDDescription(name))),
 		mcp.WithReadOnlyHintAnnotation(true),
 		mcp.WithIdempotentHintAnnotation(true),
 		mcp.WithDestructiveHintAnnotation(false),
 		mcp.WithOpenWorldHintAnnotation(false),
-	)
-	s.AddTool(statusTool, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		id := req.GetString("job_id", "")
-		job, err := jobs.Get(ctx, id)
-		switch {
-		case errors.Is(err, instrument.ErrJobNotFound):
-			return mcp.NewToolResultError(instrument.NotFoundText(id)), nil
-		case err != nil:
-			return mcp.NewToolResultError("The state of job " + id + " could not be read (" + err.Error() + "). Call " + status + " again shortly."), nil
-		}
-		if job.Result != nil {
-			res, err := codec{}.Unmarshal(job.Result)
-			if err == nil {
-				return codec{}.WithMeta(res, instrument.JobMetaKey, instrument.JobMeta(job)), nil
-			}
-		}
-		res := &mcp.CallToolResult{
-			Content: []mcp.Content{mcp.NewTextContent(instrument.StatusText(job, status))},
-			StructuredContent: map[string]any{
-				"job_id":   job.ID,
-				"state":    string(job.State),
-				"progress": job.Progress,
-				"total":    job.Total,
-				"message":  job.Message,
-			},
-			IsError: job.State == instrument.JobFailed || job.State == instrument.JobAbandoned,
-		}
-		return codec{}.WithMeta(res, instrument.JobMetaKey, instrument.JobMeta(job)), nil
+	), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return instrument.JobStatus(ctx, jobs, codec{}, name, req.GetString("job_id", "")), nil
 	})
 }
