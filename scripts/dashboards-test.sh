@@ -74,66 +74,16 @@ mkdir -p "$work"
 rm -rf "$work/sd" "$work/prometheus-data" "$work/demo" "$work/start" "$work/end" "$work/exercise.json" "$work/demo-instance"
 mkdir -p "$work/sd" "$work/bin"
 
-pids=()
-names=()
-stop_process() {
-  local pid=$1 name=$2 i
-  kill -0 "$pid" 2>/dev/null || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  for ((i = 0; i < 100; i++)); do
-    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
-    sleep 0.1
-  done
-  echo "dashboards-test.sh: $name (pid $pid) did not stop in 10 s; killing it" >&2
-  kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-}
+. scripts/lib/procs.sh # start, stop_all, free_port, wait_for, listening
 cleanup() {
-  local rc=$? i
-  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
-    stop_process "${pids[$i]}" "${names[$i]}"
-  done
+  local rc=$?
+  stop_all 10
   printf '\nLogs: %s\n' "$work"
   printf '  check.txt (every check), demo.log (scripts/demo.sh), prometheus.log, prometheus.yml, exerciser-collector.log, exercise.json, demo/ (the demo'"'"'s own logs and data)\n'
   exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-start() {
-  local name=$1 log=$2
-  shift 2
-  "$@" >"$log" 2>&1 &
-  pids+=("$!")
-  names+=("$name")
-}
-free_port() {
-  local port i
-  for ((i = 0; i < 200; i++)); do
-    port=$((20000 + RANDOM % 40000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && [[ " ${used_ports[*]:-} " != *" $port "* ]]; then
-      used_ports+=("$port")
-      echo "$port"
-      return 0
-    fi
-  done
-  die "found no free TCP port"
-}
-used_ports=()
-listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-wait_for() {
-  local what=$1 timeout=$2 pid=$3 log=$4
-  shift 4
-  local deadline=$((SECONDS + timeout))
-  until "$@" 2>/dev/null; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      tail -n 30 "$log" >&2 || true
-      die "$what exited before it was ready (log: $log)"
-    fi
-    ((SECONDS <= deadline)) || { tail -n 30 "$log" >&2 || true; die "$what was not ready after ${timeout}s (log: $log)"; }
-    sleep 0.1
-  done
-}
 
 echo "==> Prometheus"
 if ! command -v prometheus >/dev/null; then
@@ -161,14 +111,14 @@ echo "==> Static checks of the dashboards module (go vet, go test: no Prometheus
 (cd dashboards && go vet ./... && go test -count=1 ./...)
 
 echo "==> Starting a second Collector for the processor-health counters, and Prometheus"
-ex_otlp="127.0.0.1:$(free_port)"
-ex_tel="127.0.0.1:$(free_port)"
+free_port port && ex_otlp="127.0.0.1:$port"
+free_port port && ex_tel="127.0.0.1:$port"
 start exerciser-collector "$work/exerciser-collector.log" env OTLP_HTTP_ENDPOINT="$ex_otlp" TELEMETRY_PORT="${ex_tel##*:}" \
   "$collector" --config dashboards/testdata/exerciser-collector.yaml
 wait_for "the exerciser Collector" 60 "${pids[-1]}" "$work/exerciser-collector.log" listening "${ex_otlp##*:}"
 wait_for "the exerciser Collector's telemetry" 30 "${pids[-1]}" "$work/exerciser-collector.log" listening "${ex_tel##*:}"
 
-prom_port=$(free_port)
+free_port prom_port
 prom="http://127.0.0.1:$prom_port"
 printf '[{"targets":["%s"]}]\n' "$ex_tel" >"$work/sd/exerciser-telemetry.json"
 echo '[]' >"$work/sd/exporter.json"

@@ -43,76 +43,16 @@ bold() { if [[ -t 1 ]]; then printf '\033[1m%s\033[0m\n' "$*"; else printf '%s\n
 step() { printf '\n'; bold "==> $*"; }
 die() { printf '\ndemo.sh: %s\n' "$*" >&2; exit 2; }
 
-# Processes this script started, stopped in reverse order on exit.
-pids=()
-names=()
+. scripts/lib/procs.sh # start, stop_all, free_port, wait_for, listening
 cleanup() {
   local rc=$?
-  local i
-  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
-    stop_process "${pids[$i]}" "${names[$i]}"
-  done
+  stop_all 15
   printf '\nLogs and data: %s\n' "$work"
   printf '  collector.log, protected.log, unprotected.log, dupgen.log, report.txt, manifest.json, spans.jsonl, */refunds.db\n'
   exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-# stop_process PID NAME: SIGTERM, then SIGKILL after 15 s.
-stop_process() {
-  local pid=$1 name=$2 i
-  kill -0 "$pid" 2>/dev/null || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  for ((i = 0; i < 150; i++)); do
-    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
-    sleep 0.1
-  done
-  echo "demo.sh: $name (pid $pid) did not stop in 15 s; killing it" >&2
-  kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-}
-
-# start NAME LOG CMD...: starts a background process and remembers it.
-start() {
-  local name=$1 log=$2
-  shift 2
-  "$@" >"$log" 2>&1 &
-  pids+=("$!")
-  names+=("$name")
-}
-
-# free_port: a TCP port on 127.0.0.1 that nothing listens on.
-free_port() {
-  local port i
-  for ((i = 0; i < 200; i++)); do
-    port=$((20000 + RANDOM % 40000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      echo "$port"
-      return 0
-    fi
-  done
-  die "found no free TCP port"
-}
-
-# wait_for WHAT TIMEOUT_S PID TEST...: waits until TEST succeeds.
-wait_for() {
-  local what=$1 timeout=$2 pid=$3 log=$4
-  shift 4
-  local deadline=$((SECONDS + timeout))
-  until "$@" 2>/dev/null; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      echo "--- last lines of $log" >&2; tail -n 30 "$log" >&2 || true
-      die "$what exited before it was ready"
-    fi
-    if ((SECONDS > deadline)); then
-      echo "--- last lines of $log" >&2; tail -n 30 "$log" >&2 || true
-      die "$what was not ready after ${timeout}s"
-    fi
-    sleep 0.1
-  done
-}
-listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # run_hook PHASE: runs IDEMKIT_DEMO_HOOK (see the top of this file), if set.
 run_hook() {
@@ -137,11 +77,9 @@ go build -o "$work/bin/" ./examples/refundserver ./examples/dupgen ./examples/de
 built=$SECONDS
 
 step "Starting the Collector (examples/demo/collector.yaml)"
-otlp_port=$(free_port)
-prom_port=$(free_port)
-while [[ $prom_port == "$otlp_port" ]]; do prom_port=$(free_port); done
-tel_port=$(free_port)
-while [[ $tel_port == "$otlp_port" || $tel_port == "$prom_port" ]]; do tel_port=$(free_port); done
+free_port otlp_port
+free_port prom_port
+free_port tel_port
 otlp="127.0.0.1:$otlp_port"
 start collector "$work/collector.log" env \
   OTLP_GRPC_ENDPOINT="$otlp" PROMETHEUS_ENDPOINT="127.0.0.1:$prom_port" TELEMETRY_PORT="$tel_port" \
