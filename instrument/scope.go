@@ -47,9 +47,7 @@ func (in *Instrumenter) hashSubject(scope string) string {
 	if in.cfg.subjectKey == nil {
 		h = idemkit.ShortHash(scope)
 	} else {
-		mac := hmac.New(sha256.New, in.cfg.subjectKey)
-		mac.Write([]byte(scope))
-		h = hex.EncodeToString(mac.Sum(nil)[:spancontract.HashLen/2])
+		h = in.shortMAC(scope)
 	}
 	if in.nsubjects.Load() < maxCachedSubjects {
 		if _, loaded := in.subjects.LoadOrStore(scope, h); !loaded {
@@ -67,8 +65,14 @@ func (in *Instrumenter) keyHash(key idemkit.Key) string {
 	if in.cfg.subjectKey == nil {
 		return key.Hash()
 	}
+	return in.shortMAC(key.ID())
+}
+
+// shortMAC returns the first spancontract.HashLen hex characters of the
+// HMAC-SHA-256 of s under the WithSubjectHashKey key.
+func (in *Instrumenter) shortMAC(s string) string {
 	mac := hmac.New(sha256.New, in.cfg.subjectKey)
-	mac.Write([]byte(key.ID()))
+	mac.Write([]byte(s))
 	return hex.EncodeToString(mac.Sum(nil)[:spancontract.HashLen/2])
 }
 
