@@ -2,6 +2,7 @@ package dupprocessor
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -100,6 +101,8 @@ func TestEvidence_Blocks(t *testing.T) {
 	got := es.chatsOf(e)
 	require.Len(t, got, maxEvidence)
 	require.IsNonDecreasing(t, got)
+	slices.Sort(chats) // the most recent: the latest start times, whatever their arrival order
+	require.Equal(t, chats[len(chats)-maxEvidence:], got)
 	require.Len(t, es.toolsOf(e), maxEvidence)
 	for i := 1; i < maxEvidence; i++ {
 		require.LessOrEqual(t, es.toolsOf(e)[i-1].start, es.toolsOf(e)[i].start)

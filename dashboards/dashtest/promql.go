@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 )
@@ -35,7 +36,7 @@ func MetricName(vs *parser.VectorSelector) string {
 		return vs.Name
 	}
 	for _, m := range vs.LabelMatchers {
-		if m.Name == labels.MetricName && m.Type == labels.MatchEqual {
+		if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
 			return m.Value
 		}
 	}
@@ -47,7 +48,7 @@ func MetricName(vs *parser.VectorSelector) string {
 func SelectorString(vs *parser.VectorSelector) string {
 	var ms []string
 	for _, m := range vs.LabelMatchers {
-		if m.Name == labels.MetricName {
+		if m.Name == model.MetricNameLabel {
 			continue
 		}
 		ms = append(ms, m.String())
@@ -139,7 +140,7 @@ func (a *analyzer) selector(vs *parser.VectorSelector) (labelSet, Series, bool) 
 		return labelSet{all: true}, Series{}, false
 	}
 	for _, m := range vs.LabelMatchers {
-		if m.Name == labels.MetricName {
+		if m.Name == model.MetricNameLabel {
 			continue
 		}
 		if !a.reg.HasLabel(s, m.Name) {

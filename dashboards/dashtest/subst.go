@@ -55,13 +55,6 @@ func StaticEnv() Env {
 	return Env{RateInterval: time.Minute, Interval: 15 * time.Second, Range: 6 * time.Hour}
 }
 
-// Builtin variables this package substitutes.
-var builtins = map[string]bool{
-	"__rate_interval": true, "__rate_interval_ms": true,
-	"__interval": true, "__interval_ms": true,
-	"__range": true, "__range_s": true, "__range_ms": true,
-}
-
 // References returns the names of the variables expr refers to, builtins
 // included, in order of appearance.
 func References(expr string) []string {

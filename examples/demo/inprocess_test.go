@@ -82,7 +82,7 @@ func toSpans(service string, recorded []sdktrace.ReadOnlySpan) []report.Span {
 			case attribute.BOOL:
 				attrs[string(kv.Key)] = kv.Value.AsBool()
 			default:
-				attrs[string(kv.Key)] = kv.Value.Emit()
+				attrs[string(kv.Key)] = kv.Value.String()
 			}
 		}
 		out = append(out, report.Span{

@@ -205,7 +205,7 @@ func histCounts(t *testing.T, m metricdata.Metrics) map[string]uint64 {
 func setKey(s attribute.Set) string {
 	var parts []string
 	for _, kv := range s.ToSlice() {
-		parts = append(parts, string(kv.Key)+"="+kv.Value.Emit())
+		parts = append(parts, string(kv.Key)+"="+kv.Value.String())
 	}
 	sort.Strings(parts)
 	b, _ := json.Marshal(parts)
