@@ -8,13 +8,11 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -26,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
@@ -180,84 +180,55 @@ type series struct {
 	value  float64
 }
 
+// scrape fetches a Prometheus text exposition and returns its samples, one
+// per line of the format (a histogram gives its _bucket, _sum and _count
+// series); a malformed exposition is an error.
 func scrape(url string) ([]series, error) {
 	resp, err := http.Get(url)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", url, err)
 	}
 	var out []series
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		s, ok := parseSample(line)
-		if ok {
-			out = append(out, s)
-		}
-	}
-	return out, sc.Err()
-}
-
-// parseSample parses `name{a="b",c="d"} 12` (label values without escaped quotes).
-func parseSample(line string) (series, bool) {
-	s := series{labels: map[string]string{}}
-	rest := line
-	if i := strings.IndexByte(line, '{'); i >= 0 {
-		s.name = line[:i]
-		j := strings.LastIndexByte(line, '}')
-		if j < i {
-			return s, false
-		}
-		for _, kv := range splitLabels(line[i+1 : j]) {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok {
-				continue
+	for name, mf := range families {
+		for _, m := range mf.GetMetric() {
+			add := func(name string, v float64, extra ...string) {
+				labels := make(map[string]string, len(m.GetLabel())+1)
+				for _, lp := range m.GetLabel() {
+					labels[lp.GetName()] = lp.GetValue()
+				}
+				for i := 0; i+1 < len(extra); i += 2 {
+					labels[extra[i]] = extra[i+1]
+				}
+				out = append(out, series{name: name, labels: labels, value: v})
 			}
-			s.labels[k] = strings.Trim(v, `"`)
-		}
-		rest = strings.TrimSpace(line[j+1:])
-	} else {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			return s, false
-		}
-		s.name, rest = f[0], f[1]
-	}
-	v, err := strconv.ParseFloat(strings.Fields(rest)[0], 64)
-	if err != nil {
-		return s, false
-	}
-	s.value = v
-	return s, true
-}
-
-func splitLabels(s string) []string {
-	var out []string
-	inQuote := false
-	start := 0
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '"':
-			inQuote = !inQuote
-		case ',':
-			if !inQuote {
-				out = append(out, s[start:i])
-				start = i + 1
+			switch {
+			case m.GetHistogram() != nil:
+				h := m.GetHistogram()
+				for _, b := range h.GetBucket() {
+					add(name+"_bucket", float64(b.GetCumulativeCount()), model.BucketLabel, strconv.FormatFloat(b.GetUpperBound(), 'g', -1, 64))
+				}
+				add(name+"_bucket", float64(h.GetSampleCount()), model.BucketLabel, "+Inf")
+				add(name+"_sum", h.GetSampleSum())
+				add(name+"_count", float64(h.GetSampleCount()))
+			case m.GetCounter() != nil:
+				add(name, m.GetCounter().GetValue())
+			case m.GetGauge() != nil:
+				add(name, m.GetGauge().GetValue())
+			default:
+				add(name, m.GetUntyped().GetValue())
 			}
 		}
 	}
-	if start < len(s) {
-		out = append(out, s[start:])
-	}
-	return out
+	return out, nil
 }
 
 // sum adds up the samples of name whose labels include want.

@@ -1,7 +1,6 @@
 package dashtest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -13,6 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // ExerciseResult is what Exercise made the processor count, read back from
@@ -230,8 +232,9 @@ func (ex *exerciser) waitFor(ctx context.Context, what, name string, match map[s
 	}
 }
 
-// scrapeText fetches a Prometheus text exposition and parses its samples
-// (the simple label values the Collector writes; no escapes but \" and \\).
+// scrapeText fetches a Prometheus text exposition and returns its samples,
+// one per line of the format: a histogram gives its _bucket (with le),
+// _sum and _count series, as Prometheus stores them.
 func scrapeText(ctx context.Context, url string) ([]Sample, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -245,87 +248,51 @@ func scrapeText(ctx context.Context, url string) ([]Sample, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
-	var out []Sample
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		s := Sample{Labels: map[string]string{}}
-		i := strings.IndexAny(line, "{ ")
-		if i < 0 {
-			continue
-		}
-		s.Labels["__name__"] = line[:i]
-		rest := line[i:]
-		if rest[0] == '{' {
-			end := -1
-			inQuote := false
-			for j := 1; j < len(rest); j++ {
-				switch c := rest[j]; {
-				case c == '\\' && inQuote:
-					j++
-				case c == '"':
-					inQuote = !inQuote
-				case c == '}' && !inQuote:
-					end = j
-				}
-				if end >= 0 {
-					break
-				}
-			}
-			if end < 0 {
-				return nil, fmt.Errorf("%s: bad line %q", url, line)
-			}
-			for _, kv := range splitLabels(rest[1:end]) {
-				k, v, ok := strings.Cut(kv, "=")
-				if ok {
-					uq, err := strconv.Unquote(v)
-					if err != nil {
-						uq = strings.Trim(v, `"`)
-					}
-					s.Labels[strings.TrimSpace(k)] = uq
-				}
-			}
-			rest = rest[end+1:]
-		}
-		fields := strings.Fields(rest)
-		if len(fields) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			return nil, fmt.Errorf("%s: value of %q: %w", url, line, err)
-		}
-		s.Value = v
-		out = append(out, s)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", url, err)
 	}
-	return out, sc.Err()
+	var out []Sample
+	for name, mf := range families {
+		for _, m := range mf.GetMetric() {
+			add := func(name string, v float64, extra ...string) {
+				labels := make(map[string]string, len(m.GetLabel())+2)
+				for _, lp := range m.GetLabel() {
+					labels[lp.GetName()] = lp.GetValue()
+				}
+				labels[model.MetricNameLabel] = name
+				for i := 0; i+1 < len(extra); i += 2 {
+					labels[extra[i]] = extra[i+1]
+				}
+				out = append(out, Sample{Labels: labels, Value: v})
+			}
+			switch {
+			case m.GetHistogram() != nil:
+				h := m.GetHistogram()
+				for _, b := range h.GetBucket() {
+					add(name+"_bucket", float64(b.GetCumulativeCount()), model.BucketLabel, formatFloat(b.GetUpperBound()))
+				}
+				add(name+"_bucket", float64(h.GetSampleCount()), model.BucketLabel, "+Inf")
+				add(name+"_sum", h.GetSampleSum())
+				add(name+"_count", float64(h.GetSampleCount()))
+			case m.GetSummary() != nil:
+				sm := m.GetSummary()
+				for _, q := range sm.GetQuantile() {
+					add(name, q.GetValue(), model.QuantileLabel, formatFloat(q.GetQuantile()))
+				}
+				add(name+"_sum", sm.GetSampleSum())
+				add(name+"_count", float64(sm.GetSampleCount()))
+			case m.GetCounter() != nil:
+				add(name, m.GetCounter().GetValue())
+			case m.GetGauge() != nil:
+				add(name, m.GetGauge().GetValue())
+			default:
+				add(name, m.GetUntyped().GetValue())
+			}
+		}
+	}
+	return out, nil
 }
 
-// splitLabels splits a="x",b="y" at the commas outside quotes.
-func splitLabels(s string) []string {
-	var out []string
-	start, inQuote := 0, false
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '\\':
-			if inQuote {
-				i++
-			}
-		case '"':
-			inQuote = !inQuote
-		case ',':
-			if !inQuote {
-				out = append(out, s[start:i])
-				start = i + 1
-			}
-		}
-	}
-	if strings.TrimSpace(s[start:]) != "" {
-		out = append(out, s[start:])
-	}
-	return out
-}
+func formatFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
