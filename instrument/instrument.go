@@ -130,7 +130,7 @@ func New(guard *idemkit.Guard, opts ...Option) *Instrumenter {
 }
 
 // Version is the instrumentation version reported with the scope.
-const Version = "0.1.0"
+const Version = idemkit.Version
 
 // Guard returns the Guard, or nil.
 func (in *Instrumenter) Guard() *idemkit.Guard { return in.guard }

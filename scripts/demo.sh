@@ -65,9 +65,9 @@ run_hook() {
 
 started=$SECONDS
 step "Building the Collector distribution (scripts/collector-build.sh; ~6 min on a fresh machine, seconds when cached)"
-if ! collector="$(scripts/collector-build.sh 2>"$work/collector-build.log" | tail -n 1)" || [[ ! -x "$collector" ]]; then
-  tail -n 40 "$work/collector-build.log" >&2 || true
-  die "the Collector build failed (full log: $work/collector-build.log)"
+# The build prints its progress on stderr (a line every 30 s while it runs).
+if ! collector="$(scripts/collector-build.sh | tail -n 1)" || [[ ! -x "$collector" ]]; then
+  die "the Collector build failed (its log: collector/_build/build.log)"
 fi
 echo "    $collector"
 

@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/gowebpki/jcs v1.0.2
-	github.com/idemkit/idemkit/spancontract v0.0.0
+	github.com/idemkit/idemkit/spancontract v0.1.0
 	github.com/open-telemetry/opentelemetry-collector-contrib/connector/spanmetricsconnector v0.161.0
 	github.com/open-telemetry/opentelemetry-collector-contrib/pkg/golden v0.161.0
 	github.com/open-telemetry/opentelemetry-collector-contrib/pkg/pdatatest v0.161.0
@@ -70,5 +70,3 @@ require (
 	golang.org/x/sys v0.47.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
-
-replace github.com/idemkit/idemkit/spancontract => ../../spancontract

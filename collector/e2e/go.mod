@@ -3,7 +3,7 @@ module github.com/idemkit/idemkit/collector/e2e
 go 1.26.0
 
 require (
-	github.com/idemkit/idemkit/spancontract v0.0.0
+	github.com/idemkit/idemkit/spancontract v0.1.0
 	google.golang.org/grpc v1.83.2
 )
 
@@ -27,5 +27,3 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260526163538-3dc84a4a5aaa // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-replace github.com/idemkit/idemkit/spancontract => ../../spancontract
