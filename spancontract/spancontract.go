@@ -79,6 +79,16 @@ const (
 	// BypassReason (string) says why a call's outcome is "bypassed":
 	// BypassUnprotected, BypassUnscoped or BypassNoGuard.
 	BypassReason = "idemkit.bypass.reason"
+	// InputRequested (bool) is true on a call whose result asked the client
+	// for more input before the call can complete (MCP multi round-trip:
+	// the result carries input requests and a request state). Nothing was
+	// stored; the round that continues it is the same call, not a duplicate.
+	InputRequested = "idemkit.input.requested"
+	// InputContinuation (bool) is true on a request that continues an
+	// earlier round of the same call (it carries that round's request state
+	// and the client's input responses). It is never a duplicate of the
+	// round it continues.
+	InputContinuation = "idemkit.input.continuation"
 )
 
 // Values of BypassReason.
