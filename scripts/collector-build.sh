@@ -28,6 +28,11 @@ if [[ ! -x "$builder" ]] || ! "$builder" version 2>&1 | grep -qF "$BUILDER_VERSI
   go install "go.opentelemetry.io/collector/cmd/builder@$BUILDER_VERSION"
 fi
 
+# Publishing removes this version of the idemkit modules from the shared Go
+# module cache: one publish-and-build at a time per machine (checkouts and
+# worktrees share the cache).
+exec 9>"${TMPDIR:-/tmp}/idemkit-modcache.lock"
+flock 9
 mkdir -p collector/_build
 proxy="$root/collector/_build/proxy"
 echo "collector-build: publishing the idemkit modules to $proxy" >&2

@@ -31,6 +31,11 @@ fail() { printf '\nconsumer-test.sh: FAIL: %s\n' "$*" >&2; exit 1; }
 
 version="$(sed -n 's/^const ReleaseVersion = "\(.*\)"$/\1/p' internal/devtools/modules.go)"
 [[ -n "$version" ]] || fail "cannot read ReleaseVersion from internal/devtools/modules.go"
+# Publishing removes this version of the idemkit modules from the shared Go
+# module cache: one publish-and-build at a time per machine (checkouts and
+# worktrees share the cache).
+exec 9>"${TMPDIR:-/tmp}/idemkit-modcache.lock"
+flock 9
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/idemkit-consumer.XXXXXX")"
 trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
 
