@@ -1,0 +1,13 @@
+// Package harness is the end-to-end harness of idemkit's own tests and
+// demo: it starts processes and stops them, picks free local ports, waits
+// for readiness, installs the Debian packages a run needs, runs a real
+// Prometheus and queries it (client_golang's API client), scrapes
+// Prometheus expositions (prometheus/common/expfmt) and reads the OTLP/JSON
+// files the Collector's file exporter writes (the Collector's pdata).
+//
+// collector/e2e, the dashboards test (dashboards/internal/dashtest) and the
+// demo (examples/demo, examples/demoreport) use it; scripts/demo.sh and
+// scripts/dashboards-test.sh only run their Go programs. It lives in the
+// development module internal/devtools so that its dependencies never reach
+// a published go.mod; it is the project's tool, not an API.
+package harness
