@@ -127,6 +127,12 @@ func TestDistribution_AttributionReachesPrometheus(t *testing.T) {
 			}
 		}
 	}
+	// The servers' own metrics, sent over OTLP, are served beside the
+	// attribution metrics (the Guard dashboard reads them there).
+	exportServerMetrics(t, otlp, "mcp-billing", 3)
+	waitFor(t, 30*time.Second, []string{promURL}, []expectation{
+		{"idemkit_tool_calls_total", map[string]string{"job": "mcp-billing", "gen_ai_tool_name": "issue_refund", "idemkit_outcome": "executed"}, 3},
+	})
 	// The processor's own telemetry reaches the Collector's metrics endpoint.
 	waitFor(t, 30*time.Second, []string{fmt.Sprintf("http://127.0.0.1:%d/metrics", tel)}, []expectation{
 		{"otelcol_processor_dup_spans_classified", map[string]string{"cause": "none"}, 3},
@@ -142,19 +148,22 @@ func TestDistribution_AttributionReachesPrometheus(t *testing.T) {
 func TestTwoTier_GroupsStayTogether(t *testing.T) {
 	bin := collectorBinary(t)
 	root := repoRoot(t)
-	type tier2 struct{ otlp, prom int }
+	type tier2 struct{ otlp, prom, tel int }
 	var backends []tier2
 	for _, name := range []string{"tier2-a", "tier2-b"} {
-		b := tier2{freePort(t), freePort(t)}
+		b := tier2{freePort(t), freePort(t), freePort(t)}
 		startCollector(t, name, bin, filepath.Join(root, "collector", "examples", "two-tier", "tier2.yaml"), b.otlp,
 			fmt.Sprintf("OTLP_GRPC_ENDPOINT=127.0.0.1:%d", b.otlp),
 			fmt.Sprintf("PROMETHEUS_ENDPOINT=127.0.0.1:%d", b.prom),
+			fmt.Sprintf("TELEMETRY_PORT=%d", b.tel),
 			"DUP_DECISION_WAIT=1s", "DUP_FLUSH_INTERVAL=200ms", "LOG_LEVEL=warn")
 		backends = append(backends, b)
 	}
-	tier1 := freePort(t)
+	tier1, tier1Prom, tier1Tel := freePort(t), freePort(t), freePort(t)
 	startCollector(t, "tier1", bin, filepath.Join(root, "collector", "examples", "two-tier", "tier1.yaml"), tier1,
 		fmt.Sprintf("OTLP_GRPC_ENDPOINT=127.0.0.1:%d", tier1),
+		fmt.Sprintf("PROMETHEUS_ENDPOINT=127.0.0.1:%d", tier1Prom),
+		fmt.Sprintf("TELEMETRY_PORT=%d", tier1Tel),
 		fmt.Sprintf("TIER2_A=127.0.0.1:%d", backends[0].otlp),
 		fmt.Sprintf("TIER2_B=127.0.0.1:%d", backends[1].otlp), "LOG_LEVEL=warn")
 
@@ -198,4 +207,22 @@ func TestTwoTier_GroupsStayTogether(t *testing.T) {
 		}
 	}
 	_ = got
+
+	// Tier 1 serves the servers' metrics; every tier keeps its own
+	// telemetry on, and the tier-2 processors' health reaches it.
+	exportServerMetrics(t, tier1, "mcp-billing", 5)
+	waitFor(t, 30*time.Second, []string{fmt.Sprintf("http://127.0.0.1:%d/metrics", tier1Prom)}, []expectation{
+		{"idemkit_tool_calls_total", map[string]string{"job": "mcp-billing", "gen_ai_tool_name": "issue_refund"}, 5},
+	})
+	var tels []string
+	for _, b := range backends {
+		tels = append(tels, fmt.Sprintf("http://127.0.0.1:%d/metrics", b.tel))
+	}
+	waitFor(t, 30*time.Second, tels, []expectation{
+		{"otelcol_processor_dup_spans_classified", map[string]string{"cause": "transport_retry"}, groups},
+		{"otelcol_processor_dup_spans_classified", map[string]string{"cause": "none"}, groups},
+	})
+	waitFor(t, 30*time.Second, []string{fmt.Sprintf("http://127.0.0.1:%d/metrics", tier1Tel)}, []expectation{
+		{"otelcol_receiver_accepted_spans", nil, 2 * groups},
+	})
 }
