@@ -18,6 +18,7 @@ import (
 	"github.com/idemkit/idemkit/examples/internal/report"
 	"github.com/idemkit/idemkit/idemkit"
 	"github.com/idemkit/idemkit/idemkit/sqlitestore"
+	"github.com/idemkit/idemkit/internal/devtools/harness"
 	sc "github.com/idemkit/idemkit/spancontract"
 )
 
@@ -85,10 +86,10 @@ func toSpans(service string, recorded []sdktrace.ReadOnlySpan) []report.Span {
 				attrs[string(kv.Key)] = kv.Value.String()
 			}
 		}
-		out = append(out, report.Span{
+		out = append(out, report.Span{Span: harness.Span{
 			TraceID: s.SpanContext().TraceID().String(), SpanID: s.SpanContext().SpanID().String(),
-			Name: s.Name(), Service: service, Kind: int(s.SpanKind()), Start: s.StartTime().UnixNano(), Attrs: attrs,
-		})
+			Name: s.Name(), Service: service, Kind: int(s.SpanKind()), Start: s.StartTime().UnixNano(), End: s.EndTime().UnixNano(), Attrs: attrs,
+		}})
 	}
 	return out
 }

@@ -3,3 +3,10 @@ module github.com/idemkit/idemkit/internal/devtools
 go 1.26.0
 
 require golang.org/x/mod v0.43.0
+
+require (
+	github.com/chromedp/cdproto v0.159.0 // indirect
+	github.com/chromedp/chromedp v0.23.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
+	gopkg.in/yaml.v3 v3.0.1 // indirect
+)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idemkit/examples/internal/agent"
 	"github.com/idemkit/idemkit/examples/internal/refunds"
+	"github.com/idemkit/idemkit/internal/devtools/harness"
 	sc "github.com/idemkit/idemkit/spancontract"
 )
 
@@ -30,11 +31,11 @@ const (
 // Inputs is what the report is computed from.
 type Inputs struct {
 	Manifest *agent.Manifest
-	// Metrics is a scrape of the Collector's Prometheus exporter.
-	Metrics Samples
-	// Telemetry is a scrape of the Collector's own metrics endpoint (may be
-	// nil).
-	Telemetry Samples
+	// Metrics is a scrape of the Collectors' Prometheus exporters.
+	Metrics harness.Samples
+	// Telemetry is a scrape of the Collectors' own metrics endpoints (may
+	// be nil).
+	Telemetry harness.Samples
 	// Spans are the spans the Collector exported after the dup processor.
 	Spans []Span
 	// Refunds holds every refund row of each server's database, by target
@@ -48,6 +49,8 @@ type Inputs struct {
 type RunResult struct {
 	Run      *agent.ScenarioRun
 	Calls    []*Span     // the server's issue_refund spans in the run's trace, by start
+	Tools    []*Span     // every execute_tool span of the run's trace, by start
+	Chats    []*Span     // the agent's chat spans in the run's trace, by start
 	Writes   int         // refund rows of the run's order
 	Got      []agent.Dup // duplicate annotations on the trace's tool spans, by start
 	Pairs    []Pair      // the duplicates by the evidence, with what differs
@@ -113,7 +116,7 @@ func Build(in Inputs) *Report {
 		rep.Servers = append(rep.Servers, serverTotals(t, in, rep))
 	}
 	rep.Attribution = attribution(in, rep)
-	rep.LateSpans = int(in.Telemetry.Sum(seriesLateSpans, nil))
+	rep.LateSpans = int(in.Telemetry.Total(seriesLateSpans, nil))
 	return rep
 }
 
@@ -133,6 +136,8 @@ func checkRun(run *agent.ScenarioRun, spans []*Span, in Inputs) *RunResult {
 		}
 	}
 	sort.Slice(tools, func(i, j int) bool { return tools[i].Start < tools[j].Start })
+	sort.Slice(chats, func(i, j int) bool { return chats[i].Start < chats[j].Start })
+	res.Tools, res.Chats = tools, chats
 	for _, s := range tools {
 		if s.Str(sc.GenAIToolName) == "issue_refund" {
 			res.Calls = append(res.Calls, s)
@@ -177,7 +182,7 @@ func checkRun(run *agent.ScenarioRun, spans []*Span, in Inputs) *RunResult {
 func serverTotals(t agent.Target, in Inputs, rep *Report) *ServerResult {
 	sr := &ServerResult{
 		Target:   t,
-		Requests: int(in.Metrics.Sum(seriesOpCount, map[string]string{"job": t.Service, "gen_ai_tool_name": "issue_refund"})),
+		Requests: int(in.Metrics.Total(seriesOpCount, map[string]string{"job": t.Service, "gen_ai_tool_name": "issue_refund"})),
 		Writes:   len(in.Refunds[t.Name]),
 		Leaked:   in.Metrics.By(seriesDupLeaked, "idemkit_duplicate_cause", map[string]string{"service_name": t.Service}),
 		Stopped:  map[string]float64{},
@@ -212,7 +217,7 @@ func serverTotals(t agent.Target, in Inputs, rep *Report) *ServerResult {
 	if leaked := int(sum(sr.Leaked)); leaked != sr.Writes-sr.Intended {
 		problem("%d double refunds in its database, but %s counts %d", sr.Writes-sr.Intended, seriesDupLeaked, leaked)
 	}
-	if seen := int(in.Metrics.Sum(seriesCandidates, map[string]string{"service_name": t.Service})); seen != toolCalls {
+	if seen := int(in.Metrics.Total(seriesCandidates, map[string]string{"service_name": t.Service})); seen != toolCalls {
 		problem("the Collector saw %d of its %d tool calls (%s)", seen, toolCalls, seriesCandidates)
 	}
 	return sr
@@ -266,7 +271,7 @@ func attribution(in Inputs, rep *Report) []AttributionRow {
 // report waits until every tool call the agent made is counted by the dup
 // connector (which sees a span only after the processor decided on it) and
 // written out by the file exporter.
-func Pending(m *agent.Manifest, metrics Samples, spans []Span) []string {
+func Pending(m *agent.Manifest, metrics harness.Samples, spans []Span) []string {
 	var out []string
 	for _, t := range targets(m) {
 		want := 0
@@ -277,7 +282,7 @@ func Pending(m *agent.Manifest, metrics Samples, spans []Span) []string {
 				traces[run.TraceID] = true
 			}
 		}
-		if seen := int(metrics.Sum(seriesCandidates, map[string]string{"service_name": t.Service})); seen < want {
+		if seen := int(metrics.Total(seriesCandidates, map[string]string{"service_name": t.Service})); seen < want {
 			out = append(out, fmt.Sprintf("%s: %d of %d tool calls decided", t.Service, seen, want))
 		}
 		written := 0

@@ -9,30 +9,14 @@ import (
 
 	"github.com/idemkit/idemkit/examples/internal/agent"
 	"github.com/idemkit/idemkit/examples/internal/refunds"
+	"github.com/idemkit/idemkit/internal/devtools/harness"
 	sc "github.com/idemkit/idemkit/spancontract"
 )
-
-func TestParseText(t *testing.T) {
-	in := `# HELP x y
-idemkit_duplicate_calls_total{gen_ai_tool_name="issue_refund",idemkit_duplicate_cause="transport_retry",service_name="a\"b"} 2
-plain 3.5 1700000000
-`
-	ss, err := ParseText(strings.NewReader(in))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ss) != 2 || ss[0].Labels["service_name"] != `a"b` || ss[1].Value != 3.5 {
-		t.Fatalf("parsed %+v", ss)
-	}
-	if got := ss.Sum("idemkit_duplicate_calls_total", map[string]string{"idemkit_duplicate_cause": "transport_retry"}); got != 2 {
-		t.Fatalf("Sum = %v", got)
-	}
-}
 
 func TestReadSpans(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "spans.jsonl")
 	line := `{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"svc"}}]},"scopeSpans":[{"spans":[` +
-		`{"traceId":"t1","spanId":"s1","name":"execute_tool issue_refund","kind":1,"startTimeUnixNano":"42","attributes":[` +
+		`{"traceId":"0af7651916cd43dd8448eb211c80319c","spanId":"b7ad6b7169203331","name":"execute_tool issue_refund","kind":1,"startTimeUnixNano":"42","attributes":[` +
 		`{"key":"gen_ai.operation.name","value":{"stringValue":"execute_tool"}},{"key":"idemkit.duplicate","value":{"boolValue":true}},` +
 		`{"key":"idemkit.duplicate.cause","value":{"stringValue":"harness_retry"}},{"key":"idemkit.duplicate.effect","value":{"stringValue":"blocked"}},` +
 		`{"key":"idemkit.duplicate.gap_ms","value":{"intValue":"318"}}]}]}]}]}` + "\n" + `{"resourceSpans":[` // a half-written line
@@ -67,14 +51,14 @@ func TestBuildFailsOnMisattribution(t *testing.T) {
 		if dup {
 			a[sc.Duplicate], a[sc.DuplicateCause], a[sc.DuplicateEffect] = true, cause, sc.EffectSuppressed
 		}
-		return Span{TraceID: "t1", SpanID: id, Service: "refundserver", Start: start, Attrs: a}
+		return Span{harness.Span{TraceID: "t1", SpanID: id, Service: "refundserver", Start: start, Attrs: a}}
 	}
-	metrics := func(cause string) Samples {
+	metrics := func(cause string) harness.Samples {
 		text := `idemkit_duplicate_calls_total{service_name="refundserver",idemkit_duplicate_cause="` + cause + `",idemkit_duplicate_effect="suppressed"} 1
 idemkit_duplicate_candidates_total{service_name="refundserver",gen_ai_tool_name="issue_refund"} 2
 mcp_server_operation_duration_seconds_count{job="refundserver",gen_ai_tool_name="issue_refund"} 2
 `
-		ss, err := ParseText(strings.NewReader(text))
+		ss, err := harness.ParseText(strings.NewReader(text))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -180,3 +180,40 @@ func TestFreePort_NeverTheSameTwice(t *testing.T) {
 		seen[p] = true
 	}
 }
+
+func TestTraceFileOverlay_AppendsToThePipelinesOfTheProcessor(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	cfg := `
+service:
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [memory_limiter, dup, batch]
+      exporters: [dup, debug]
+    traces/raw:
+      receivers: [otlp]
+      exporters: [debug]
+    metrics:
+      receivers: [dup]
+      exporters: [prometheus]
+`
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err := TraceFileOverlay(path, "dup", "file/evidence", "/tmp/spans.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(b)
+	for _, want := range []string{"file/evidence:", "path: /tmp/spans.jsonl", "traces:", "- dup\n", "- debug\n", "- file/evidence\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("overlay lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "traces/raw") || strings.Contains(got, "metrics") {
+		t.Errorf("overlay touches a pipeline without the processor:\n%s", got)
+	}
+	if _, err := TraceFileOverlay(path, "nope", "file/evidence", "x"); err == nil {
+		t.Error("no error for a processor no pipeline runs")
+	}
+}

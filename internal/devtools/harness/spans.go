@@ -28,10 +28,18 @@ func (s *Span) Str(key string) string {
 	return v
 }
 
-// Int returns an int attribute, or 0.
+// Int returns an int attribute, or 0. (A whole float64 counts too: a Span
+// read back from JSON holds its numbers as float64.)
 func (s *Span) Int(key string) int64 {
-	v, _ := s.Attrs[key].(int64)
-	return v
+	switch v := s.Attrs[key].(type) {
+	case int64:
+		return v
+	case float64:
+		if v == float64(int64(v)) {
+			return int64(v)
+		}
+	}
+	return 0
 }
 
 // Float returns a number attribute (double or int), and whether there is
