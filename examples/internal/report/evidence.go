@@ -78,6 +78,11 @@ func GroupKey(s *Span) string {
 	if k := s.Str(sc.KeyHash); k != "" {
 		return "k:" + k
 	}
+	// A routing tier may have lifted the key onto the resource
+	// (collector/examples/two-tier); the dup processor reads it there too.
+	if k, _ := s.Resource[sc.KeyHash].(string); k != "" {
+		return "k:" + k
+	}
 	if a := s.Str(sc.GenAIToolCallArguments); a != "" {
 		return "a:" + s.Service + "\x00" + s.Str(sc.GenAIToolName) + "\x00" + a
 	}

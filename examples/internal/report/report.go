@@ -166,6 +166,9 @@ func checkRun(run *agent.ScenarioRun, spans []*Span, in Inputs) *RunResult {
 	if !sameDups(res.Got, want.Duplicates) {
 		problem("attributed %s, expected %s", dupList(res.Got), dupList(want.Duplicates))
 	}
+	if len(res.Pairs) != len(want.Duplicates) {
+		problem("the spans' evidence shows %d duplicates, the scenario makes %d (a group key the report could not read?)", len(res.Pairs), len(want.Duplicates))
+	}
 	for _, p := range res.Pairs {
 		cause, _, ok := p.M.Duplicate()
 		if !ok {

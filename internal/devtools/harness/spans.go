@@ -20,6 +20,9 @@ type Span struct {
 	Kind                          int   // OTLP SpanKind: 1 internal, 2 server, 3 client, ...
 	Start, End                    int64 // Unix nanoseconds
 	Attrs                         map[string]any
+	// Resource are the resource's attributes (a Collector may have moved
+	// span attributes there, as groupbyattrs does).
+	Resource map[string]any `json:",omitempty"`
 }
 
 // Str returns a string attribute, or "".
@@ -106,10 +109,8 @@ func ReadSpans(paths ...string) ([]Span, error) {
 // AppendSpans appends the spans of td to out.
 func AppendSpans(out []Span, td ptrace.Traces) []Span {
 	for _, rs := range td.ResourceSpans().All() {
-		service := ""
-		if v, ok := rs.Resource().Attributes().Get("service.name"); ok {
-			service = v.AsString()
-		}
+		res := attrs(rs.Resource().Attributes())
+		service, _ := res["service.name"].(string)
 		for _, ss := range rs.ScopeSpans().All() {
 			for _, s := range ss.Spans().All() {
 				out = append(out, Span{
@@ -118,7 +119,7 @@ func AppendSpans(out []Span, td ptrace.Traces) []Span {
 					Name:         s.Name(), Service: service, Scope: ss.Scope().Name(),
 					Kind:  int(s.Kind()),
 					Start: int64(s.StartTimestamp()), End: int64(s.EndTimestamp()),
-					Attrs: attrs(s.Attributes()),
+					Attrs: attrs(s.Attributes()), Resource: res,
 				})
 			}
 		}
