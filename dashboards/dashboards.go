@@ -2,10 +2,12 @@
 // importable as they are) and metrics.json, the one list of the metrics the
 // system emits that the dashboards may read.
 //
-// The dashboards are rendered from Go by internal/build (go generate writes
-// the files); package dashtest checks the files: statically in go test, and
-// against a real Prometheus that scraped the real demo pipeline in
-// scripts/dashboards-test.sh. See README.md.
+// The dashboards are built in Go with Grafana's Foundation SDK by
+// internal/build (go generate writes the files); internal/dashtest checks
+// the files: statically in go test, and against a real Prometheus that
+// scraped the real demo pipeline, through each shipped Collector
+// configuration, in cmd/dashtest (scripts/dashboards-test.sh). See
+// README.md.
 package dashboards
 
 import "embed"

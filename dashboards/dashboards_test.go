@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/idemkit/idemkit/dashboards"
-	"github.com/idemkit/idemkit/dashboards/dashtest"
 	"github.com/idemkit/idemkit/dashboards/internal/build"
+	"github.com/idemkit/idemkit/dashboards/internal/dashtest"
 )
 
 func load(t *testing.T) ([]*dashtest.Dashboard, *dashtest.Registry) {
@@ -51,7 +51,11 @@ func TestDashboards(t *testing.T) {
 // TestGenerated checks the files are what internal/build renders: edit the
 // Go definitions, then run go generate.
 func TestGenerated(t *testing.T) {
-	for name, d := range build.All() {
+	all, err := build.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, d := range all {
 		want, err := build.Render(d)
 		if err != nil {
 			t.Fatal(err)

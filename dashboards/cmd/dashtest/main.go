@@ -1,167 +1,289 @@
-// Command dashtest checks the idemkit dashboards against a real Prometheus
-// that scraped the real demo pipeline. scripts/dashboards-test.sh runs it:
+// Command dashtest proves that every panel of the Grafana dashboards in
+// dashboards/ reads a metric the system really emits, with a real
+// Prometheus that scraped the real demo pipeline, once through each
+// Collector deployment: the demo's examples/demo/collector.yaml and the
+// shipped collector/examples/single and two-tier. scripts/dashboards-test.sh
+// (make test) runs it. For each deployment it
 //
-//	dashtest wait -prometheus URL -targets H:P,H:P [-timeout D]
-//	    waits until Prometheus scraped every target after now, prints the time
-//	dashtest exercise -otlp URL -telemetry URL -max-groups N -out FILE
-//	    makes a small dup processor evict groups and count late spans
-//	dashtest check -prometheus URL -start T -end T -demo-dir DIR ...
-//	    static checks, then every panel target against Prometheus, then the
-//	    values the headline panels must show; exits 1 on any failure
+//  1. starts a second otelcol-idemkit with a tiny dup processor
+//     (dashboards/testdata/exerciser-collector.yaml) and a Prometheus
+//     (installed from Debian's package when missing) on free local ports,
+//     scraping every second the deployment's Prometheus exporters (with
+//     honor_labels) and every Collector's own telemetry; the dashboards'
+//     time range starts before Prometheus holds any sample;
+//  2. runs the demo (examples/demo) through the deployment; once the
+//     Collectors listen it waits for Prometheus to scrape them, and after
+//     the report, before anything stops, makes the second Collector evict
+//     groups and count late spans (the demo causes neither, and those
+//     counters only exist after their first event), waits for two more
+//     scrapes and ends the time range;
+//  3. checks every target of every dashboard against Prometheus over that
+//     range (internal/dashtest: every query succeeds and returns series,
+//     every selector matches, every label is there, metrics.json matches
+//     what Prometheus holds, the headline panels show what the run's
+//     evidence predicts) and that seven broken panels each fail.
+//
+// It prints where the logs are (check.txt per deployment has every check)
+// and exits 1 when a check failed, 2 when a run could not be carried out.
+//
+//	go run ./dashboards/cmd/dashtest [-dir DIR] [-topology all|demo|single|two-tier]
 package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
+	"os/signal"
+	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
-	"github.com/idemkit/idemkit/dashboards/dashtest"
+	"github.com/idemkit/idemkit/dashboards"
+	"github.com/idemkit/idemkit/dashboards/internal/dashtest"
+	"github.com/idemkit/idemkit/dashboards/internal/metrics"
+	"github.com/idemkit/idemkit/examples/demo"
+	"github.com/idemkit/idemkit/internal/devtools/harness"
 )
 
 func main() {
-	if len(os.Args) < 2 {
-		usage()
+	dir := flag.String("dir", os.Getenv("IDEMKIT_DASHBOARDS_DIR"), "work directory (default: a new temporary directory; $IDEMKIT_DASHBOARDS_DIR)")
+	topology := flag.String("topology", "all", "Collector deployment to run through: all, demo, single or two-tier")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, *dir, *topology))
+}
+
+func run(ctx context.Context, dir, topology string) int {
+	fail := func(err error) int {
+		fmt.Fprintf(os.Stderr, "\ndashtest: %v\n", err)
+		return 2
 	}
-	var err error
-	switch os.Args[1] {
-	case "wait":
-		err = wait(os.Args[2:])
-	case "exercise":
-		err = exercise(os.Args[2:])
-	case "check":
-		var failed bool
-		failed, err = check(os.Args[2:])
-		if err == nil && failed {
-			os.Exit(1)
+	var topologies []demo.Topology
+	if topology == "all" {
+		topologies = demo.Topologies
+	} else {
+		t, err := demo.ParseTopology(topology)
+		if err != nil {
+			return fail(err)
 		}
-	default:
-		usage()
+		topologies = []demo.Topology{t}
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "dashtest:", err)
-		os.Exit(2)
-	}
-}
-
-func usage() {
-	fmt.Fprintln(os.Stderr, "usage: dashtest wait|exercise|check [flags] (see the package comment)")
-	os.Exit(2)
-}
-
-func wait(args []string) error {
-	fl := flag.NewFlagSet("wait", flag.ExitOnError)
-	promURL := fl.String("prometheus", "", "Prometheus base URL")
-	targets := fl.String("targets", "", "comma-separated host:port of the scrape targets to wait for")
-	timeout := fl.Duration("timeout", 30*time.Second, "how long to wait")
-	scrapes := fl.Int("scrapes", 1, "how many scrapes of each target after now to wait for (rate() needs two samples of a new series)")
-	_ = fl.Parse(args)
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
-	p := &dashtest.Prom{URL: *promURL}
-	for i := 0; i < *scrapes; i++ {
-		if err := p.WaitScraped(ctx, strings.Split(*targets, ","), time.Now()); err != nil {
-			return err
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "idemkit-dashboards."); err != nil {
+			return fail(err)
 		}
 	}
-	// The samples of those scrapes are stamped at their start, after since
-	// and before now: now is the time that includes them.
-	fmt.Println(time.Now().UTC().Format(time.RFC3339Nano))
-	return nil
+	root, err := harness.RepoRoot()
+	if err != nil {
+		return fail(err)
+	}
+	started := time.Now()
+	fmt.Println("==> Building the Collector (scripts/collector-build.sh, cached)")
+	bin, err := harness.CollectorBinary(ctx, root, os.Stderr)
+	if err != nil {
+		return fail(err)
+	}
+	rc := 0
+	for _, t := range topologies {
+		passed, failed, err := runTopology(ctx, root, bin, filepath.Join(dir, string(t)), t)
+		switch {
+		case err != nil:
+			fmt.Fprintf(os.Stderr, "\ndashtest: %s: %v\n", t, err)
+			rc = 2
+		case failed > 0:
+			fmt.Printf("dashboards through %s: %d passed, %d failed (every check: %s)\n", t, passed, failed, filepath.Join(dir, string(t), "check.txt"))
+			rc = max(rc, 1)
+		default:
+			fmt.Printf("dashboards through %s: %d passed, 0 failed\n", t, passed)
+		}
+	}
+	fmt.Printf("\nLogs: %s\n  <deployment>/check.txt (every check), demo.log, logs/*.log (Prometheus, the Collectors, the servers), demo/ (the demo's data)\n", dir)
+	fmt.Printf("Dashboards test took %.0fs.\n", time.Since(started).Seconds())
+	return rc
 }
 
-func exercise(args []string) error {
-	fl := flag.NewFlagSet("exercise", flag.ExitOnError)
-	otlp := fl.String("otlp", "", "OTLP/HTTP base URL of the Collector to exercise")
-	tel := fl.String("telemetry", "", "its telemetry endpoint URL (…/metrics)")
-	maxGroups := fl.Int("max-groups", 4, "its dup processor's max_groups")
-	out := fl.String("out", "", "write the result (JSON) there")
-	_ = fl.Parse(args)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	r, err := dashtest.Exercise(ctx, *otlp, *tel, *maxGroups)
-	if err != nil {
-		return err
+// runTopology runs the demo through one deployment with Prometheus
+// scraping it and checks the dashboards against what Prometheus holds.
+func runTopology(ctx context.Context, root, bin, dir string, t demo.Topology) (passed, failed int, err error) {
+	fmt.Printf("\n==> Deployment %s: the demo with a Prometheus scraping it (%s)\n", t, dir)
+	if err := os.RemoveAll(dir); err != nil {
+		return 0, 0, err
 	}
-	b, err := json.MarshalIndent(r, "", "  ")
+	g := &harness.Group{Dir: filepath.Join(dir, "logs")}
+	defer func() { _ = g.StopAll(10 * time.Second) }()
+	demoLog, err := os.Create(filepath.Join(mkdir(dir), "demo.log"))
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
-	fmt.Printf("exercise: %d spans sent; the processor counted %g evictions, late spans %v, classified %v\n",
-		r.Spans, r.Evictions, r.LateSpans, r.Classified)
-	return os.WriteFile(*out, b, 0o644)
+	defer demoLog.Close()
+	p, err := demo.New(ctx, demo.Options{Root: root, Dir: filepath.Join(dir, "demo"), Collector: bin, Topology: t, Out: demoLog})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = p.Close() }()
+
+	// A second Collector whose dup processor the exercise drives into
+	// evictions and late spans.
+	exOTLP, err := harness.FreeAddr()
+	if err != nil {
+		return 0, 0, err
+	}
+	exTel, err := harness.FreeAddr()
+	if err != nil {
+		return 0, 0, err
+	}
+	ex, err := g.Start("exerciser-collector", []string{"OTLP_HTTP_ENDPOINT=" + exOTLP, "TELEMETRY_PORT=" + exTel[strings.LastIndexByte(exTel, ':')+1:]},
+		bin, "--config", filepath.Join(root, "dashboards", "testdata", "exerciser-collector.yaml"))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, a := range []string{exOTLP, exTel} {
+		if err := ex.WaitReady(ctx, "a listener on "+a, 60*time.Second, harness.Listening(a)); err != nil {
+			return 0, 0, err
+		}
+	}
+
+	// The time range starts before Prometheus holds any sample: then
+	// "x offset $__range" finds nothing and every range panel counts
+	// exactly (no increase() extrapolation).
+	start := time.Now().UTC()
+	telemetry := append(p.Telemetry(), exTel)
+	targets := append(p.Exporters(), telemetry...)
+	prom, err := harness.StartPrometheus(ctx, g, harness.PrometheusConfig{
+		Dir:            filepath.Join(dir, "prometheus"),
+		ScrapeInterval: time.Second,
+		Jobs: []harness.ScrapeJob{
+			// The Collectors' prometheus exporters: attribution metrics and
+			// the servers' metrics; honor_labels keeps the servers'
+			// service.name in job.
+			{Name: "otelcol-idemkit", HonorLabels: true, Targets: p.Exporters()},
+			// The Collectors' own telemetry (the dup processor's health).
+			{Name: "otelcol-idemkit-telemetry", Targets: telemetry},
+		},
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	fmt.Printf("    Prometheus %s (config %s)\n", prom.URL, prom.ConfigFile)
+
+	var exercise *dashtest.ExerciseResult
+	var end time.Time
+	scraped := func(ctx context.Context, scrapes int) error {
+		for range scrapes {
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err := harness.WaitScraped(wctx, prom.API, targets, time.Now())
+			cancel()
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	hooks := demo.Hooks{
+		// No traffic before Prometheus has scraped every Collector once.
+		CollectorsReady: func(ctx context.Context, _ *demo.Pipeline) error { return scraped(ctx, 1) },
+		AfterReport: func(ctx context.Context, _ *demo.Pipeline) error {
+			ectx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			var err error
+			if exercise, err = dashtest.Exercise(ectx, "http://"+exOTLP, "http://"+exTel+"/metrics", 4); err != nil {
+				return err
+			}
+			// Two scrapes: a counter born in the exercise needs two samples
+			// for rate(). The samples of those scrapes are stamped at their
+			// start, before now: now is the time that includes them.
+			if err := scraped(ctx, 2); err != nil {
+				return err
+			}
+			end = time.Now().UTC()
+			return nil
+		},
+	}
+	res, err := p.Run(ctx, hooks)
+	if err != nil {
+		return 0, 0, fmt.Errorf("the demo failed (%s): %w", demoLog.Name(), err)
+	}
+	if !res.OK {
+		return 0, 0, fmt.Errorf("the demo's report failed (see %s)", res.Text)
+	}
+	fmt.Printf("    demo: PASS (%s); exercise: %g evictions, late spans %v\n", res.HTML, exercise.Evictions, exercise.LateSpans)
+
+	out, err := os.Create(filepath.Join(dir, "check.txt"))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer out.Close()
+	passed, failed, err = check(ctx, io.MultiWriter(out, summary{os.Stdout}), prom.URL, start, end, p, exTel, exercise)
+	return passed, failed, err
 }
 
-func check(args []string) (failed bool, err error) {
-	fl := flag.NewFlagSet("check", flag.ExitOnError)
-	dir := fl.String("dir", "dashboards", "the dashboards folder (idemkit-*.json, metrics.json)")
-	promURL := fl.String("prometheus", "", "Prometheus base URL")
-	start := fl.String("start", "", "start of the run (RFC 3339): the dashboards' time range starts there")
-	end := fl.String("end", "", "end of the run (RFC 3339): instant queries run there")
-	scrape := fl.Duration("scrape-interval", time.Second, "Prometheus's scrape interval")
-	demoDir := fl.String("demo-dir", "", "the demo's work directory (manifest.json, spans.jsonl, */refunds.db)")
-	demoInstance := fl.String("demo-instance", "", "instance label of the demo Collector's telemetry target")
-	exerciserInstance := fl.String("exerciser-instance", "", "instance label of the exercised Collector's telemetry target")
-	exerciseFile := fl.String("exercise", "", "dashtest exercise's result")
-	_ = fl.Parse(args)
+func mkdir(dir string) string {
+	_ = os.MkdirAll(dir, 0o755)
+	return dir
+}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+// summary passes on the lines worth seeing on the terminal: failures, the
+// mutants and the evidence (check.txt has every line).
+type summary struct{ w io.Writer }
+
+func (s summary) Write(b []byte) (int, error) {
+	for _, line := range strings.SplitAfter(string(b), "\n") {
+		if strings.HasPrefix(line, "FAIL") || strings.HasPrefix(line, "PASS  mutant") ||
+			strings.HasPrefix(line, "  ") && !strings.HasPrefix(line, "      ") {
+			t := line
+			if len(t) > 200 {
+				t = t[:197] + "…\n"
+			}
+			fmt.Fprint(s.w, "    "+t)
+		}
+	}
+	return len(b), nil
+}
+
+// check runs the static checks, every panel target against Prometheus,
+// the value expectations and the mutants.
+func check(ctx context.Context, w io.Writer, promURL string, start, end time.Time, p *demo.Pipeline, exTel string, ex *dashtest.ExerciseResult) (passed, failed int, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	fsys := os.DirFS(*dir)
-	regData, err := fs.ReadFile(fsys, "metrics.json")
+	reg, err := metrics.Load()
 	if err != nil {
-		return false, err
+		return 0, 0, err
 	}
-	reg, err := dashtest.ParseRegistry(regData)
+	ds, err := dashtest.LoadAll(dashboards.Files, "idemkit-*.json")
 	if err != nil {
-		return false, err
+		return 0, 0, err
 	}
-	ds, err := dashtest.LoadAll(fsys, "idemkit-*.json")
-	if err != nil {
-		return false, err
-	}
-	fmt.Printf("== static checks (%d dashboards)\n", len(ds))
+	fmt.Fprintf(w, "== static checks (%d dashboards)\n", len(ds))
 	problems := dashtest.LintAll(ds, reg)
 	for _, p := range problems {
-		fmt.Println("FAIL  static:", p)
+		fmt.Fprintln(w, "FAIL  static:", p)
 	}
 	if len(problems) == 0 {
-		fmt.Println("PASS  static: JSON, data source input, titles, descriptions, units, legends, PromQL syntax, metrics and labels against metrics.json")
+		fmt.Fprintln(w, "PASS  static: JSON, data source input, titles, descriptions, units, legends, PromQL syntax, metrics and labels against metrics.json")
 	}
-
-	t0, err := time.Parse(time.RFC3339Nano, *start)
+	ev, err := dashtest.LoadEvidence(ctx, p.Opts.Dir, p.SpansFiles())
 	if err != nil {
-		return false, fmt.Errorf("-start: %w", err)
+		return 0, 0, err
 	}
-	t1, err := time.Parse(time.RFC3339Nano, *end)
+	prom, err := dashtest.NewProm(promURL)
 	if err != nil {
-		return false, fmt.Errorf("-end: %w", err)
+		return 0, 0, err
 	}
-	ev, err := dashtest.LoadEvidence(ctx, *demoDir)
-	if err != nil {
-		return false, err
-	}
-	var ex *dashtest.ExerciseResult
-	if *exerciseFile != "" {
-		b, err := os.ReadFile(*exerciseFile)
-		if err != nil {
-			return false, err
-		}
-		ex = &dashtest.ExerciseResult{}
-		if err := json.Unmarshal(b, ex); err != nil {
-			return false, fmt.Errorf("%s: %w", *exerciseFile, err)
-		}
-	}
-	prom := &dashtest.Prom{URL: *promURL}
 	// The gap histogram's bucket bounds, as exported (not as configured).
-	series, err := prom.Series(ctx, "idemkit_duplicate_gap_milliseconds_bucket", t0, t1)
+	gap, err := reg.ByID("dup_gap")
 	if err != nil {
-		return false, err
+		return 0, 0, err
+	}
+	series, err := prom.Series(ctx, gap.Name+"_bucket", start, end)
+	if err != nil {
+		return 0, 0, err
 	}
 	leSet := map[float64]bool{}
 	for _, s := range series {
@@ -175,47 +297,45 @@ func check(args []string) (failed bool, err error) {
 	}
 	sort.Float64s(les)
 	exp, err := dashtest.IdemkitExpectations(dashtest.Facts{
-		Evidence: ev, Exercise: ex, DemoInstance: *demoInstance, ExerciserInstance: *exerciserInstance, GapBounds: les,
+		Evidence: ev, Exercise: ex, DemoInstances: p.ProcessorTelemetry(), ExerciserInstance: exTel,
+		GapBounds: les, GapUnit: gap.Unit,
 	})
 	if err != nil {
-		return false, err
+		return 0, 0, err
 	}
-	fmt.Printf("\nEvidence from %s:\n", *demoDir)
+	fmt.Fprintf(w, "\nEvidence from %s:\n", p.Opts.Dir)
 	for _, name := range sortedKeys(ev.Services) {
 		s := ev.Services[name]
-		fmt.Printf("  %-26s protected=%-5v issue_refund requests %d, duplicates expected %d, double refunds in its database %d\n",
+		fmt.Fprintf(w, "  %-26s protected=%-5v issue_refund requests %d, duplicates expected %d, double refunds in its database %d\n",
 			name, s.Protected, s.Requests, len(s.Duplicates), s.DoubleRefunds())
 	}
-	fmt.Printf("  %d execute_tool spans written by the Collector\n", len(ev.ToolSpans))
-	if ex != nil {
-		fmt.Printf("  exercised Collector %s: evictions %g, late spans %v\n", *exerciserInstance, ex.Evictions, ex.LateSpans)
-	}
-	fmt.Println()
+	fmt.Fprintf(w, "  %d execute_tool spans written by the Collectors\n", len(ev.ToolSpans))
+	fmt.Fprintf(w, "  exercised Collector %s: evictions %g, late spans %v\n\n", exTel, ex.Evictions, ex.LateSpans)
 
-	live := &dashtest.Live{Prom: prom, Reg: reg, Start: t0, End: t1, ScrapeInterval: *scrape, Expect: exp, Out: os.Stdout}
-	passed, nfailed := live.Run(ctx, ds)
+	live := &dashtest.Live{Prom: prom, Reg: reg, Start: start, End: end, ScrapeInterval: time.Second, Expect: exp, Out: w}
+	passed, failed = live.Run(ctx, ds)
 
 	// The checks must be able to fail on this very data: break one panel at
 	// a time the way a dashboard author could, and demand that the live run
 	// (not only the static checks) catches it.
-	fmt.Printf("\n== mutants: each broken panel must fail the live checks\n")
-	for _, m := range mutants {
+	fmt.Fprintf(w, "\n== mutants: each broken panel must fail the live checks\n")
+	for _, m := range mutants(reg) {
 		what := fmt.Sprintf("mutant %s: %s", m.panel, m.what)
-		caught, detail, err := runMutant(ctx, fsys, m, live, exp)
+		caught, detail, err := runMutant(ctx, dashboards.Files, m, live, exp)
 		switch {
 		case err != nil:
-			nfailed++
-			fmt.Printf("FAIL  %s: %v\n", what, err)
+			failed++
+			fmt.Fprintf(w, "FAIL  %s: %v\n", what, err)
 		case !caught:
-			nfailed++
-			fmt.Printf("FAIL  %s: not caught: %s\n", what, detail)
+			failed++
+			fmt.Fprintf(w, "FAIL  %s: not caught: %s\n", what, detail)
 		default:
 			passed++
-			fmt.Printf("PASS  %s: caught (%s)\n", what, detail)
+			fmt.Fprintf(w, "PASS  %s: caught (%s)\n", what, detail)
 		}
 	}
 	if len(problems) > 0 {
-		nfailed += len(problems)
+		failed += len(problems)
 	} else {
 		passed++
 	}
@@ -225,9 +345,9 @@ func check(args []string) (failed bool, err error) {
 			targets += len(p.Targets)
 		}
 	}
-	fmt.Printf("\n%d dashboards, %d panel targets, %d value expectations\n", len(ds), targets, len(exp))
-	fmt.Printf("dashboards: %d passed, %d failed\n", passed, nfailed)
-	return nfailed > 0, nil
+	fmt.Fprintf(w, "\n%d dashboards, %d panel targets, %d value expectations\n", len(ds), targets, len(exp))
+	fmt.Fprintf(w, "dashboards: %d passed, %d failed\n", passed, failed)
+	return passed, failed, nil
 }
 
 // mutant is a plausible mistake in one panel target.
@@ -238,24 +358,26 @@ type mutant struct {
 	want             string // a FAIL line must contain it
 }
 
-var mutants = []mutant{
-	{"idemkit-duplicate-attribution.json", "Duplicates by cause", "A",
-		"plain increase() over the range (loses every series born in it)", "",
-		`sum by (idemkit_duplicate_cause) (increase(idemkit_duplicate_calls_total{service_name=~"$service", gen_ai_tool_name=~"$tool"}[$__range]))`,
-		"want"},
-	{"idemkit-duplicate-attribution.json", "Leaked duplicates (double side effects)", "A",
-		"reads idemkit_duplicate_calls_total instead of idemkit_duplicate_leaked_total",
-		"idemkit_duplicate_leaked_total", "idemkit_duplicate_calls_total", "want 4"},
-	{"idemkit-duplicate-attribution.json", "Stopped by idemkit (suppressed + blocked)", "A",
-		"misspelt label value in a regex (only blocked matches)", `suppressed|blocked`, `supressed|blocked`, "want 4"},
-	{"idemkit-duplicate-attribution.json", "Gap between original and duplicate, by cause (p50 / p90 / p99)", "D",
-		"_sum instead of _count", "idemkit_duplicate_gap_milliseconds_count", "idemkit_duplicate_gap_milliseconds_sum", "want"},
-	{"idemkit-guard.json", "Key mismatches", "A",
-		"outcome value that does not exist (mismatched)", `idemkit_outcome="mismatch"`, `idemkit_outcome="mismatched"`, "matches no series"},
-	{"idemkit-guard.json", "Tool calls by outcome", "A",
-		"service_name label instead of job: .* hides it, the explicit All does not", `job=~"$job"`, `service_name=~"$job"`, "[All=(every value)]"},
-	{"idemkit-dup-processor.json", "Evictions by Collector", "A",
-		"the _total suffix the Collector's own telemetry does not have", "otelcol_processor_dup_evictions", "otelcol_processor_dup_evictions_total", "no series"},
+func mutants(reg *metrics.Registry) []mutant {
+	calls, gap, evictions := reg.Name("dup_calls"), reg.Name("dup_gap"), reg.Name("proc_evictions")
+	return []mutant{
+		{"idemkit-duplicate-attribution.json", "Duplicates by cause", "A",
+			"plain increase() over the range (loses every series born in it)", "",
+			`sum by (idemkit_duplicate_cause) (increase(` + calls + `{service_name=~"$service", gen_ai_tool_name=~"$tool"}[$__range]))`,
+			"want"},
+		{"idemkit-duplicate-attribution.json", "Leaked duplicates (double side effects)", "A",
+			"counts every duplicate, not only the leaked ones", `, idemkit_duplicate_effect="leaked"`, ``, "want 4"},
+		{"idemkit-duplicate-attribution.json", "Stopped by idemkit (suppressed + blocked)", "A",
+			"misspelt label value in a regex (only blocked matches)", `suppressed|blocked`, `supressed|blocked`, "want 4"},
+		{"idemkit-duplicate-attribution.json", "Gap between original and duplicate, by cause (p50 / p90 / p99)", "D",
+			"_sum instead of _count", gap + "_count", gap + "_sum", "want"},
+		{"idemkit-guard.json", "Key mismatches", "A",
+			"outcome value that does not exist (mismatched)", `idemkit_outcome="mismatch"`, `idemkit_outcome="mismatched"`, "matches no series"},
+		{"idemkit-guard.json", "Tool calls by outcome", "A",
+			"service_name label instead of job: .* hides it, the explicit All does not", `job=~"$job"`, `service_name=~"$job"`, "[All=(every value)]"},
+		{"idemkit-dup-processor.json", "Evictions by Collector", "A",
+			"a _total suffix the Collector's own telemetry does not have", evictions, evictions + "_total", "no series"},
+	}
 }
 
 // runMutant breaks one target of a copy of its dashboard and runs the live

@@ -15,7 +15,11 @@ import (
 func main() {
 	out := flag.String("out", ".", "the dashboards folder")
 	flag.Parse()
-	all := build.All()
+	all, err := build.All()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	names := make([]string, 0, len(all))
 	for name := range all {
 		names = append(names, name)

@@ -2,282 +2,257 @@ package build
 
 import (
 	"fmt"
+	"sort"
 	"strings"
+
+	"github.com/grafana/grafana-foundation-sdk/go/bargauge"
+	"github.com/grafana/grafana-foundation-sdk/go/cog"
+	"github.com/grafana/grafana-foundation-sdk/go/cog/variants"
+	"github.com/grafana/grafana-foundation-sdk/go/common"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
+	"github.com/grafana/grafana-foundation-sdk/go/stat"
+	"github.com/grafana/grafana-foundation-sdk/go/table"
+	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
 )
 
-// Versions this package writes: schema 39 is Grafana 10.4 / 11.0.
-const (
-	schemaVersion = 39
-	grafanaMin    = "10.4.0"
-)
+// prom is the data source of everything: the ${DS_PROMETHEUS} input, which
+// Grafana asks for on import.
+var prom = common.DataSourceRef{Type: cog.ToPtr("prometheus"), Uid: cog.ToPtr("${DS_PROMETHEUS}")}
 
-// newDashboard returns a dashboard with the ${DS_PROMETHEUS} input, the
-// requirements of the panel types it uses, links to the other idemkit
-// dashboards and the default time range.
-func newDashboard(uid, title, description string, vars ...*Var) *Dashboard {
-	return &Dashboard{
-		Inputs: []Input{{
-			Name:        "DS_PROMETHEUS",
-			Label:       "Prometheus",
-			Description: "The Prometheus that scrapes the otelcol-idemkit Collector (its prometheus exporter, and its own telemetry endpoint for the processor-health dashboard).",
-			Type:        "datasource",
-			PluginID:    "prometheus",
-			PluginName:  "Prometheus",
-		}},
-		Elements: map[string]any{},
-		Requires: []Require{
-			{Type: "grafana", ID: "grafana", Name: "Grafana", Version: grafanaMin},
-			{Type: "datasource", ID: "prometheus", Name: "Prometheus", Version: "1.0.0"},
-			{Type: "panel", ID: "bargauge", Name: "Bar gauge", Version: ""},
-			{Type: "panel", ID: "stat", Name: "Stat", Version: ""},
-			{Type: "panel", ID: "table", Name: "Table", Version: ""},
-			{Type: "panel", ID: "timeseries", Name: "Time series", Version: ""},
-		},
-		Annotations: map[string]any{"list": []any{map[string]any{
-			"builtIn":    1,
-			"datasource": map[string]any{"type": "grafana", "uid": "-- Grafana --"},
-			"enable":     true,
-			"hide":       true,
-			"iconColor":  "rgba(0, 211, 255, 1)",
-			"name":       "Annotations & Alerts",
-			"type":       "dashboard",
-		}}},
-		Description:  description,
-		Editable:     true,
-		GraphTooltip: 1,
-		Links: []Link{{
-			AsDropdown: true, Icon: "external link", IncludeVars: false, KeepTime: true,
-			Tags: []string{"idemkit"}, Title: "idemkit dashboards", Type: "dashboards",
-		}},
-		Refresh:       "30s",
-		SchemaVersion: schemaVersion,
-		Tags:          []string{"idemkit", "mcp", "opentelemetry"},
-		Templating:    Templating{List: vars},
-		Time:          TimeRange{From: "now-6h", To: "now"},
-		Timepicker:    map[string]any{},
-		Timezone:      "browser",
-		Title:         title,
-		UID:           uid,
-		Version:       1,
+// newDashboard returns a dashboard builder with links to the other idemkit
+// dashboards, the default time range, a 30s refresh and the variables.
+func newDashboard(uid, title, description string, vars ...*dashboard.QueryVariableBuilder) *dashboard.DashboardBuilder {
+	//lint:ignore SA1019 the classic dashboard model is the one Grafana 10.4 and 11 import; dashboardv2 needs Grafana 12's v2 API
+	b := dashboard.NewDashboardBuilder(title).
+		Uid(uid).
+		Description(description).
+		Editable().
+		Tooltip(dashboard.DashboardCursorSyncCrosshair).
+		Refresh("30s").
+		Tags([]string{"idemkit", "mcp", "opentelemetry"}).
+		Time("now-6h", "now").
+		Timezone(common.TimeZoneBrowser).
+		Version(1).
+		Link(dashboard.NewDashboardLinkBuilder("idemkit dashboards").
+			Type(dashboard.DashboardLinkTypeDashboards).
+			Tags([]string{"idemkit"}).
+			AsDropdown(true).
+			KeepTime(true).
+			IncludeVars(false).
+			TargetBlank(false).
+			Icon("external link"))
+	for _, v := range vars {
+		b.WithVariable(v)
 	}
+	return b
 }
 
 // labelVar is a multi-value query variable over the values of label in
 // metric, "All" meaning the regex .* (so a series without the label would
 // match too: the checks make sure the labels exist).
-func labelVar(name, label, description, metric, lbl string) *Var {
+func labelVar(name, label, description, metric, lbl string) *dashboard.QueryVariableBuilder {
 	q := fmt.Sprintf("label_values(%s, %s)", metric, lbl)
-	return &Var{
-		Name: name, Label: label, Description: description, Type: "query",
-		Datasource: prom, Definition: q,
-		Query:   VarQuery{Query: q, RefID: "PrometheusVariableQueryEditor-VariableQuery"},
-		Refresh: 2, Sort: 1, Multi: true, IncludeAll: true, AllValue: ".*",
-		Current: map[string]any{}, Options: []any{},
-	}
+	return dashboard.NewQueryVariableBuilder(name).
+		Label(label).
+		Description(description).
+		Datasource(prom).
+		Definition(q).
+		Query(dashboard.StringOrMap{Map: map[string]any{"query": q, "refId": "PrometheusVariableQueryEditor-VariableQuery"}}).
+		Refresh(dashboard.VariableRefreshOnTimeRangeChanged).
+		Sort(dashboard.VariableSortAlphabeticalAsc).
+		Multi(true).
+		IncludeAll(true).
+		AllValue(".*")
 }
 
-// layout places panels left to right, 24 columns wide.
+// layout adds rows and panels to a dashboard, numbering the panels; the
+// SDK places them left to right on the 24-column grid.
 type layout struct {
-	d      *Dashboard
-	nextID int
-	x, y   int
-	rowH   int
+	d      *dashboard.DashboardBuilder
+	nextID uint32
 }
 
-func newLayout(d *Dashboard) *layout { return &layout{d: d, nextID: 1} }
+func newLayout(d *dashboard.DashboardBuilder) *layout { return &layout{d: d, nextID: 1} }
 
 // row starts a new row of panels.
 func (l *layout) row(title string) {
-	l.newline()
-	collapsed := false
-	l.d.Panels = append(l.d.Panels, &Panel{
-		ID: l.id(), Type: "row", Title: title, Collapsed: &collapsed,
-		GridPos: GridPos{H: 1, W: 24, X: 0, Y: l.y},
-	})
-	l.y++
+	l.d.WithRow(dashboard.NewRowBuilder(title).Id(l.id()).Collapsed(false))
 }
 
 // add places p w columns wide and h rows high.
-func (l *layout) add(w, h int, p *Panel) {
-	if l.x+w > 24 {
-		l.newline()
-	}
-	p.ID = l.id()
-	p.GridPos = GridPos{H: h, W: w, X: l.x, Y: l.y}
-	l.x += w
-	if h > l.rowH {
-		l.rowH = h
-	}
-	l.d.Panels = append(l.d.Panels, p)
+func (l *layout) add(w, h uint32, p cog.Builder[dashboard.Panel]) {
+	l.d.WithPanel(sized{p, w, h, l.id()})
 }
 
-func (l *layout) newline() {
-	if l.x > 0 {
-		l.y += l.rowH
-	}
-	l.x, l.rowH = 0, 0
-}
-
-func (l *layout) id() int {
+func (l *layout) id() uint32 {
 	id := l.nextID
 	l.nextID++
 	return id
 }
 
+// sized sets a panel's id and size when it is built.
+type sized struct {
+	cog.Builder[dashboard.Panel]
+	w, h, id uint32
+}
+
+func (s sized) Build() (dashboard.Panel, error) {
+	p, err := s.Builder.Build()
+	if err != nil {
+		return p, err
+	}
+	p.Id = cog.ToPtr(s.id)
+	p.GridPos = &dashboard.GridPos{W: s.w, H: s.h}
+	return p, nil
+}
+
 // Targets.
 
+func query(expr string) *prometheus.DataqueryBuilder {
+	return prometheus.NewDataqueryBuilder().Datasource(prom).EditorMode(prometheus.QueryEditorModeCode).Expr(expr)
+}
+
 // series is a range query drawn as a time series.
-func series(expr, legend string) *Target {
-	return &Target{Datasource: prom, EditorMode: "code", Expr: expr, LegendFormat: legend, Format: "time_series", Range: true}
+func series(expr, legend string) *prometheus.DataqueryBuilder {
+	return query(expr).LegendFormat(legend).Format(prometheus.PromQueryFormatTimeSeries).Range()
 }
 
 // instant is an instant query at the end of the time range.
-func instant(expr, legend string) *Target {
-	return &Target{Datasource: prom, EditorMode: "code", Expr: expr, LegendFormat: legend, Format: "time_series", Instant: true}
+func instant(expr, legend string) *prometheus.DataqueryBuilder {
+	return query(expr).LegendFormat(legend).Format(prometheus.PromQueryFormatTimeSeries).Instant()
 }
 
 // tableQuery is an instant query in table format.
-func tableQuery(expr string) *Target {
-	return &Target{Datasource: prom, EditorMode: "code", Expr: expr, Format: "table", Instant: true}
+func tableQuery(expr string) *prometheus.DataqueryBuilder {
+	return query(expr).Format(prometheus.PromQueryFormatTable).Instant()
 }
 
-func withRefIDs(ts []*Target) []*Target {
+// heatmapQuery is an instant query in heatmap format (buckets by le).
+func heatmapQuery(expr, legend string) *prometheus.DataqueryBuilder {
+	return query(expr).LegendFormat(legend).Format(prometheus.PromQueryFormatHeatmap).Instant()
+}
+
+// withRefIDs names the targets A, B, C, ...
+func withRefIDs(ts []*prometheus.DataqueryBuilder) []cog.Builder[variants.Dataquery] {
+	out := make([]cog.Builder[variants.Dataquery], len(ts))
 	for i, t := range ts {
-		t.RefID = string(rune('A' + i))
+		out[i] = t.RefId(string(rune('A' + i)))
 	}
-	return ts
+	return out
 }
 
 // Panels.
 
-func f(v float64) *float64 { return &v }
-func n(v int) *int         { return &v }
-
-func thresholds(base string, steps ...any) Thresholds {
-	t := Thresholds{Mode: "absolute", Steps: []Step{{Color: base}}}
+// thresholds are absolute thresholds: a base colour, then value, colour
+// pairs.
+func thresholds(base string, steps ...any) *dashboard.ThresholdsConfigBuilder {
+	ts := []dashboard.Threshold{{Color: base}}
 	for i := 0; i+1 < len(steps); i += 2 {
-		t.Steps = append(t.Steps, Step{Value: f(steps[i].(float64)), Color: steps[i+1].(string)})
+		ts = append(ts, dashboard.Threshold{Value: cog.ToPtr(steps[i].(float64)), Color: steps[i+1].(string)})
 	}
-	return t
+	return dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModeAbsolute).Steps(ts)
 }
 
-// timeseries is a line chart; stacked panels fill their areas.
-func timeseries(title, description, unit string, stacked bool, targets ...*Target) *Panel {
-	custom := map[string]any{
-		"drawStyle": "line", "lineWidth": 1, "fillOpacity": 10, "showPoints": "never",
-		"spanNulls": false, "axisSoftMin": 0,
+func colorMode(m dashboard.FieldColorModeId) *dashboard.FieldColorBuilder {
+	return dashboard.NewFieldColorBuilder().Mode(m)
+}
+
+// fixedColors are overrides that give the series whose display names are
+// the keys fixed colours, in name order (for a stable file).
+func fixedColors(byName map[string]string) []cog.Builder[dashboard.DashboardFieldConfigSourceOverrides] {
+	names := make([]string, 0, len(byName))
+	for k := range byName {
+		names = append(names, k)
 	}
+	sort.Strings(names)
+	out := make([]cog.Builder[dashboard.DashboardFieldConfigSourceOverrides], 0, len(names))
+	for _, k := range names {
+		out = append(out, dashboard.NewDashboardFieldConfigSourceOverridesBuilder().
+			Matcher(dashboard.MatcherConfig{Id: "byName", Options: k}).
+			Properties([]dashboard.DynamicConfigValue{{Id: "color", Value: map[string]any{"mode": "fixed", "fixedColor": byName[k]}}}))
+	}
+	return out
+}
+
+// timeseries is a line chart; stacked panels fill their areas. colors
+// (may be nil) fixes the colours of series by name.
+func timeseriesPanel(title, description, unit string, stacked bool, colors map[string]string, targets ...*prometheus.DataqueryBuilder) *timeseries.PanelBuilder {
+	p := timeseries.NewPanelBuilder().
+		Title(title).Description(description).Datasource(prom).
+		Unit(unit).Min(0).
+		ColorScheme(colorMode(dashboard.FieldColorModeIdPaletteClassic)).
+		Thresholds(thresholds("green")).
+		DrawStyle(common.GraphDrawStyleLine).LineWidth(1).FillOpacity(10).
+		ShowPoints(common.VisibilityModeNever).SpanNulls(common.BoolOrFloat64{Bool: cog.ToPtr(false)}).AxisSoftMin(0).
+		Legend(common.NewVizLegendOptionsBuilder().DisplayMode(common.LegendDisplayModeTable).Placement(common.LegendPlacementBottom).
+			ShowLegend(true).Calcs([]string{"mean", "max"})).
+		Tooltip(common.NewVizTooltipOptionsBuilder().Mode(common.TooltipDisplayModeMulti).Sort(common.SortOrderDescending)).
+		Targets(withRefIDs(targets)).
+		Overrides(fixedColors(colors))
 	if stacked {
-		custom["fillOpacity"] = 60
-		custom["stacking"] = map[string]any{"group": "A", "mode": "normal"}
+		p.FillOpacity(60).Stacking(common.NewStackingConfigBuilder().Group("A").Mode(common.StackingModeNormal))
 	}
-	return &Panel{
-		Type: "timeseries", Title: title, Description: description, Datasource: prom,
-		FieldConfig: &FieldConfig{Defaults: Defaults{
-			Unit: unit, Min: f(0),
-			Color:      map[string]any{"mode": "palette-classic"},
-			Thresholds: thresholds("green"),
-			Custom:     custom,
-		}, Overrides: []Override{}},
-		Options: map[string]any{
-			"legend":  map[string]any{"displayMode": "table", "placement": "bottom", "showLegend": true, "calcs": []string{"mean", "max"}},
-			"tooltip": map[string]any{"mode": "multi", "sort": "desc"},
-		},
-		Targets: withRefIDs(targets),
-	}
+	return p
 }
 
-// stat is a single number with thresholds that color its background.
-func stat(title, description, unit string, decimals int, th Thresholds, t *Target) *Panel {
-	return &Panel{
-		Type: "stat", Title: title, Description: description, Datasource: prom,
-		FieldConfig: &FieldConfig{Defaults: Defaults{
-			Unit: unit, Decimals: n(decimals),
-			Color:      map[string]any{"mode": "thresholds"},
-			Thresholds: th,
-		}, Overrides: []Override{}},
-		Options: map[string]any{
-			"colorMode": "background", "graphMode": "none", "justifyMode": "center", "orientation": "auto",
-			"textMode": "value", "wideLayout": true, "showPercentChange": false,
-			"reduceOptions": map[string]any{"calcs": []string{"lastNotNull"}, "fields": "", "values": false},
-		},
-		Targets: withRefIDs([]*Target{t}),
-	}
+// statPanel is a single number with thresholds that colour its background.
+func statPanel(title, description, unit string, decimals float64, th *dashboard.ThresholdsConfigBuilder, t *prometheus.DataqueryBuilder) *stat.PanelBuilder {
+	return stat.NewPanelBuilder().
+		Title(title).Description(description).Datasource(prom).
+		Unit(unit).Decimals(decimals).
+		ColorScheme(colorMode(dashboard.FieldColorModeIdThresholds)).
+		Thresholds(th).
+		ColorMode(common.BigValueColorModeBackground).GraphMode(common.BigValueGraphModeNone).
+		JustifyMode(common.BigValueJustifyModeCenter).Orientation(common.VizOrientationAuto).
+		TextMode(common.BigValueTextModeValue).WideLayout(true).ShowPercentChange(false).
+		ReduceOptions(common.NewReduceDataOptionsBuilder().Calcs([]string{"lastNotNull"}).Fields("").Values(false)).
+		Targets(withRefIDs([]*prometheus.DataqueryBuilder{t}))
 }
 
-// bargauge is horizontal bars, one per series of an instant query.
-func bargauge(title, description, unit string, th Thresholds, targets ...*Target) *Panel {
-	return &Panel{
-		Type: "bargauge", Title: title, Description: description, Datasource: prom,
-		FieldConfig: &FieldConfig{Defaults: Defaults{
-			Unit: unit, Decimals: n(0), Min: f(0),
-			Color:      map[string]any{"mode": "thresholds"},
-			Thresholds: th,
-		}, Overrides: []Override{}},
-		Options: map[string]any{
-			"orientation": "horizontal", "displayMode": "gradient", "valueMode": "color",
-			"showUnfilled": true, "namePlacement": "left", "sizing": "auto", "minVizHeight": 16, "maxVizHeight": 300,
-			"reduceOptions": map[string]any{"calcs": []string{"lastNotNull"}, "fields": "", "values": false},
-		},
-		Targets: withRefIDs(targets),
-	}
+// bargaugePanel is horizontal bars, one per series of an instant query.
+func bargaugePanel(title, description, unit string, th *dashboard.ThresholdsConfigBuilder, colors map[string]string, targets ...*prometheus.DataqueryBuilder) *bargauge.PanelBuilder {
+	return bargauge.NewPanelBuilder().
+		Title(title).Description(description).Datasource(prom).
+		Unit(unit).Decimals(0).Min(0).
+		ColorScheme(colorMode(dashboard.FieldColorModeIdThresholds)).
+		Thresholds(th).
+		Orientation(common.VizOrientationHorizontal).DisplayMode(common.BarGaugeDisplayModeGradient).
+		ValueMode(common.BarGaugeValueModeColor).ShowUnfilled(true).NamePlacement(common.BarGaugeNamePlacementLeft).
+		Sizing(common.BarGaugeSizingAuto).MinVizHeight(16).MaxVizHeight(300).
+		ReduceOptions(common.NewReduceDataOptionsBuilder().Calcs([]string{"lastNotNull"}).Fields("").Values(false)).
+		Targets(withRefIDs(targets)).
+		Overrides(fixedColors(colors))
 }
 
-// table shows instant table queries; columns are renamed from their label
-// (or "Value #refId") to rename's values, in rename's order.
-func table(title, description, unit string, rename [][2]string, targets ...*Target) *Panel {
+// tablePanel shows instant table queries; columns are renamed from their
+// label (or "Value #refId") to rename's values, in rename's order.
+func tablePanel(title, description, unit string, rename [][2]string, targets ...*prometheus.DataqueryBuilder) *table.PanelBuilder {
 	names := map[string]any{}
 	index := map[string]any{}
 	for i, r := range rename {
 		names[r[0]] = r[1]
 		index[r[0]] = i
 	}
-	tr := []Transformation{}
+	p := table.NewPanelBuilder().
+		Title(title).Description(description).Datasource(prom).
+		Unit(unit).Decimals(0).
+		ColorScheme(colorMode(dashboard.FieldColorModeIdThresholds)).
+		Thresholds(thresholds("green")).
+		Align(common.FieldTextAlignmentAuto).
+		CellOptions(common.TableCellOptions{TableAutoCellOptions: common.NewTableAutoCellOptions()}).
+		Inspect(false).
+		ShowHeader(true).CellHeight(common.TableCellHeightSm).
+		Footer(common.NewTableFooterOptionsBuilder().Show(false).Reducer([]string{"sum"}).CountRows(false)).
+		Targets(withRefIDs(targets))
 	if len(targets) > 1 {
-		tr = append(tr, Transformation{ID: "merge", Options: map[string]any{}})
+		p.WithTransformation(dashboard.DataTransformerConfig{Id: "merge", Options: map[string]any{}})
 	}
-	tr = append(tr, Transformation{ID: "organize", Options: map[string]any{
+	p.WithTransformation(dashboard.DataTransformerConfig{Id: "organize", Options: map[string]any{
 		"excludeByName": map[string]any{"Time": true, "otel_scope_name": true, "otel_scope_version": true, "otel_scope_schema_url": true},
 		"renameByName":  names,
 		"indexByName":   index,
 	}})
-	return &Panel{
-		Type: "table", Title: title, Description: description, Datasource: prom,
-		FieldConfig: &FieldConfig{Defaults: Defaults{
-			Unit: unit, Decimals: n(0),
-			Color:      map[string]any{"mode": "thresholds"},
-			Thresholds: thresholds("green"),
-			Custom:     map[string]any{"align": "auto", "cellOptions": map[string]any{"type": "auto"}, "inspect": false},
-		}, Overrides: []Override{}},
-		Options: map[string]any{
-			"showHeader": true, "cellHeight": "sm",
-			"footer": map[string]any{"show": false, "reducer": []string{"sum"}, "fields": "", "countRows": false},
-		},
-		Targets:         withRefIDs(targets),
-		Transformations: tr,
-	}
-}
-
-// colors gives the series whose display names are the keys fixed colors.
-func colors(p *Panel, byName map[string]string) *Panel {
-	keys := make([]string, 0, len(byName))
-	for k := range byName {
-		keys = append(keys, k)
-	}
-	// Sorted for a stable file.
-	for i := range keys {
-		for j := i + 1; j < len(keys); j++ {
-			if keys[j] < keys[i] {
-				keys[i], keys[j] = keys[j], keys[i]
-			}
-		}
-	}
-	for _, k := range keys {
-		p.FieldConfig.Overrides = append(p.FieldConfig.Overrides, Override{
-			Matcher:    map[string]any{"id": "byName", "options": k},
-			Properties: []map[string]any{{"id": "color", "value": map[string]any{"mode": "fixed", "fixedColor": byName[k]}}},
-		})
-	}
 	return p
 }
 

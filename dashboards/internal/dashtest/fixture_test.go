@@ -11,15 +11,15 @@ const fixtureRegistry = `{
   "description": "test",
   "endpoints": {"exporter": {"what": "test", "common_labels": ["job", "instance"]}},
   "metrics": [
-    {"name": "demo_calls_total", "type": "counter", "endpoint": "exporter", "labels": ["service_name", "cause"], "emitted": "after_first_event", "source": "test"},
-    {"name": "demo_gauge", "type": "gauge", "endpoint": "exporter", "labels": [], "emitted": "always", "source": "test"},
-    {"name": "demo_latency_seconds", "type": "histogram", "endpoint": "exporter", "labels": ["tool"], "emitted": "after_first_event", "source": "test"}
+    {"id": "calls", "name": "demo_calls_total", "type": "counter", "endpoint": "exporter", "labels": ["service_name", "cause"], "emitted": "after_first_event", "source": "test"},
+    {"id": "gauge", "name": "demo_gauge", "type": "gauge", "endpoint": "exporter", "labels": [], "emitted": "always", "source": "test"},
+    {"id": "latency", "name": "demo_latency_seconds", "type": "histogram", "unit": "s", "endpoint": "exporter", "labels": ["tool"], "emitted": "after_first_event", "source": "test"}
   ]
 }`
 
 const fixtureDashboard = `{
   "uid": "fixture", "title": "Fixture", "schemaVersion": 39,
-  "time": {"from": "now-6h", "to": "now"},
+  "time": {"from": "now-6h", "to": "now"}, "annotations": {"list": []},
   "__inputs": [{"name": "DS_PROMETHEUS", "type": "datasource", "pluginId": "prometheus"}],
   "__requires": [{"type": "grafana", "id": "grafana"}, {"type": "datasource", "id": "prometheus"},
                  {"type": "panel", "id": "timeseries"}, {"type": "panel", "id": "stat"}],
@@ -27,7 +27,7 @@ const fixtureDashboard = `{
     "datasource": {"type": "prometheus", "uid": "${DS_PROMETHEUS}"},
     "query": {"query": "label_values(demo_calls_total, service_name)", "refId": "V"}}]},
   "panels": [
-    {"id": 10, "type": "row", "title": "Row", "gridPos": {"h": 1, "w": 24, "x": 0, "y": 0}, "panels": []},
+    {"id": 10, "type": "row", "title": "Row", "collapsed": false, "gridPos": {"h": 1, "w": 24, "x": 0, "y": 0}, "panels": []},
     {"id": 1, "type": "timeseries", "title": "Calls", "description": "Calls by cause.",
      "datasource": {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}, "gridPos": {"h": 8, "w": 12, "x": 0, "y": 1},
      "fieldConfig": {"defaults": {"unit": "short"}},

@@ -100,7 +100,11 @@ func runFake(t *testing.T, f *fakeProm, d *Dashboard, reg *Registry, exp map[str
 	defer srv.Close()
 	var out bytes.Buffer
 	end := time.Now()
-	l := &Live{Prom: &Prom{URL: srv.URL}, Reg: reg, Start: end.Add(-time.Minute), End: end,
+	prom, err := NewProm(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &Live{Prom: prom, Reg: reg, Start: end.Add(-time.Minute), End: end,
 		ScrapeInterval: time.Second, Expect: exp, Out: &out}
 	p, n := l.Run(context.Background(), []*Dashboard{d})
 	return p, n, out.String()

@@ -1,7 +1,6 @@
 package dashtest
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -9,9 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 
 	_ "modernc.org/sqlite" // the demo servers' refund databases
+
+	"github.com/idemkit/idemkit/internal/devtools/harness"
 )
 
 // Evidence is what the demo run did, from sources other than Prometheus:
@@ -86,13 +86,11 @@ type manifest struct {
 	} `json:"runs"`
 }
 
-// LoadEvidence reads a demo work directory (scripts/demo.sh): the
-// manifest (manifest.json), each target's refund database
-// (<target name>/refunds.db) and the spans the Collector wrote
-// (spans.jsonl).
-func LoadEvidence(ctx context.Context, dir string) (*Evidence, error) {
+// LoadEvidence reads a demo work directory (examples/demo): the manifest
+// (manifest.json), each target's refund database (<target name>/refunds.db)
+// and the spans the Collectors wrote (spansFiles).
+func LoadEvidence(ctx context.Context, dir string, spansFiles []string) (*Evidence, error) {
 	manifestPath := filepath.Join(dir, "manifest.json")
-	spansPath := filepath.Join(dir, "spans.jsonl")
 	dbs := map[string]string{}
 	b, err := os.ReadFile(manifestPath)
 	if err != nil {
@@ -128,11 +126,11 @@ func LoadEvidence(ctx context.Context, dir string) (*Evidence, error) {
 			return nil, err
 		}
 	}
-	if ev.ToolSpans, err = readToolSpans(spansPath); err != nil {
+	if ev.ToolSpans, err = readToolSpans(spansFiles); err != nil {
 		return nil, err
 	}
 	if len(ev.ToolSpans) == 0 {
-		return nil, fmt.Errorf("%s: no execute_tool span", spansPath)
+		return nil, fmt.Errorf("%v: no execute_tool span", spansFiles)
 	}
 	return ev, nil
 }
@@ -163,96 +161,29 @@ func refundRows(ctx context.Context, path string) (map[string]int, error) {
 	return out, rows.Err()
 }
 
-// otlpValue is an OTLP/JSON AnyValue (the kinds used here).
-type otlpValue struct {
-	StringValue *string         `json:"stringValue"`
-	IntValue    json.RawMessage `json:"intValue"`
-	BoolValue   *bool           `json:"boolValue"`
-	DoubleValue *float64        `json:"doubleValue"`
-}
+// GapAttribute is the span attribute with a duplicate's gap, in ms.
+const GapAttribute = "idemkit.duplicate.gap_ms"
 
-type otlpAttr struct {
-	Key   string    `json:"key"`
-	Value otlpValue `json:"value"`
-}
-
-func attrMap(as []otlpAttr) map[string]otlpValue {
-	m := make(map[string]otlpValue, len(as))
-	for _, a := range as {
-		m[a.Key] = a.Value
-	}
-	return m
-}
-
-func (v otlpValue) str() string {
-	if v.StringValue != nil {
-		return *v.StringValue
-	}
-	return ""
-}
-
-// num reads an int (a JSON string or number in OTLP/JSON) or a double.
-func (v otlpValue) num() (float64, bool) {
-	if v.DoubleValue != nil {
-		return *v.DoubleValue, true
-	}
-	if len(v.IntValue) == 0 {
-		return 0, false
-	}
-	var s string
-	if json.Unmarshal(v.IntValue, &s) != nil {
-		s = string(v.IntValue)
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	return f, err == nil
-}
-
-// readToolSpans reads the execute_tool spans of a file exporter's
+// readToolSpans reads the execute_tool spans of the file exporters'
 // OTLP/JSON lines.
-func readToolSpans(path string) ([]ToolSpan, error) {
-	f, err := os.Open(path)
+func readToolSpans(paths []string) ([]ToolSpan, error) {
+	spans, err := harness.ReadSpans(paths...)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	var out []ToolSpan
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 256<<20)
-	for line := 1; sc.Scan(); line++ {
-		var req struct {
-			ResourceSpans []struct {
-				Resource struct {
-					Attributes []otlpAttr `json:"attributes"`
-				} `json:"resource"`
-				ScopeSpans []struct {
-					Spans []struct {
-						Attributes []otlpAttr `json:"attributes"`
-					} `json:"spans"`
-				} `json:"scopeSpans"`
-			} `json:"resourceSpans"`
+	for _, s := range spans {
+		if s.Str("gen_ai.operation.name") != "execute_tool" {
+			continue
 		}
-		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		ts := ToolSpan{
+			Service: s.Service, Tool: s.Str("gen_ai.tool.name"), Outcome: s.Str("idemkit.outcome"),
+			Cause: s.Str("idemkit.duplicate.cause"), Effect: s.Str("idemkit.duplicate.effect"),
 		}
-		for _, rs := range req.ResourceSpans {
-			svc := attrMap(rs.Resource.Attributes)["service.name"].str()
-			for _, ss := range rs.ScopeSpans {
-				for _, s := range ss.Spans {
-					a := attrMap(s.Attributes)
-					if a["gen_ai.operation.name"].str() != "execute_tool" {
-						continue
-					}
-					ts := ToolSpan{
-						Service: svc, Tool: a["gen_ai.tool.name"].str(), Outcome: a["idemkit.outcome"].str(),
-						Cause: a["idemkit.duplicate.cause"].str(), Effect: a["idemkit.duplicate.effect"].str(),
-					}
-					ts.GapMs, ts.HasGap = a["idemkit.duplicate.gap_ms"].num()
-					out = append(out, ts)
-				}
-			}
-		}
+		ts.GapMs, ts.HasGap = s.Float(GapAttribute)
+		out = append(out, ts)
 	}
-	return out, sc.Err()
+	return out, nil
 }
 
 // Count counts the values of key over items, for expectations.

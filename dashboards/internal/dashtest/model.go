@@ -19,6 +19,11 @@ import (
 	"path"
 	"sort"
 	"strings"
+
+	"github.com/grafana/grafana-foundation-sdk/go/cog/plugins"
+	"github.com/grafana/grafana-foundation-sdk/go/common"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
 )
 
 // DSRef is a data source reference.
@@ -27,12 +32,14 @@ type DSRef struct {
 	UID  string `json:"uid"`
 }
 
-// Dashboard is the part of a Grafana dashboard's JSON model the checks read.
+// Dashboard is what the checks read of a Grafana dashboard: the Foundation
+// SDK's model of it (SDK), flattened into panels, targets and variables.
 type Dashboard struct {
 	File          string
-	UID           string `json:"uid"`
-	Title         string `json:"title"`
-	SchemaVersion int    `json:"schemaVersion"`
+	SDK           *dashboard.Dashboard `json:"-"`
+	UID           string               `json:"uid"`
+	Title         string               `json:"title"`
+	SchemaVersion int                  `json:"schemaVersion"`
 	Inputs        []struct {
 		Name     string `json:"name"`
 		Type     string `json:"type"`
@@ -136,30 +143,130 @@ func Where(d *Dashboard, p *Panel, t *Target) string {
 	return s
 }
 
-// Parse reads a dashboard's JSON.
+// Parse reads a dashboard's JSON the way Grafana does, with the types of
+// Grafana's Foundation SDK (a mistyped field is an error), plus the export wrapper the SDK does not model (__inputs,
+// __requires, __elements), and returns the view the checks read.
 func Parse(file string, data []byte) (*Dashboard, error) {
-	var d Dashboard
-	if err := json.Unmarshal(data, &d); err != nil {
+	plugins.RegisterDefaultPlugins()
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
+	var d Dashboard
 	d.File = file
-	var walk func(ps []*Panel)
-	walk = func(ps []*Panel) {
-		for _, p := range ps {
-			if p == nil {
-				continue
+	if err := unmarshalOptional(raw["__inputs"], &d.Inputs); err != nil {
+		return nil, fmt.Errorf("%s: __inputs: %w", file, err)
+	}
+	if err := unmarshalOptional(raw["__requires"], &d.Requires); err != nil {
+		return nil, fmt.Errorf("%s: __requires: %w", file, err)
+	}
+	delete(raw, "__inputs")
+	delete(raw, "__requires")
+	delete(raw, "__elements")
+	rest, err := json.Marshal(raw)
+	if err != nil {
+		return nil, err
+	}
+	var sdk dashboard.Dashboard
+	// Not UnmarshalJSONStrict: at v0.0.22 it returns an empty
+	// cog.BuildErrors (a non-nil error) from nested types on success, and
+	// PanelOrRowPanel then drops every panel.
+	if err := json.Unmarshal(rest, &sdk); err != nil {
+		return nil, fmt.Errorf("%s: not a Grafana dashboard (Foundation SDK): %w", file, err)
+	}
+	d.SDK = &sdk
+	d.UID, d.Title, d.SchemaVersion = deref(sdk.Uid), deref(sdk.Title), int(sdk.SchemaVersion)
+	if sdk.Time != nil {
+		d.Time = &struct {
+			From string `json:"from"`
+			To   string `json:"to"`
+		}{sdk.Time.From, sdk.Time.To}
+	}
+	for _, v := range sdk.Templating.List {
+		q, err := json.Marshal(v.Query)
+		if err != nil {
+			return nil, err
+		}
+		d.Templating.List = append(d.Templating.List, &Variable{
+			Name: v.Name, Type: string(v.Type), Datasource: dsRef(v.Datasource), Definition: deref(v.Definition),
+			RawQuery: q, Multi: deref(v.Multi), IncludeAll: deref(v.IncludeAll), AllValue: deref(v.AllValue), Regex: deref(v.Regex),
+		})
+	}
+	for _, pr := range sdk.Panels {
+		switch {
+		case pr.RowPanel != nil:
+			row := &Panel{ID: int(pr.RowPanel.Id), Type: "row", Title: deref(pr.RowPanel.Title)}
+			if gp := pr.RowPanel.GridPos; gp != nil {
+				row.GridPos = &struct{ H, W, X, Y int }{int(gp.H), int(gp.W), int(gp.X), int(gp.Y)}
 			}
-			if p.Type == "row" {
-				d.Rows = append(d.Rows, p)
-				walk(p.Panels)
-				continue
+			d.Rows = append(d.Rows, row)
+			d.TopPanels = append(d.TopPanels, row)
+			for i := range pr.RowPanel.Panels {
+				p := view(&pr.RowPanel.Panels[i])
+				row.Panels = append(row.Panels, p)
+				d.Panels = append(d.Panels, p)
 			}
+		case pr.Panel != nil:
+			p := view(pr.Panel)
+			d.TopPanels = append(d.TopPanels, p)
 			d.Panels = append(d.Panels, p)
-			walk(p.Panels)
 		}
 	}
-	walk(d.TopPanels)
 	return &d, nil
+}
+
+// view is the checks' view of an SDK panel.
+func view(sp *dashboard.Panel) *Panel {
+	p := &Panel{ID: int(deref(sp.Id)), Type: sp.Type, Title: deref(sp.Title), Description: deref(sp.Description), Datasource: dsRef(sp.Datasource)}
+	if gp := sp.GridPos; gp != nil {
+		p.GridPos = &struct{ H, W, X, Y int }{int(gp.H), int(gp.W), int(gp.X), int(gp.Y)}
+	}
+	if fc := sp.FieldConfig; fc != nil {
+		p.FieldConfig = &struct {
+			Defaults struct {
+				Unit string `json:"unit"`
+			} `json:"defaults"`
+		}{}
+		p.FieldConfig.Defaults.Unit = deref(fc.Defaults.Unit)
+	}
+	for _, q := range sp.Targets {
+		t := &Target{}
+		if pq, ok := q.(*prometheus.Dataquery); ok {
+			t.RefID, t.Datasource, t.Expr = deref(pq.RefId), dsRef(pq.Datasource), pq.Expr
+			t.LegendFormat, t.Instant, t.Range, t.Hide = deref(pq.LegendFormat), deref(pq.Instant), pq.Range, deref(pq.Hide)
+			if pq.Format != nil {
+				t.Format = string(*pq.Format)
+			}
+		} else {
+			// Not a Prometheus query: no Prometheus data source, which the
+			// static checks report.
+			t.RefID = "?"
+		}
+		p.Targets = append(p.Targets, t)
+	}
+	return p
+}
+
+func dsRef(r *common.DataSourceRef) *DSRef {
+	if r == nil {
+		return nil
+	}
+	return &DSRef{Type: deref(r.Type), UID: deref(r.Uid)}
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+func unmarshalOptional(b json.RawMessage, v any) error {
+	if len(b) == 0 {
+		return nil
+	}
+	return json.Unmarshal(b, v)
 }
 
 // LoadAll parses every file of fsys matching pattern, in name order.

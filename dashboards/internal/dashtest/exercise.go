@@ -13,8 +13,16 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"github.com/idemkit/idemkit/dashboards/internal/metrics"
+	"github.com/idemkit/idemkit/internal/devtools/harness"
+)
+
+// The processor's telemetry the exercise reads, from metrics.json.
+var (
+	mClassified = metrics.MustLoad().Name("proc_spans_classified")
+	mLateSpans  = metrics.MustLoad().Name("proc_late_spans")
+	mEvictions  = metrics.MustLoad().Name("proc_evictions")
+	mSpansHeld  = metrics.MustLoad().Name("proc_spans_held")
 )
 
 // ExerciseResult is what Exercise made the processor count, read back from
@@ -40,7 +48,7 @@ func Exercise(ctx context.Context, otlpURL, telemetryURL string, maxGroups int) 
 
 	// 1. A late original: the duplicate (later start) is decided alone,
 	// then its original (earlier start) arrives.
-	before, err := ex.counter(ctx, "otelcol_processor_dup_spans_classified", nil)
+	before, err := ex.counter(ctx, mClassified, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -48,13 +56,13 @@ func Exercise(ctx context.Context, otlpURL, telemetryURL string, maxGroups int) 
 	if err := ex.send(ctx, ex.tool(k1, t1, "exercise-s1", "2", time.Second, "executed")); err != nil {
 		return nil, err
 	}
-	if err := ex.waitFor(ctx, "the lone duplicate to be decided", "otelcol_processor_dup_spans_classified", nil, before+1, -1); err != nil {
+	if err := ex.waitFor(ctx, "the lone duplicate to be decided", mClassified, nil, before+1, -1); err != nil {
 		return nil, err
 	}
 	if err := ex.send(ctx, ex.tool(k1, t1, "exercise-s1", "1", 0, "executed")); err != nil {
 		return nil, err
 	}
-	if err := ex.waitFor(ctx, "a late tool span", "otelcol_processor_dup_late_spans", map[string]string{"span": "tool"}, 1, -1); err != nil {
+	if err := ex.waitFor(ctx, "a late tool span", mLateSpans, map[string]string{"span": "tool"}, 1, -1); err != nil {
 		return nil, err
 	}
 
@@ -66,13 +74,13 @@ func Exercise(ctx context.Context, otlpURL, telemetryURL string, maxGroups int) 
 		ex.tool(k2, t2, "exercise-s2", "2", 10*time.Second+300*time.Millisecond, "in_progress")); err != nil {
 		return nil, err
 	}
-	if err := ex.waitFor(ctx, "a harness retry", "otelcol_processor_dup_spans_classified", map[string]string{"cause": "harness_retry"}, 1, -1); err != nil {
+	if err := ex.waitFor(ctx, "a harness retry", mClassified, map[string]string{"cause": "harness_retry"}, 1, -1); err != nil {
 		return nil, err
 	}
 	if err := ex.send(ctx, ex.chat(t2, 10*time.Second+100*time.Millisecond)); err != nil {
 		return nil, err
 	}
-	if err := ex.waitFor(ctx, "a late chat span", "otelcol_processor_dup_late_spans", map[string]string{"span": "chat"}, 1, -1); err != nil {
+	if err := ex.waitFor(ctx, "a late chat span", mLateSpans, map[string]string{"span": "chat"}, 1, -1); err != nil {
 		return nil, err
 	}
 
@@ -84,33 +92,26 @@ func Exercise(ctx context.Context, otlpURL, telemetryURL string, maxGroups int) 
 	if err := ex.send(ctx, spans...); err != nil {
 		return nil, err
 	}
-	if err := ex.waitFor(ctx, "evictions", "otelcol_processor_dup_evictions", nil, 1, -1); err != nil {
+	if err := ex.waitFor(ctx, "evictions", mEvictions, nil, 1, -1); err != nil {
 		return nil, err
 	}
 	// Everything decided: every tool span sent classified once, nothing
 	// held any more.
-	if err := ex.waitFor(ctx, "every tool span to be decided", "otelcol_processor_dup_spans_classified", nil, before+float64(ex.tools), -1); err != nil {
+	if err := ex.waitFor(ctx, "every tool span to be decided", mClassified, nil, before+float64(ex.tools), -1); err != nil {
 		return nil, err
 	}
-	if err := ex.waitFor(ctx, "no span held", "otelcol_processor_dup_spans_held", nil, 0, 0); err != nil {
+	if err := ex.waitFor(ctx, "no span held", mSpansHeld, nil, 0, 0); err != nil {
 		return nil, err
 	}
-	samples, err := scrapeText(ctx, ex.tel)
+	samples, err := harness.Scrape(ctx, ex.tel)
 	if err != nil {
 		return nil, err
 	}
-	res := &ExerciseResult{Telemetry: telemetryURL, Spans: ex.sent, LateSpans: map[string]float64{}, Classified: map[string]float64{}}
-	for _, s := range samples {
-		switch s.Labels["__name__"] {
-		case "otelcol_processor_dup_evictions":
-			res.Evictions += s.Value
-		case "otelcol_processor_dup_late_spans":
-			res.LateSpans[s.Labels["span"]] += s.Value
-		case "otelcol_processor_dup_spans_classified":
-			res.Classified[s.Labels["cause"]] += s.Value
-		}
-	}
-	return res, nil
+	return &ExerciseResult{Telemetry: telemetryURL, Spans: ex.sent,
+		Evictions:  samples.Total(mEvictions, nil),
+		LateSpans:  samples.By(mLateSpans, "span", nil),
+		Classified: samples.By(mClassified, "cause", nil),
+	}, nil
 }
 
 type exerciser struct {
@@ -190,26 +191,11 @@ func (ex *exerciser) send(ctx context.Context, spans ...map[string]any) error {
 
 // counter sums the samples of name whose labels include match.
 func (ex *exerciser) counter(ctx context.Context, name string, match map[string]string) (float64, error) {
-	samples, err := scrapeText(ctx, ex.tel)
+	samples, err := harness.Scrape(ctx, ex.tel)
 	if err != nil {
 		return 0, err
 	}
-	total := 0.0
-	for _, s := range samples {
-		if s.Labels["__name__"] != name {
-			continue
-		}
-		ok := true
-		for k, v := range match {
-			if s.Labels[k] != v {
-				ok = false
-			}
-		}
-		if ok {
-			total += s.Value
-		}
-	}
-	return total, nil
+	return samples.Total(name, match), nil
 }
 
 // waitFor waits until the sum of name's samples matching match is at least
@@ -231,68 +217,3 @@ func (ex *exerciser) waitFor(ctx context.Context, what, name string, match map[s
 		}
 	}
 }
-
-// scrapeText fetches a Prometheus text exposition and returns its samples,
-// one per line of the format: a histogram gives its _bucket (with le),
-// _sum and _count series, as Prometheus stores them.
-func scrapeText(ctx context.Context, url string) ([]Sample, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", url, err)
-	}
-	var out []Sample
-	for name, mf := range families {
-		for _, m := range mf.GetMetric() {
-			add := func(name string, v float64, extra ...string) {
-				labels := make(map[string]string, len(m.GetLabel())+2)
-				for _, lp := range m.GetLabel() {
-					labels[lp.GetName()] = lp.GetValue()
-				}
-				labels[model.MetricNameLabel] = name
-				for i := 0; i+1 < len(extra); i += 2 {
-					labels[extra[i]] = extra[i+1]
-				}
-				out = append(out, Sample{Labels: labels, Value: v})
-			}
-			switch {
-			case m.GetHistogram() != nil:
-				h := m.GetHistogram()
-				for _, b := range h.GetBucket() {
-					add(name+"_bucket", float64(b.GetCumulativeCount()), model.BucketLabel, formatFloat(b.GetUpperBound()))
-				}
-				add(name+"_bucket", float64(h.GetSampleCount()), model.BucketLabel, "+Inf")
-				add(name+"_sum", h.GetSampleSum())
-				add(name+"_count", float64(h.GetSampleCount()))
-			case m.GetSummary() != nil:
-				sm := m.GetSummary()
-				for _, q := range sm.GetQuantile() {
-					add(name, q.GetValue(), model.QuantileLabel, formatFloat(q.GetQuantile()))
-				}
-				add(name+"_sum", sm.GetSampleSum())
-				add(name+"_count", float64(sm.GetSampleCount()))
-			case m.GetCounter() != nil:
-				add(name, m.GetCounter().GetValue())
-			case m.GetGauge() != nil:
-				add(name, m.GetGauge().GetValue())
-			default:
-				add(name, m.GetUntyped().GetValue())
-			}
-		}
-	}
-	return out, nil
-}
-
-func formatFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }

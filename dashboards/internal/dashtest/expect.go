@@ -197,11 +197,16 @@ var Causes = []string{"transport_retry", "harness_retry", "model_reissue", "reco
 // Facts are the numbers the idemkit dashboards must show for a demo run,
 // derived from the evidence (never from Prometheus).
 type Facts struct {
-	Evidence          *Evidence
-	Exercise          *ExerciseResult
-	DemoInstance      string // instance label of the demo Collector's telemetry
+	Evidence *Evidence
+	Exercise *ExerciseResult
+	// DemoInstances are the instance labels of the telemetry of the demo's
+	// Collectors that run the dup processor.
+	DemoInstances     []string
 	ExerciserInstance string // instance label of the exercised Collector's telemetry
-	GapBounds         []float64
+	// GapBounds are the gap histogram's bucket bounds, in GapUnit (the
+	// histogram's unit in metrics.json: ms or s).
+	GapBounds []float64
+	GapUnit   string
 }
 
 // IdemkitExpectations are the value assertions for the idemkit dashboards.
@@ -271,8 +276,16 @@ func IdemkitExpectations(f Facts) (map[string][]Expectation, error) {
 			leakedBySvcTool[s.Service+"/"+s.Tool]++
 		}
 		if s.HasGap {
-			gaps[s.Cause] = append(gaps[s.Cause], s.GapMs)
-			allGaps = append(allGaps, s.GapMs)
+			g := s.GapMs
+			switch f.GapUnit {
+			case "ms":
+			case "s":
+				g /= 1000
+			default:
+				return nil, fmt.Errorf("gap histogram unit %q: the checks know ms and s", f.GapUnit)
+			}
+			gaps[s.Cause] = append(gaps[s.Cause], g)
+			allGaps = append(allGaps, g)
 		}
 	}
 	if spanDups != float64(len(dups)) {
@@ -357,7 +370,10 @@ func IdemkitExpectations(f Facts) (map[string][]Expectation, error) {
 
 	// Processor health: the demo's Collector, then the exercised one.
 	const proc = "idemkit-dup-processor"
-	demo := map[string][]string{"instance": {f.DemoInstance}}
+	if len(f.DemoInstances) == 0 {
+		return nil, fmt.Errorf("no telemetry instance of the demo's dup processors")
+	}
+	demo := map[string][]string{"instance": f.DemoInstances}
 	classifiedWant := Count(spans, func(s ToolSpan) (string, bool) {
 		if !tracked(s) {
 			return "", false
@@ -387,7 +403,7 @@ func IdemkitExpectations(f Facts) (map[string][]Expectation, error) {
 		add(proc, "Evictions by Collector", "A", "has the exercised Collector", nil, Covers("instance", []string{f.ExerciserInstance}))
 		add(proc, "Late spans by Collector and kind", "A", "has tool and chat", nil, Covers("span", []string{"tool", "chat"}))
 	}
-	add(proc, "Groups tracked by Collector", "A", "has the demo's Collector", nil, Covers("instance", []string{f.DemoInstance}))
+	add(proc, "Groups tracked by Collector", "A", "has every dup processor of the demo", nil, Covers("instance", f.DemoInstances))
 	add(proc, "Tool spans classified by cause", "A", "covers all four causes", nil, Covers("cause", Causes))
 	return exp, nil
 }

@@ -1,4 +1,8 @@
-package dashtest
+// Package metrics reads metrics.json, the one list of the metrics the
+// idemkit dashboards may read: the dashboards (internal/build) take every
+// metric name from it by id, and every check (internal/dashtest) checks
+// queries and Prometheus against it.
+package metrics
 
 import (
 	"encoding/json"
@@ -17,8 +21,11 @@ const (
 
 // Metric is one emitted metric of the registry (metrics.json).
 type Metric struct {
+	// ID names the metric in the code; Name is its Prometheus name.
+	ID             string   `json:"id"`
 	Name           string   `json:"name"`
 	Type           string   `json:"type"`
+	Unit           string   `json:"unit"`
 	Endpoint       string   `json:"endpoint"`
 	Labels         []string `json:"labels"`
 	OptionalLabels []string `json:"optional_labels"`
@@ -51,10 +58,15 @@ func ParseRegistry(data []byte) (*Registry, error) {
 	}
 	r := raw.Registry
 	seen := map[string]bool{}
+	ids := map[string]bool{}
 	for _, m := range r.Metrics {
 		switch {
 		case m.Name == "":
 			return nil, fmt.Errorf("metrics registry: a metric has no name")
+		case m.ID == "" || ids[m.ID]:
+			return nil, fmt.Errorf("metrics registry: %s: id %q is empty or not unique", m.Name, m.ID)
+		case m.Type == Histogram && m.Unit == "":
+			return nil, fmt.Errorf("metrics registry: histogram %s has no unit", m.Name)
 		case seen[m.Name]:
 			return nil, fmt.Errorf("metrics registry: %s listed twice", m.Name)
 		case m.Type != Counter && m.Type != Gauge && m.Type != Histogram:
@@ -71,8 +83,29 @@ func ParseRegistry(data []byte) (*Registry, error) {
 			return nil, fmt.Errorf("metrics registry: %s: unknown endpoint %q", m.Name, m.Endpoint)
 		}
 		seen[m.Name] = true
+		ids[m.ID] = true
 	}
 	return &r, nil
+}
+
+// ByID returns the metric with the id, or an error naming it.
+func (r *Registry) ByID(id string) (*Metric, error) {
+	for _, m := range r.Metrics {
+		if m.ID == id {
+			return m, nil
+		}
+	}
+	return nil, fmt.Errorf("metrics.json has no metric with id %q", id)
+}
+
+// Name returns the Prometheus name of the metric with the id; it panics
+// when there is none (the ids are the code's, checked by its tests).
+func (r *Registry) Name(id string) string {
+	m, err := r.ByID(id)
+	if err != nil {
+		panic(err)
+	}
+	return m.Name
 }
 
 // Series is a Prometheus series name resolved in the registry.
