@@ -19,7 +19,7 @@
 // different refund (rejected by idemkit as a mismatch).
 //
 // It runs every scenario against each server given, writes what it did to
-// -manifest (for demoreport) and exports its spans (an invoke_agent span
+// -manifest (for the demo's report, examples/demo) and exports its spans (an invoke_agent span
 // per scenario, chat spans, tools/call client spans) over OTLP/gRPC.
 //
 //	dupgen -protected http://127.0.0.1:8080/mcp -unprotected http://127.0.0.1:8081/mcp -manifest manifest.json

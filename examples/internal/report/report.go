@@ -21,7 +21,6 @@ import (
 // Prometheus series the report reads.
 const (
 	seriesDupCalls   = "idemkit_duplicate_calls_total"
-	seriesDupLeaked  = "idemkit_duplicate_leaked_total"
 	seriesCandidates = "idemkit_duplicate_candidates_total"
 	seriesToolCalls  = "idemkit_tool_calls_total"
 	seriesOpCount    = "mcp_server_operation_duration_seconds_count"
@@ -66,7 +65,7 @@ type ServerResult struct {
 	Outcomes         map[string]float64 // idemkit_tool_calls_total by outcome (protected)
 	Writes, Intended int                // refund rows; refunds the agent meant
 	ExpectedWrites   int
-	Leaked           map[string]float64 // idemkit_duplicate_leaked_total by cause
+	Leaked           map[string]float64 // idemkit_duplicate_calls_total{effect="leaked"} by cause
 	Stopped          map[string]float64 // idemkit_duplicate_calls_total of non-leaked effects, by effect
 }
 
@@ -187,7 +186,7 @@ func serverTotals(t agent.Target, in Inputs, rep *Report) *ServerResult {
 		Target:   t,
 		Requests: int(in.Metrics.Total(seriesOpCount, map[string]string{"job": t.Service, "gen_ai_tool_name": "issue_refund"})),
 		Writes:   len(in.Refunds[t.Name]),
-		Leaked:   in.Metrics.By(seriesDupLeaked, "idemkit_duplicate_cause", map[string]string{"service_name": t.Service}),
+		Leaked:   in.Metrics.By(seriesDupCalls, "idemkit_duplicate_cause", map[string]string{"service_name": t.Service, "idemkit_duplicate_effect": sc.EffectLeaked}),
 		Stopped:  map[string]float64{},
 	}
 	if t.Protected {
@@ -218,7 +217,7 @@ func serverTotals(t agent.Target, in Inputs, rep *Report) *ServerResult {
 		problem("its database holds %d refunds, expected %d", sr.Writes, sr.ExpectedWrites)
 	}
 	if leaked := int(sum(sr.Leaked)); leaked != sr.Writes-sr.Intended {
-		problem("%d double refunds in its database, but %s counts %d", sr.Writes-sr.Intended, seriesDupLeaked, leaked)
+		problem("%d double refunds in its database, but %s{idemkit_duplicate_effect=%q} counts %d", sr.Writes-sr.Intended, seriesDupCalls, sc.EffectLeaked, leaked)
 	}
 	if seen := int(in.Metrics.Total(seriesCandidates, map[string]string{"service_name": t.Service})); seen != toolCalls {
 		problem("the Collector saw %d of its %d tool calls (%s)", seen, toolCalls, seriesCandidates)

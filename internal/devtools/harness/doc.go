@@ -5,9 +5,11 @@
 // Prometheus expositions (prometheus/common/expfmt) and reads the OTLP/JSON
 // files the Collector's file exporter writes (the Collector's pdata).
 //
-// collector/e2e, the dashboards test (dashboards/internal/dashtest) and the
-// demo (examples/demo, examples/demoreport) use it; scripts/demo.sh and
-// scripts/dashboards-test.sh only run their Go programs. It lives in the
+// collector/e2e, the dashboards test (dashboards/cmd/dashtest,
+// dashboards/internal/dashtest) and the demo (examples/demo,
+// examples/internal/report) use it; scripts/demo.sh and
+// scripts/dashboards-test.sh only run their Go programs. Subpackage browser
+// drives a headless Chromium for browser tests. It lives in the
 // development module internal/devtools so that its dependencies never reach
 // a published go.mod; it is the project's tool, not an API.
 package harness
