@@ -8,9 +8,14 @@ require (
 )
 
 require (
+	github.com/prometheus/client_golang v1.24.1 // indirect
+	gopkg.in/yaml.v3 v3.0.1 // indirect
+)
+
+require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
-	github.com/prometheus/common v0.70.1
+	github.com/prometheus/common v0.70.1 // indirect
 )
 
 require (
