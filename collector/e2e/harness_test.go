@@ -117,7 +117,9 @@ func startCollector(t *testing.T, name, bin, config string, otlpPort int, env ..
 	return &collector{name: name, proc: p}
 }
 
-func exportSpans(t *testing.T, port int, td ptrace.Traces) {
+// otlpExport dials the Collector's OTLP/gRPC port and calls export on
+// the connection with a 10s deadline.
+func otlpExport(t *testing.T, port int, what string, export func(context.Context, *grpc.ClientConn) error) {
 	t.Helper()
 	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", port), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -126,9 +128,17 @@ func exportSpans(t *testing.T, port int, td ptrace.Traces) {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := ptraceotlp.NewGRPCClient(conn).Export(ctx, ptraceotlp.NewExportRequestFromTraces(td)); err != nil {
-		t.Fatalf("OTLP export: %v", err)
+	if err := export(ctx, conn); err != nil {
+		t.Fatalf("OTLP %s export: %v", what, err)
 	}
+}
+
+func exportSpans(t *testing.T, port int, td ptrace.Traces) {
+	t.Helper()
+	otlpExport(t, port, "traces", func(ctx context.Context, conn *grpc.ClientConn) error {
+		_, err := ptraceotlp.NewGRPCClient(conn).Export(ctx, ptraceotlp.NewExportRequestFromTraces(td))
+		return err
+	})
 }
 
 // series is one sample of a Prometheus exposition (harness.Sample).
@@ -209,14 +219,8 @@ func exportServerMetrics(t *testing.T, port int, service string, n int64) {
 	dp.SetIntValue(n)
 	dp.Attributes().PutStr("gen_ai.tool.name", "issue_refund")
 	dp.Attributes().PutStr("idemkit.outcome", "executed")
-	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", port), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := pmetricotlp.NewGRPCClient(conn).Export(ctx, pmetricotlp.NewExportRequestFromMetrics(md)); err != nil {
-		t.Fatalf("OTLP metrics export: %v", err)
-	}
+	otlpExport(t, port, "metrics", func(ctx context.Context, conn *grpc.ClientConn) error {
+		_, err := pmetricotlp.NewGRPCClient(conn).Export(ctx, pmetricotlp.NewExportRequestFromMetrics(md))
+		return err
+	})
 }

@@ -114,47 +114,41 @@ func (p *Pipeline) DBPath(target string) string {
 // Entry is the OTLP/gRPC address the servers and the agent export to.
 func (p *Pipeline) Entry() string { return p.Collectors[0].OTLP }
 
-// Exporters are the host:port of every Prometheus exporter.
-func (p *Pipeline) Exporters() []string {
+// collect returns f of each Collector, leaving out "".
+func (p *Pipeline) collect(f func(*CollectorProc) string) []string {
 	var out []string
 	for _, c := range p.Collectors {
-		if c.Exporter != "" {
-			out = append(out, c.Exporter)
+		if v := f(c); v != "" {
+			out = append(out, v)
 		}
 	}
 	return out
 }
 
+// Exporters are the host:port of every Prometheus exporter.
+func (p *Pipeline) Exporters() []string {
+	return p.collect(func(c *CollectorProc) string { return c.Exporter })
+}
+
 // Telemetry are the host:port of every Collector's own metrics.
 func (p *Pipeline) Telemetry() []string {
-	var out []string
-	for _, c := range p.Collectors {
-		out = append(out, c.Telemetry)
-	}
-	return out
+	return p.collect(func(c *CollectorProc) string { return c.Telemetry })
 }
 
 // ProcessorTelemetry are the host:port of the own metrics of the
 // Collectors that run the dup processor.
 func (p *Pipeline) ProcessorTelemetry() []string {
-	var out []string
-	for _, c := range p.Collectors {
-		if c.SpansFile != "" {
-			out = append(out, c.Telemetry)
+	return p.collect(func(c *CollectorProc) string {
+		if c.SpansFile == "" {
+			return ""
 		}
-	}
-	return out
+		return c.Telemetry
+	})
 }
 
 // SpansFiles are the files of annotated spans, one per dup processor.
 func (p *Pipeline) SpansFiles() []string {
-	var out []string
-	for _, c := range p.Collectors {
-		if c.SpansFile != "" {
-			out = append(out, c.SpansFile)
-		}
-	}
-	return out
+	return p.collect(func(c *CollectorProc) string { return c.SpansFile })
 }
 
 // New plans a run: it picks every port and writes the Collectors'

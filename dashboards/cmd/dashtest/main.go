@@ -304,7 +304,7 @@ func check(ctx context.Context, w io.Writer, promURL string, start, end time.Tim
 		return 0, 0, err
 	}
 	fmt.Fprintf(w, "\nEvidence from %s:\n", p.Opts.Dir)
-	for _, name := range sortedKeys(ev.Services) {
+	for _, name := range dashtest.SortedKeys(ev.Services) {
 		s := ev.Services[name]
 		fmt.Fprintf(w, "  %-26s protected=%-5v issue_refund requests %d, duplicates expected %d, double refunds in its database %d\n",
 			name, s.Protected, s.Requests, len(s.Duplicates), s.DoubleRefunds())
@@ -437,13 +437,4 @@ func runMutant(ctx context.Context, fsys fs.FS, m mutant, base *dashtest.Live, e
 		}
 	}
 	return false, fmt.Sprintf("no failure of %s %s mentions %q; failures: %s", m.panel, m.ref, m.want, strings.Join(fails, " | ")), nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

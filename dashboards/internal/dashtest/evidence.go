@@ -197,8 +197,8 @@ func Count[T any](items []T, key func(T) (string, bool)) map[string]float64 {
 	return out
 }
 
-// sortedKeys returns a map's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
+// SortedKeys returns a map's keys in order.
+func SortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)

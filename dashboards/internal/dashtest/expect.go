@@ -53,7 +53,7 @@ func By(want map[string]float64, lbls ...string) func([]Sample) error {
 			got[k] = s.Value
 		}
 		var diffs []string
-		for _, k := range sortedKeys(want) {
+		for _, k := range SortedKeys(want) {
 			g, ok := got[k]
 			switch {
 			case !ok && want[k] == 0:
@@ -63,7 +63,7 @@ func By(want map[string]float64, lbls ...string) func([]Sample) error {
 				diffs = append(diffs, fmt.Sprintf("%s: %g, want %g", k, g, want[k]))
 			}
 		}
-		for _, k := range sortedKeys(got) {
+		for _, k := range SortedKeys(got) {
 			if _, ok := want[k]; !ok && got[k] != 0 {
 				diffs = append(diffs, fmt.Sprintf("%s: %g, not expected", k, got[k]))
 			}
@@ -90,7 +90,7 @@ func Covers(lbl string, want []string) func([]Sample) error {
 			}
 		}
 		if len(missing) > 0 {
-			return fmt.Errorf("no series for %s %s (got %s)", lbl, strings.Join(missing, ", "), strings.Join(sortedKeys(got), ", "))
+			return fmt.Errorf("no series for %s %s (got %s)", lbl, strings.Join(missing, ", "), strings.Join(SortedKeys(got), ", "))
 		}
 		return nil
 	}
@@ -106,7 +106,7 @@ func Within(lbl string, bounds map[string][2]float64) func([]Sample) error {
 			got[s.Labels[lbl]] = s.Value
 		}
 		var diffs []string
-		for _, k := range sortedKeys(bounds) {
+		for _, k := range SortedKeys(bounds) {
 			b := bounds[k]
 			v, ok := got[k]
 			switch {
@@ -116,7 +116,7 @@ func Within(lbl string, bounds map[string][2]float64) func([]Sample) error {
 				diffs = append(diffs, fmt.Sprintf("%s: %g, want within [%g, %g]", k, v, b[0], b[1]))
 			}
 		}
-		for _, k := range sortedKeys(got) {
+		for _, k := range SortedKeys(got) {
 			if _, ok := bounds[k]; !ok && !math.IsNaN(got[k]) {
 				diffs = append(diffs, fmt.Sprintf("%s: %g, not expected", k, got[k]))
 			}
@@ -223,7 +223,7 @@ func IdemkitExpectations(f Facts) (map[string][]Expectation, error) {
 	dupsBySvc := map[string][]CauseEffect{}
 	double, doubleBySvc := 0.0, map[string]float64{}
 	var protected *ServiceEvidence
-	for _, name := range sortedKeys(ev.Services) {
+	for _, name := range SortedKeys(ev.Services) {
 		s := ev.Services[name]
 		dups = append(dups, s.Duplicates...)
 		dupsBySvc[name] = s.Duplicates
@@ -302,7 +302,7 @@ func IdemkitExpectations(f Facts) (map[string][]Expectation, error) {
 		fmt.Sprintf("= %d duplicates / %d execute_tool spans written by the Collector", len(dups), len(spans)), nil,
 		Scalar(float64(len(dups))/float64(len(spans))))
 	add(attr, "Duplicate calls by cause", "A", "covers all four causes", nil, Covers("idemkit_duplicate_cause", Causes))
-	add(attr, "Duplicate calls by effect", "A", "covers every effect of the manifest", nil, Covers("idemkit_duplicate_effect", sortedKeys(byEffect)))
+	add(attr, "Duplicate calls by effect", "A", "covers every effect of the manifest", nil, Covers("idemkit_duplicate_effect", SortedKeys(byEffect)))
 	add(attr, "Duplicates by cause", "A", "= the manifest's duplicates by cause", nil, By(byCause, "idemkit_duplicate_cause"))
 	add(attr, "Duplicates by effect", "A", "= the manifest's duplicates by effect", nil, By(byEffect, "idemkit_duplicate_effect"))
 	add(attr, "Leaked duplicates by cause", "A", "= the manifest's leaked duplicates by cause", nil, By(leakedByCause, "idemkit_duplicate_cause"))
@@ -364,7 +364,7 @@ func IdemkitExpectations(f Facts) (map[string][]Expectation, error) {
 	add(guard, "Replay share of protected calls", "A", "= suppressed / protected calls", nil, Scalar(protDups["suppressed"]/protectedCalls))
 	add(guard, "Key mismatches", "A", "= requests - refund rows - replayed - in progress on the protected server", nil, Scalar(outcomes["mismatch"]))
 	add(guard, "Bypassed calls", "A", "= protected server's execute_tool spans with outcome bypassed", nil, Scalar(outcomes["bypassed"]))
-	add(guard, "Tool calls by outcome", "A", "covers every outcome of the protected server's spans", nil, Covers("idemkit_outcome", sortedKeys(outcomes)))
+	add(guard, "Tool calls by outcome", "A", "covers every outcome of the protected server's spans", nil, Covers("idemkit_outcome", SortedKeys(outcomes)))
 	add(guard, "Calls by tool and outcome", "A", "= protected server's execute_tool spans by tool/outcome", nil,
 		By(Count(ps, func(s ToolSpan) (string, bool) { return s.Service + "/" + s.Tool + "/" + s.Outcome, true }), "job", "gen_ai_tool_name", "idemkit_outcome"))
 

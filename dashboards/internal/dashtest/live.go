@@ -146,7 +146,7 @@ func (l *Live) checkRegistry(ctx context.Context) {
 					}
 				}
 			}
-			for _, k := range sortedKeys(extra) {
+			for _, k := range SortedKeys(extra) {
 				problems = append(problems, fmt.Sprintf("label %s is not in metrics.json", k))
 			}
 			if len(problems) > 0 {
@@ -192,7 +192,7 @@ func (l *Live) checkVariables(ctx context.Context, d *Dashboard) map[string][]st
 			l.fail(what, "no values: the variable's drop-down would be empty")
 			continue
 		}
-		options[v.Name] = sortedKeys(set)
+		options[v.Name] = SortedKeys(set)
 		l.pass(what, strings.Join(options[v.Name], ", "))
 	}
 	return options
@@ -263,7 +263,7 @@ func describe(samples []Sample) string {
 	var parts []string
 	for _, s := range samples {
 		var ls []string
-		for _, k := range sortedKeys(s.Labels) {
+		for _, k := range SortedKeys(s.Labels) {
 			if strings.HasPrefix(k, "otel_scope_") || k == "__name__" {
 				continue
 			}
