@@ -147,6 +147,26 @@ func ParseHex(s string) (color.RGBA, error) {
 func CountColor(img image.Image, r Rect, c color.RGBA, tol int) int {
 	n := 0
 	b := r.image().Intersect(img.Bounds())
+	// Screenshots decode as NRGBA or RGBA (opaque): read their bytes.
+	var pix []uint8
+	var offset func(x, y int) int
+	switch m := img.(type) {
+	case *image.NRGBA:
+		pix, offset = m.Pix, m.PixOffset
+	case *image.RGBA:
+		pix, offset = m.Pix, m.PixOffset
+	}
+	if pix != nil {
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			for x := b.Min.X; x < b.Max.X; x++ {
+				i := offset(x, y)
+				if near(int(pix[i]), int(c.R), tol) && near(int(pix[i+1]), int(c.G), tol) && near(int(pix[i+2]), int(c.B), tol) {
+					n++
+				}
+			}
+		}
+		return n
+	}
 	for y := b.Min.Y; y < b.Max.Y; y++ {
 		for x := b.Min.X; x < b.Max.X; x++ {
 			pr, pg, pb, _ := img.At(x, y).RGBA()
