@@ -75,8 +75,10 @@ func run(dir, topology string, keep bool, browser string) int {
 		if err := p.Close(); err != nil {
 			fmt.Fprintln(os.Stderr, "demo:", err)
 		}
-		fmt.Printf("\nLogs and data: %s\n  logs/*.log, report.txt, report.html, manifest.json, collector/*-spans.jsonl, */refunds.db\n", p.Opts.Dir)
 	}()
+	logs := func() {
+		fmt.Printf("\nLogs and data: %s\n  logs/*.log, report.txt, report.html, inputs.json, manifest.json, collector/*-spans.jsonl, */refunds.db\n", p.Opts.Dir)
+	}
 
 	var prom *harness.Prometheus
 	hooks := demo.Hooks{}
@@ -104,6 +106,7 @@ func run(dir, topology string, keep bool, browser string) int {
 		defer prom.Proc.Stop(0)
 	}
 	if err != nil {
+		logs()
 		return fail(err)
 	}
 	rc := 0
@@ -114,9 +117,13 @@ func run(dir, topology string, keep bool, browser string) int {
 		fmt.Fprintf(os.Stderr, "\ndemo: the HTML report did not render as it must: %v\n", err)
 		rc = max(rc, 1)
 	}
-	fmt.Printf("\nHTML report: %s\n", res.HTML)
+	logs()
 	if keep && prom != nil {
 		printExplore(p, prom)
+	}
+	// The report's path is the last line.
+	fmt.Printf("\nHTML report: %s\n", res.HTML)
+	if keep && prom != nil {
 		<-ctx.Done()
 		fmt.Println("\nstopping")
 	}
