@@ -39,7 +39,8 @@ var (
 	// claim fails this way the work has not run.
 	ErrStore = errors.New("idemkit: store error")
 
-	// ErrNotFound is returned by Store.Response when no stored body exists.
+	// ErrNotFound is returned by Store.Response when no stored body exists,
+	// and by Store.Lookup and Guard.Lookup when no record of the key exists.
 	ErrNotFound = errors.New("idemkit: not found")
 )
 

@@ -473,7 +473,7 @@ func (g *Guard) run(ctx context.Context, key Key, p *toolPolicy, token int64, cr
 	finished = true
 
 	if werr != nil {
-		fin.Error = truncateString(werr.Error(), 512)
+		fin.Error = TruncateText(werr.Error(), MaxErrorBytes)
 		_ = g.finish(a, key, fin)
 		return Result{}, werr
 	}
@@ -526,13 +526,6 @@ func (g *Guard) finish(a *attempt, key Key, fin FinishRequest) error {
 		return fmt.Errorf("idemkit: finish %s: %w", key, err)
 	}
 	return storeError("finish", key, err)
-}
-
-func truncateString(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
 }
 
 // newToken returns a random, non-zero fencing token.
@@ -599,10 +592,21 @@ func (c *Call) IdempotencyKey() string {
 // claim over: the work should then stop, because its outcome will not be
 // recorded. ctx bounds the store call.
 func (c *Call) Heartbeat(ctx context.Context) error {
+	return c.HeartbeatNote(ctx, "")
+}
+
+// HeartbeatNote is Heartbeat that also stores a short progress note with
+// the record ("charged the card; sending the receipt"), which Guard.Lookup
+// and Store.Lookup report as Record.Note until the next note or attempt. A
+// note longer than MaxNoteBytes is cut at a character boundary; "" keeps
+// the previous note. Notes are for operators and status tools: never put
+// secrets or raw arguments in them.
+func (c *Call) HeartbeatNote(ctx context.Context, note string) error {
 	if c == nil {
 		return nil
 	}
-	err := c.guard.store.Extend(ctx, ExtendRequest{Key: c.key.id, Token: c.token, Lease: c.lease, Now: c.guard.now()})
+	req := ExtendRequest{Key: c.key.id, Token: c.token, Lease: c.lease, Note: TruncateText(note, MaxNoteBytes), Now: c.guard.now()}
+	err := c.guard.store.Extend(ctx, req)
 	if err == nil {
 		return nil
 	}
@@ -610,6 +614,34 @@ func (c *Call) Heartbeat(ctx context.Context) error {
 		return fmt.Errorf("idemkit: heartbeat %s: %w", c.key, err)
 	}
 	return storeError("heartbeat", c.key, err)
+}
+
+// Lookup returns the record of key as its store holds it, with the stored
+// response body of a completed record, without claiming or changing it. It
+// returns an error matching ErrNotFound when the store has no record of
+// key, a *MismatchError when key is an explicit key whose record was made
+// with other arguments (its body is not returned), and errors matching
+// ErrStore when the store fails. An expired record not yet swept is
+// returned as it is: Record.Expired tells. ctx bounds the read.
+//
+// A status tool uses it to report on a call by its key: in progress (with
+// the last heartbeat's Note), completed (with the body a duplicate would
+// get), or released after a failure (with its Error).
+func (g *Guard) Lookup(ctx context.Context, key Key) (Record, error) {
+	if key.IsZero() {
+		return Record{}, fmt.Errorf("%w: the zero Key; build keys with NewKey", ErrInvalidKey)
+	}
+	rec, err := g.store.Lookup(ctx, LookupRequest{Key: key.id, Body: true, Now: g.now()})
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return Record{}, fmt.Errorf("idemkit: lookup %s: %w", key, err)
+		}
+		return Record{}, storeError("lookup", key, err)
+	}
+	if rec.Fingerprint != key.Fingerprint() {
+		return Record{}, &MismatchError{Tool: key.tool}
+	}
+	return rec, nil
 }
 
 // Sweep deletes expired records in batches of Config.SweepBatch until a

@@ -78,6 +78,7 @@ type statements struct {
 	claim, lookup                                 string
 	finishSucceeded, finishFailed, finishExternal string
 	extend, response, sweep                       string
+	inspect, list                                 string
 }
 
 func newStatements(schema string) *statements {
@@ -97,6 +98,8 @@ func newStatements(schema string) *statements {
 		extend:          r.Replace(extendSQL),
 		response:        r.Replace(responseSQL),
 		sweep:           r.Replace(sweepSQL),
+		inspect:         r.Replace(inspectSQL),
+		list:            r.Replace(listSQL),
 	}
 }
 
@@ -131,7 +134,7 @@ ON CONFLICT (key) DO UPDATE SET
     started_at  = excluded.started_at,
     lease_until = excluded.lease_until,
     expires_at  = greatest(CASE WHEN c.expires_at <= excluded.started_at THEN NULL ELSE c.expires_at END, excluded.expires_at),
-    response = NULL, storage = 0, size = 0, write_id = NULL, is_error = false
+    response = NULL, storage = 0, size = 0, write_id = NULL, is_error = false, last_error = NULL, note = NULL
 WHERE ` + expiredCond + ` OR ` + takeoverCond + `
 RETURNING c.attempt, (xmax = 0)`
 
@@ -169,13 +172,40 @@ ON CONFLICT (key) DO UPDATE SET body = excluded.body`
 	extendSQL = `
 UPDATE {schema}idemkit_claims
 SET lease_until = coalesce($4::timestamptz, statement_timestamp()) + $3::bigint * interval '1 microsecond',
-    expires_at  = greatest(expires_at, coalesce($4::timestamptz, statement_timestamp()) + $3::bigint * interval '1 microsecond')
+    expires_at  = greatest(expires_at, coalesce($4::timestamptz, statement_timestamp()) + $3::bigint * interval '1 microsecond'),
+    note        = coalesce($5::bytea, note)
 WHERE key = $1 AND token = $2 AND state = 'in_progress'`
 
 	responseSQL = `
 SELECT r.body FROM {schema}idemkit_responses r
 JOIN {schema}idemkit_claims c ON c.key = r.key
 WHERE r.key = $1 AND c.state = 'succeeded' AND c.storage = 1`
+
+	// recordColumns are the columns of an idemkit.Record, in scanRecord's
+	// order.
+	recordColumns = `c.key, c.tool, c.fingerprint, c.state, c.attempt, c.started_at, c.lease_until, c.expires_at,
+    c.storage, c.size, c.write_id, c.is_error, c.last_error, c.note`
+
+	// inspectSQL reads one record, and with $2 its kept body, inline or
+	// external.
+	inspectSQL = `
+SELECT ` + recordColumns + `, coalesce($3::timestamptz, statement_timestamp()),
+    CASE WHEN $2 AND c.state = 'succeeded' THEN
+        CASE c.storage WHEN 0 THEN c.response
+                       WHEN 1 THEN (SELECT r.body FROM {schema}idemkit_responses r WHERE r.key = c.key) END
+    END
+FROM {schema}idemkit_claims c WHERE c.key = $1`
+
+	// listSQL reads a page of records in key order (the primary key's
+	// index). "c.key >= $2" lets the index find a key prefix; starts_with
+	// makes the match exact.
+	listSQL = `
+SELECT ` + recordColumns + `, coalesce($6::timestamptz, statement_timestamp())
+FROM {schema}idemkit_claims c
+WHERE c.key > $1 AND c.key >= $2 AND starts_with(c.key, $2)
+  AND ($3 = '' OR c.tool = $3) AND ($4 = '' OR c.state = $4)
+ORDER BY c.key
+LIMIT $5`
 
 	// SKIP LOCKED lets many replicas sweep at once without waiting on, or
 	// double-counting, each other's rows.
@@ -241,7 +271,7 @@ func (s *Store) lookup(ctx context.Context, req idemkit.ClaimRequest, now any) (
 		attempt         int32
 		sameFingerprint bool
 		storage         int16
-		writeID         *string
+		writeID         []byte
 		body            []byte
 	)
 	err = s.db.QueryRow(ctx, s.sql.lookup, req.Key, req.Fingerprint, now).Scan(
@@ -260,9 +290,7 @@ func (s *Store) lookup(ctx context.Context, req idemkit.ClaimRequest, now any) (
 		res.Status = idemkit.ClaimCompleted
 		res.Storage = idemkit.Storage(storage)
 		res.Response.Body = body
-		if writeID != nil {
-			res.Response.WriteID = *writeID
-		}
+		res.Response.WriteID = string(writeID)
 	case state == "in_progress" && res.Now.Before(res.LeaseUntil):
 		res.Status = idemkit.ClaimBusy
 	default: // failed or lapsed since the claim statement: claim again
@@ -283,13 +311,13 @@ func (s *Store) Finish(ctx context.Context, req idemkit.FinishRequest) error {
 	}
 	switch {
 	case !req.Succeeded:
-		tag, err = s.db.Exec(ctx, s.sql.finishFailed, req.Key, req.Token, nullString(req.Error))
+		tag, err = s.db.Exec(ctx, s.sql.finishFailed, req.Key, req.Token, nullBytes(req.Error))
 	case req.Storage == idemkit.StorageExternal:
-		tag, err = s.db.Exec(ctx, s.sql.finishExternal, req.Key, req.Token, body, req.Size, nullString(req.Response.WriteID), req.Response.IsError)
+		tag, err = s.db.Exec(ctx, s.sql.finishExternal, req.Key, req.Token, body, req.Size, nullBytes(req.Response.WriteID), req.Response.IsError)
 	case req.Storage == idemkit.StorageDropped:
-		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, nil, int16(idemkit.StorageDropped), req.Size, nullString(req.Response.WriteID), req.Response.IsError)
+		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, nil, int16(idemkit.StorageDropped), req.Size, nullBytes(req.Response.WriteID), req.Response.IsError)
 	default:
-		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, body, int16(idemkit.StorageInline), req.Size, nullString(req.Response.WriteID), req.Response.IsError)
+		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, body, int16(idemkit.StorageInline), req.Size, nullBytes(req.Response.WriteID), req.Response.IsError)
 	}
 	if err != nil {
 		return s.translate("finish", err)
@@ -300,16 +328,17 @@ func (s *Store) Finish(ctx context.Context, req idemkit.FinishRequest) error {
 	return nil
 }
 
-func nullString(s string) any {
+// nullBytes passes s to a bytea column, "" as NULL.
+func nullBytes(s string) any {
 	if s == "" {
 		return nil
 	}
-	return s
+	return []byte(s)
 }
 
 // Extend implements idemkit.Store.
 func (s *Store) Extend(ctx context.Context, req idemkit.ExtendRequest) error {
-	tag, err := s.db.Exec(ctx, s.sql.extend, req.Key, req.Token, micros(req.Lease), nowArg(req.Now))
+	tag, err := s.db.Exec(ctx, s.sql.extend, req.Key, req.Token, micros(req.Lease), nowArg(req.Now), nullBytes(req.Note))
 	if err != nil {
 		return s.translate("extend", err)
 	}
@@ -330,6 +359,104 @@ func (s *Store) Response(ctx context.Context, key string) ([]byte, error) {
 		return nil, s.translate("load response", err)
 	}
 	return body, nil
+}
+
+// Lookup implements idemkit.Store.
+func (s *Store) Lookup(ctx context.Context, req idemkit.LookupRequest) (idemkit.Record, error) {
+	var (
+		rec  idemkit.Record
+		body []byte
+	)
+	row := s.db.QueryRow(ctx, s.sql.inspect, req.Key, req.Body, nowArg(req.Now))
+	err := scanRecord(row, &rec, &body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return idemkit.Record{}, idemkit.ErrNotFound
+	}
+	if err != nil {
+		return idemkit.Record{}, s.translate("lookup", err)
+	}
+	if req.Body && rec.State == idemkit.StateCompleted && rec.Storage != idemkit.StorageDropped {
+		if body == nil {
+			body = []byte{}
+		}
+		rec.Body = body
+	}
+	return rec, nil
+}
+
+// List implements idemkit.Store.
+func (s *Store) List(ctx context.Context, req idemkit.ListRequest) ([]idemkit.Record, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	state := ""
+	if req.State != 0 {
+		state = dbState(req.State)
+	}
+	rows, err := s.db.Query(ctx, s.sql.list, req.After, req.KeyPrefix, req.Tool, state, req.PageSize(), nowArg(req.Now))
+	if err != nil {
+		return nil, s.translate("list", err)
+	}
+	defer rows.Close()
+	var out []idemkit.Record
+	for rows.Next() {
+		var rec idemkit.Record
+		if err := scanRecord(rows, &rec); err != nil {
+			return nil, s.translate("list", err)
+		}
+		out = append(out, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.translate("list", err)
+	}
+	return out, nil
+}
+
+// scanRecord scans recordColumns, then the clock, then extra into rec.
+func scanRecord(row pgx.Row, rec *idemkit.Record, extra ...any) error {
+	var (
+		state                  string
+		attempt                int32
+		storage                int16
+		writeID, lastErr, note []byte
+	)
+	dest := append([]any{&rec.Key, &rec.Tool, &rec.Fingerprint, &state, &attempt, &rec.Started, &rec.LeaseUntil, &rec.ExpiresAt,
+		&storage, &rec.Size, &writeID, &rec.IsError, &lastErr, &note, &rec.Now}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return err
+	}
+	rec.State = recordState(state)
+	rec.Attempt = int(attempt)
+	rec.Error, rec.Note = string(lastErr), string(note)
+	if rec.State == idemkit.StateCompleted {
+		rec.Storage = idemkit.Storage(storage)
+		rec.WriteID = string(writeID)
+	} else {
+		rec.Size, rec.IsError = 0, false
+	}
+	return nil
+}
+
+// recordState maps the state column to an idemkit.RecordState.
+func recordState(s string) idemkit.RecordState {
+	switch s {
+	case "succeeded":
+		return idemkit.StateCompleted
+	case "failed":
+		return idemkit.StateReleased
+	}
+	return idemkit.StateInProgress
+}
+
+// dbState maps an idemkit.RecordState to the state column.
+func dbState(s idemkit.RecordState) string {
+	switch s {
+	case idemkit.StateCompleted:
+		return "succeeded"
+	case idemkit.StateReleased:
+		return "failed"
+	}
+	return "in_progress"
 }
 
 // Sweep implements idemkit.Store.

@@ -76,6 +76,12 @@ func Run(t *testing.T, cfg Config) {
 		{"Store_FinishAndExtendAreFenced", s.storeFencing},
 		{"Store_SweepDeletesOnlyExpired", s.sweep},
 		{"Store_ConcurrentSweepers", s.concurrentSweepers},
+		{"Store_LookupReportsEveryState", s.lookupStates},
+		{"Store_LookupReturnsKeptBodies", s.lookupBodies},
+		{"Store_ListFiltersAndPages", s.list},
+		{"Guard_LookupReportsACall", s.guardLookup},
+		{"Guard_HeartbeatNoteIsBounded", s.noteBounded},
+		{"Store_HostileValuesRoundTrip", s.hostileValues},
 		{"Guard_ConcurrencyStorm", s.storm},
 	}
 	for _, tt := range tests {
