@@ -2,6 +2,7 @@ package idemkit
 
 import (
 	"context"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -57,6 +58,16 @@ func memNow(t time.Time) int64 {
 	return t.UnixNano()
 }
 
+// addDuration returns now+d in Unix nanoseconds, with d clamped to
+// [0, MaxDuration] and the sum saturated instead of wrapping.
+func addDuration(now int64, d time.Duration) int64 {
+	d = min(max(d, 0), MaxDuration)
+	if now > math.MaxInt64-int64(d) {
+		return math.MaxInt64
+	}
+	return now + int64(d)
+}
+
 func fromNanos(n int64) time.Time { return time.Unix(0, n) }
 
 // expired reports whether r no longer deduplicates at now: its window is
@@ -88,8 +99,8 @@ func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (ClaimResult,
 			token:       req.Token,
 			attempt:     1,
 			started:     now,
-			leaseUntil:  now + int64(req.Lease),
-			expiresAt:   now + int64(req.Window),
+			leaseUntil:  addDuration(now, req.Lease),
+			expiresAt:   addDuration(now, req.Window),
 		}
 		t := fromNanos(now)
 		return ClaimResult{Status: ClaimAcquired, Attempt: 1, Started: t, Now: t}, nil
@@ -117,8 +128,8 @@ func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (ClaimResult,
 	r.token = req.Token
 	r.attempt++
 	r.started = now
-	r.leaseUntil = now + int64(req.Lease)
-	r.expiresAt = max(r.expiresAt, now+int64(req.Window))
+	r.leaseUntil = addDuration(now, req.Lease)
+	r.expiresAt = max(r.expiresAt, addDuration(now, req.Window))
 	r.lastError, r.note = "", ""
 	t := fromNanos(now)
 	return ClaimResult{Status: ClaimTakenOver, Attempt: int(r.attempt), Started: t, Now: t}, nil
@@ -132,7 +143,13 @@ func (s *MemoryStore) Finish(ctx context.Context, req FinishRequest) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.records[req.Key]
-	if r == nil || r.token != req.Token || r.state != memInProgress {
+	if r == nil || r.token != req.Token {
+		return ErrLeaseLost
+	}
+	switch {
+	case r.state == memSucceeded && req.Succeeded, r.state == memFailed && !req.Succeeded:
+		return nil // this attempt's finish, repeated: already done
+	case r.state != memInProgress:
 		return ErrLeaseLost
 	}
 	if !req.Succeeded {
@@ -165,7 +182,7 @@ func (s *MemoryStore) Extend(ctx context.Context, req ExtendRequest) error {
 	if r == nil || r.token != req.Token || r.state != memInProgress {
 		return ErrLeaseLost
 	}
-	r.leaseUntil = now + int64(req.Lease)
+	r.leaseUntil = addDuration(now, req.Lease)
 	r.expiresAt = max(r.expiresAt, r.leaseUntil)
 	if req.Note != "" {
 		r.note = req.Note

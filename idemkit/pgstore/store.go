@@ -20,7 +20,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/idemkit/idemkit/idemkit"
@@ -147,22 +151,26 @@ SELECT state, attempt, fingerprint = $2, started_at, lease_until, storage, size,
     coalesce($3::timestamptz, statement_timestamp())
 FROM {schema}idemkit_claims WHERE key = $1`
 
+	// The finishes are fenced by the token, and idempotent for it:
+	// repeated after a lost acknowledgement (the connection dropped after
+	// the commit), they match the row they already wrote (same token, same
+	// end state) and write the same values again, so the retry succeeds.
 	finishSucceededSQL = `
 UPDATE {schema}idemkit_claims
 SET state = 'succeeded', response = $3, storage = $4, size = $5, write_id = $6, is_error = $7
-WHERE key = $1 AND token = $2 AND state = 'in_progress'`
+WHERE key = $1 AND token = $2 AND state <> 'failed'`
 
 	finishFailedSQL = `
 UPDATE {schema}idemkit_claims
 SET state = 'failed', last_error = $3
-WHERE key = $1 AND token = $2 AND state = 'in_progress'`
+WHERE key = $1 AND token = $2 AND state <> 'succeeded'`
 
 	// The body goes to idemkit_responses only if the fenced update matched.
 	finishExternalSQL = `
 WITH done AS (
     UPDATE {schema}idemkit_claims
     SET state = 'succeeded', response = NULL, storage = 1, size = $4, write_id = $5, is_error = $6
-    WHERE key = $1 AND token = $2 AND state = 'in_progress'
+    WHERE key = $1 AND token = $2 AND state <> 'failed'
     RETURNING key
 )
 INSERT INTO {schema}idemkit_responses (key, body)
@@ -228,17 +236,32 @@ func nowArg(t time.Time) any {
 	return t
 }
 
-func micros(d time.Duration) int64 { return d.Microseconds() }
-
-// maxClaimRounds bounds the claim-then-look loop. Another round is needed
-// only when the row changed between the two statements (finished, failed,
-// expired or swept), which takes a race on the same key.
-const maxClaimRounds = 8
+// micros returns d in microseconds, clamped to [0, idemkit.MaxDuration].
+func micros(d time.Duration) int64 { return min(max(d, 0), idemkit.MaxDuration).Microseconds() }
 
 // Claim implements idemkit.Store.
+//
+// The claim statement either wins the row or leaves it as it is, and then
+// a read reports what stood in the way. Another round is needed only when
+// the row changed between the two (released, lapsed, expired or swept in
+// between), which takes another caller making progress on the same key;
+// after a few such rounds a short, growing, jittered pause breaks any
+// lockstep. The loop ends when it wins or reads a settled answer, or when
+// ctx is done: it never reports a healthy store as failed.
 func (s *Store) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.ClaimResult, error) {
 	now := nowArg(req.Now)
-	for range maxClaimRounds {
+	pause := 100 * time.Microsecond
+	for round := 0; ; round++ {
+		if round >= 3 {
+			t := time.NewTimer(pause/2 + rand.N(pause/2))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return idemkit.ClaimResult{}, fmt.Errorf("pgstore: claim of %s: %w", req.Tool, ctx.Err())
+			case <-t.C:
+			}
+			pause = min(2*pause, 50*time.Millisecond)
+		}
 		var (
 			attempt  int32
 			inserted bool
@@ -260,7 +283,6 @@ func (s *Store) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.Cl
 			return res, err
 		}
 	}
-	return idemkit.ClaimResult{}, fmt.Errorf("pgstore: claim of %s kept racing with concurrent changes to its row", req.Tool)
 }
 
 // lookup reads the row a claim lost to. again reports that the row changed
@@ -481,7 +503,8 @@ const (
 )
 
 // translate turns a driver error into one that says what to do, keeping the
-// original for errors.As.
+// original for errors.As. Errors a retry may cure match
+// idemkit.ErrTransient (see transient).
 func (s *Store) translate(op string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -489,12 +512,57 @@ func (s *Store) translate(op string, err error) error {
 		case sqlstateUndefinedTable:
 			return fmt.Errorf("pgstore: %s: idemkit's tables are missing in schema %q; run (*pgstore.Store).Migrate first: %w", op, s.schemaName(), err)
 		case sqlstateSerializationFailure, sqlstateDeadlockDetected:
-			return fmt.Errorf("pgstore: %s: the transaction conflicted with a concurrent one; retry the whole transaction: %w", op, err)
+			err = fmt.Errorf("pgstore: %s: the transaction conflicted with a concurrent one; retry the whole transaction: %w", op, err)
+			return idemkit.Transient(err)
 		case sqlstateInFailedTransaction:
 			return fmt.Errorf("pgstore: %s: the transaction has already failed; roll it back: %w", op, err)
 		}
 	}
+	if transient(err) {
+		return idemkit.Transient(fmt.Errorf("pgstore: %s: %w", op, err))
+	}
 	return fmt.Errorf("pgstore: %s: %w", op, err)
+}
+
+// transient reports whether err may pass when the statement is repeated:
+// a dropped or refused connection, a server shutting down, restarting or
+// out of connections, a lock, serialization or deadlock conflict, a
+// cancelled statement. Matched by SQLSTATE class and code, never by text.
+// The caller's own cancellation is not transient.
+func transient(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		if len(pgErr.Code) == 5 {
+			switch pgErr.Code[:2] {
+			case "08", // connection exception
+				"40", // transaction rollback: serialization failure, deadlock
+				"53", // insufficient resources: too many connections, out of memory
+				"58": // system error (I/O)
+				return true
+			}
+		}
+		switch pgErr.Code {
+		case "57P01", // admin_shutdown: terminating connection due to administrator command
+			"57P02", // crash_shutdown
+			"57P03", // cannot_connect_now: the database system is starting up
+			"57014", // query_canceled (statement_timeout, pg_cancel_backend)
+			"55P03": // lock_not_available
+			return true
+		}
+		return false
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &connectErr), errors.As(err, &netErr),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EPIPE):
+		return true
+	}
+	return pgconn.SafeToRetry(err)
 }
 
 func (s *Store) schemaName() string {

@@ -91,14 +91,17 @@ RETURNING
 // finishSucceededSQL and finishFailedSQL record an attempt's outcome,
 // fenced by its token: they change nothing (no row) once another caller has
 // taken the record over.
+// They are idempotent for their token: repeated after a lost
+// acknowledgement, they match the row they already wrote (same token, the
+// same end state) and write the same values again, so a retry succeeds.
 const (
 	finishSucceededSQL = `UPDATE idemkit_claims SET
     state = 'succeeded', response = ?3, storage = ?4, size = ?5, write_id = ?6, is_error = ?7, updated_at = ?8
-WHERE key = ?1 AND token = ?2 AND state = 'in_progress'`
+WHERE key = ?1 AND token = ?2 AND state <> 'failed'`
 
 	finishFailedSQL = `UPDATE idemkit_claims SET
     state = 'failed', last_error = ?3, updated_at = ?4
-WHERE key = ?1 AND token = ?2 AND state = 'in_progress'`
+WHERE key = ?1 AND token = ?2 AND state <> 'succeeded'`
 )
 
 // putResponseSQL stores an external body (inside the finish's transaction).

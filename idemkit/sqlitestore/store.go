@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"strings"
 	"sync"
@@ -353,7 +354,17 @@ func (s *Store) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.Cl
 
 func claimArgs(req idemkit.ClaimRequest, now time.Time) []any {
 	ns := now.UnixNano()
-	return []any{req.Key, req.Tool, req.Fingerprint, req.Token, ns, ns + int64(req.Lease), ns + int64(req.Window)}
+	return []any{req.Key, req.Tool, req.Fingerprint, req.Token, ns, addDuration(ns, req.Lease), addDuration(ns, req.Window)}
+}
+
+// addDuration returns now+d in Unix nanoseconds, with d clamped to
+// [0, idemkit.MaxDuration] and the sum saturated instead of wrapping.
+func addDuration(now int64, d time.Duration) int64 {
+	d = min(max(d, 0), idemkit.MaxDuration)
+	if now > math.MaxInt64-int64(d) {
+		return math.MaxInt64
+	}
+	return now + int64(d)
 }
 
 func scanClaim(row *sql.Row, now time.Time) (idemkit.ClaimResult, error) {
@@ -473,7 +484,7 @@ func fenced(op string, res sql.Result, err error) error {
 
 func extendArgs(req idemkit.ExtendRequest) []any {
 	now := clock(req.Now).UnixNano()
-	return []any{req.Key, req.Token, now + int64(req.Lease), now, req.Note}
+	return []any{req.Key, req.Token, addDuration(now, req.Lease), now, req.Note}
 }
 
 // Extend implements idemkit.Store. It returns idemkit.ErrLeaseLost when the
