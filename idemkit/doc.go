@@ -25,6 +25,12 @@
 //     A stale worker's late finish is fenced off and cannot overwrite the new
 //     owner's outcome.
 //
+// A record can be read without claiming it: Guard.Lookup reports one call
+// by its Key (in progress with its last heartbeat note, completed with the
+// body a duplicate would get, or released after a failure with its error
+// text), and Store.List pages through records by state, tool and key prefix
+// for operators.
+//
 // Stores: MemoryStore (this package; its zero value is ready to use),
 // idemkit/sqlitestore (embedded, durable) and idemkit/pgstore (PostgreSQL,
 // including DoTx, which commits the claim and the tool's own writes in one

@@ -39,7 +39,16 @@ var (
 	// claim fails this way the work has not run.
 	ErrStore = errors.New("idemkit: store error")
 
-	// ErrNotFound is returned by Store.Response when no stored body exists.
+	// ErrTransient marks a store error that may pass when the call is
+	// repeated: a dropped connection, a server restarting or refusing
+	// connections for a moment, a lock or serialization conflict, SQLite's
+	// busy database. Stores wrap such errors with Transient; the Guard
+	// retries a finish that fails this way, with backoff, until
+	// Config.FinishTimeout.
+	ErrTransient = errors.New("idemkit: transient store error")
+
+	// ErrNotFound is returned by Store.Response when no stored body exists,
+	// and by Store.Lookup and Guard.Lookup when no record of the key exists.
 	ErrNotFound = errors.New("idemkit: not found")
 )
 
@@ -118,6 +127,92 @@ func (e *ResponseTooLargeError) Error() string {
 
 // Is reports whether target is ErrResponseTooLarge.
 func (e *ResponseTooLargeError) Is(target error) bool { return target == ErrResponseTooLarge }
+
+// Transient marks err as transient: the result matches ErrTransient and
+// everything err matches, and its text is err's. Store implementations
+// call it on the errors a retry may cure (see ErrTransient). It returns nil
+// for nil.
+func Transient(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &transientError{err}
+}
+
+type transientError struct{ err error }
+
+func (e *transientError) Error() string        { return e.err.Error() }
+func (e *transientError) Unwrap() error        { return e.err }
+func (e *transientError) Is(target error) bool { return target == ErrTransient }
+
+// FinishOp says which finish failed.
+type FinishOp string
+
+// Finish operations.
+const (
+	// FinishRecord stores the outcome of work that ran (a success, or a
+	// tool error kept by StoreToolErrors).
+	FinishRecord FinishOp = "record"
+	// FinishRelease releases the claim of work that failed (a Go error, a
+	// panic, or a tool error under ReleaseToolErrors), so that the next
+	// duplicate takes it over.
+	FinishRelease FinishOp = "release"
+)
+
+// FinishError is returned by Guard.Do when the store could not record the
+// end of an attempt whose work ran, after retrying transient errors until
+// Config.FinishTimeout. It matches ErrStore and the store's error (Err);
+// for a release, it matches the work's error (WorkErr) too, so that
+// errors.Is(err, workErr) still holds.
+//
+// The key stays in progress until its lease runs out: duplicates are told
+// the call is in progress, then one takes it over and runs the work again
+// (forward Call.IdempotencyKey downstream so that the downstream
+// deduplicates that run). The Guard logs every FinishError (Config.Logger).
+type FinishError struct {
+	// Op is FinishRecord or FinishRelease.
+	Op FinishOp
+	// Tool is the tool, KeyHash the key's idemkit.key.hash (never the raw
+	// subject), Attempt the claim's attempt.
+	Tool    string
+	KeyHash string
+	Attempt int
+	// Tries is how many times the finish was tried.
+	Tries int
+	// Err is the store's last error.
+	Err error
+	// WorkErr is the work's error, for a release after the work returned
+	// one; nil otherwise.
+	WorkErr error
+}
+
+func (e *FinishError) Error() string {
+	tries := "once"
+	if e.Tries != 1 {
+		tries = fmt.Sprintf("%d times", e.Tries)
+	}
+	if e.Op == FinishRelease {
+		msg := fmt.Sprintf("idemkit: releasing the claim of %s (key %s) failed, tried %s: %v; duplicates are told it is in progress until its lease runs out",
+			e.Tool, e.KeyHash, tries, e.Err)
+		if e.WorkErr != nil {
+			return e.WorkErr.Error() + " (" + msg + ")"
+		}
+		return msg
+	}
+	return fmt.Sprintf("idemkit: the %s call (key %s) ran, but recording its outcome failed, tried %s: %v; "+
+		"duplicates are told it is in progress until its lease runs out, then one runs it again", e.Tool, e.KeyHash, tries, e.Err)
+}
+
+// Unwrap returns the store's error and, for a release, the work's error.
+func (e *FinishError) Unwrap() []error {
+	if e.WorkErr != nil {
+		return []error{e.WorkErr, e.Err}
+	}
+	return []error{e.Err}
+}
+
+// Is reports whether target is ErrStore.
+func (e *FinishError) Is(target error) bool { return target == ErrStore }
 
 // storeError wraps a store failure so that it matches both ErrStore and the
 // underlying driver error.

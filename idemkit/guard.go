@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"reflect"
 	"time"
 
 	"github.com/idemkit/idemkit/spancontract"
@@ -19,6 +21,13 @@ const (
 	DefaultFinishTimeout     = 10 * time.Second
 	DefaultSweepBatch        = 1000
 )
+
+// MaxDuration bounds Config's durations (Window, Lease, Wait and
+// FinishTimeout, and a ToolConfig's): 100 years, far beyond any useful
+// value, and far enough below the largest time.Duration that a deadline
+// computed from it never overflows. NewGuard rejects a larger one, naming
+// the field; stores clamp a larger request to it.
+const MaxDuration = 100 * 365 * 24 * time.Hour
 
 // Response is what a call produced. A successful Response is stored and
 // replayed byte for byte to every duplicate.
@@ -131,8 +140,10 @@ type Config struct {
 
 	// FinishTimeout bounds recording the outcome after the work, which runs
 	// detached from the caller's cancellation so that a cancelled request
-	// cannot leave a done call looking unfinished. Defaults to
-	// DefaultFinishTimeout (10s).
+	// cannot leave a done call looking unfinished. Transient store errors
+	// (a database restarting, a dropped connection, SQLite busy) are retried
+	// with backoff until it runs out: pick it above the outages the store
+	// should ride through. Defaults to DefaultFinishTimeout (10s).
 	FinishTimeout time.Duration
 
 	// SweepBatch is how many expired records one Sweep statement deletes.
@@ -146,12 +157,21 @@ type Config struct {
 	// which for SQL stores is the database's, the one clock all replicas
 	// share. Set it in tests to drive leases and windows.
 	Now func() time.Time
+
+	// Logger receives one Error record for every finish that still failed
+	// after its retries (see FinishError), with the tool, the key hash
+	// (never the raw subject), the attempt and the store's error.
+	// Defaults to slog.Default() at the time of the log call.
+	Logger *slog.Logger
 }
 
 func (c *Config) validate() error {
 	check := func(name string, d time.Duration) error {
-		if d < 0 {
+		switch {
+		case d < 0:
 			return fmt.Errorf("idemkit: Config.%s must not be negative, got %s", name, d)
+		case d > MaxDuration:
+			return fmt.Errorf("idemkit: Config.%s is %s, over the limit of %s (idemkit.MaxDuration, 100 years)", name, d, MaxDuration)
 		}
 		return nil
 	}
@@ -165,8 +185,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("idemkit: Config.FailurePolicy %d is not a known policy", c.FailurePolicy)
 	}
 	for name, t := range c.Tools {
-		if t.Window < 0 || t.Lease < 0 || t.Wait < 0 {
-			return fmt.Errorf("idemkit: Config.Tools[%q] has a negative duration", name)
+		field := fmt.Sprintf("Tools[%q].", name)
+		if err := errors.Join(check(field+"Window", t.Window), check(field+"Lease", t.Lease), check(field+"Wait", t.Wait)); err != nil {
+			return err
 		}
 		if t.FailurePolicy > StoreToolErrors {
 			return fmt.Errorf("idemkit: Config.Tools[%q].FailurePolicy %d is not a known policy", name, t.FailurePolicy)
@@ -198,9 +219,16 @@ type Guard struct {
 }
 
 // NewGuard returns a Guard that claims keys in store. cfg may be nil.
+//
+// It returns an error when store is nil, including a typed nil (a nil
+// *sqlitestore.Store left by a failed Open), and when cfg is invalid; the
+// error names the field.
 func NewGuard(store Store, cfg *Config) (*Guard, error) {
-	if store == nil {
-		return nil, errors.New("idemkit: NewGuard needs a Store")
+	if isNil(store) {
+		if store == nil {
+			return nil, errors.New("idemkit: NewGuard needs a Store, got nil")
+		}
+		return nil, fmt.Errorf("idemkit: NewGuard needs a Store, got a nil %T (did opening the store fail?)", store)
 	}
 	var c Config
 	if cfg != nil {
@@ -248,6 +276,19 @@ func NewGuard(store Store, cfg *Config) (*Guard, error) {
 		g.cfg.SweepBatch = DefaultSweepBatch
 	}
 	return g, nil
+}
+
+// isNil reports whether v is nil or an interface holding a nil pointer (or
+// another nil reference).
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface, reflect.UnsafePointer:
+		return rv.IsNil()
+	}
+	return false
 }
 
 func orDuration(d, def time.Duration) time.Duration {
@@ -318,9 +359,15 @@ type Work func(ctx context.Context) (Response, error)
 //     duplicate runs the work again.
 //   - Work panics: the claim is released and the panic continues.
 //   - The store fails on the claim: an error matching ErrStore; work has not
-//     run. It fails on the finish after work ran: the Result and an error
-//     matching ErrStore (or ErrLeaseLost when another caller took the claim
-//     over meanwhile) are both returned.
+//     run.
+//   - The store fails to record the end of work that ran, after retrying
+//     transient errors (ErrTransient) with backoff until FinishTimeout: a
+//     *FinishError, matching ErrStore, which the Guard also logs. After a
+//     success (FinishRecord) Do returns the Result with it. After the work
+//     failed (FinishRelease) the *FinishError also matches the work's
+//     error. Either way the key stays in progress until its lease runs out.
+//     When another caller took the claim over meanwhile (the lease ran
+//     out), recording fails with an error matching ErrLeaseLost instead.
 //
 // ctx bounds the claim, the wait and the work; the finish runs detached from
 // ctx's cancellation, bounded by FinishTimeout.
@@ -465,22 +512,25 @@ func (g *Guard) run(ctx context.Context, key Key, p *toolPolicy, token int64, cr
 		if finished {
 			return
 		}
-		// work panicked: release the claim, then let the panic continue.
+		// work panicked: release the claim (a failure is logged), then let
+		// the panic continue.
 		fin.Error = "panic"
-		_ = g.finish(a, key, fin)
+		_ = g.finish(a, key, cr.Attempt, fin, nil)
 	}()
 	resp, werr := work(&a.ctx)
 	finished = true
 
 	if werr != nil {
-		fin.Error = truncateString(werr.Error(), 512)
-		_ = g.finish(a, key, fin)
+		fin.Error = TruncateText(werr.Error(), MaxErrorBytes)
+		if ferr := g.finish(a, key, cr.Attempt, fin, werr); ferr != nil {
+			return Result{}, ferr // matches werr, ErrStore and *FinishError
+		}
 		return Result{}, werr
 	}
 	res.Response = resp
 	if resp.IsError && p.failure != StoreToolErrors {
 		fin.Error = "tool error"
-		return res, g.finish(a, key, fin)
+		return res, g.finish(a, key, cr.Attempt, fin, nil)
 	}
 
 	fin.Succeeded = true
@@ -495,7 +545,7 @@ func (g *Guard) run(ctx context.Context, key Key, p *toolPolicy, token int64, cr
 	case len(resp.Body) > g.maxInline:
 		fin.Storage = StorageExternal
 	}
-	if ferr := g.finish(a, key, fin); ferr != nil {
+	if ferr := g.finish(a, key, cr.Attempt, fin, nil); ferr != nil {
 		return res, ferr
 	}
 	if tooLarge != nil {
@@ -508,31 +558,90 @@ func (g *Guard) run(ctx context.Context, key Key, p *toolPolicy, token int64, cr
 // the Guard skips the finish timeout for them.
 type inProcessStore interface{ inProcess() }
 
+// Backoff of the finish's retries: the first wait, and the longest.
+const (
+	finishBackoffMin = 20 * time.Millisecond
+	finishBackoffMax = time.Second
+)
+
 // finish records an attempt's end, detached from the caller's
-// cancellation and bounded by FinishTimeout.
-func (g *Guard) finish(a *attempt, key Key, fin FinishRequest) error {
-	var fctx context.Context = &a.det
+// cancellation. A transient store error (ErrTransient) is retried with
+// jittered exponential backoff until FinishTimeout: the finish is fenced by
+// its token and idempotent, so a retry after a lost acknowledgement is
+// safe. Inside a caller's transaction (InTx) it is tried once, since a
+// failed statement aborts the transaction.
+//
+// It returns nil on success, and for a release whose claim another caller
+// already took over (the release's purpose is met). Otherwise it returns an
+// error matching ErrLeaseLost (a record whose claim was taken over) or a
+// logged *FinishError.
+func (g *Guard) finish(a *attempt, key Key, attemptN int, fin FinishRequest, workErr error) error {
+	var (
+		fctx     context.Context = &a.det
+		deadline time.Time
+		cancel   context.CancelFunc
+	)
 	if _, ok := g.store.(inProcessStore); !ok {
-		var cancel context.CancelFunc
 		fctx, cancel = context.WithTimeout(fctx, g.cfg.FinishTimeout)
 		defer cancel()
 	}
-	fin.Now = g.now()
-	err := g.store.Finish(fctx, fin)
-	if err == nil {
-		return nil
+	backoff := finishBackoffMin
+	tries := 0
+	for {
+		tries++
+		fin.Now = g.now()
+		err := g.store.Finish(fctx, fin)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, ErrLeaseLost) {
+			if !fin.Succeeded {
+				return nil // released, or taken over: either way not ours to release
+			}
+			return fmt.Errorf("idemkit: finish %s: %w", key, err)
+		}
+		retry := !g.inTx && errors.Is(err, ErrTransient) && fctx.Err() == nil
+		if retry && cancel == nil {
+			// An in-process store: bound the retries from the first error.
+			fctx, cancel = context.WithTimeout(fctx, g.cfg.FinishTimeout)
+			defer cancel()
+		}
+		if retry {
+			if deadline.IsZero() {
+				deadline, _ = fctx.Deadline()
+			}
+			// Full jitter in [backoff/2, backoff), and always time left
+			// for one more try before the deadline.
+			wait := backoff/2 + rand.N(backoff/2)
+			remaining := time.Until(deadline)
+			retry = remaining > 0 && sleep(fctx, min(wait, remaining-remaining/4)) == nil
+			backoff = min(2*backoff, finishBackoffMax)
+		}
+		if !retry {
+			op := FinishRecord
+			if !fin.Succeeded {
+				op = FinishRelease
+			}
+			fe := &FinishError{Op: op, Tool: key.tool, KeyHash: key.Hash(), Attempt: attemptN, Tries: tries, Err: err, WorkErr: workErr}
+			g.logFinishError(fe)
+			return fe
+		}
 	}
-	if errors.Is(err, ErrLeaseLost) {
-		return fmt.Errorf("idemkit: finish %s: %w", key, err)
-	}
-	return storeError("finish", key, err)
 }
 
-func truncateString(s string, n int) string {
-	if len(s) <= n {
-		return s
+func (g *Guard) logFinishError(fe *FinishError) {
+	l := g.cfg.Logger
+	if l == nil {
+		l = slog.Default()
 	}
-	return s[:n]
+	l.LogAttrs(context.Background(), slog.LevelError, "idemkit: finish failed after retries",
+		slog.String("idemkit.finish.op", string(fe.Op)),
+		slog.String("gen_ai.tool.name", fe.Tool),
+		slog.String("idemkit.key.hash", fe.KeyHash),
+		slog.Int("idemkit.attempt", fe.Attempt),
+		slog.Int("tries", fe.Tries),
+		slog.String("error", fe.Err.Error()),
+	)
 }
 
 // newToken returns a random, non-zero fencing token.
@@ -599,10 +708,21 @@ func (c *Call) IdempotencyKey() string {
 // claim over: the work should then stop, because its outcome will not be
 // recorded. ctx bounds the store call.
 func (c *Call) Heartbeat(ctx context.Context) error {
+	return c.HeartbeatNote(ctx, "")
+}
+
+// HeartbeatNote is Heartbeat that also stores a short progress note with
+// the record ("charged the card; sending the receipt"), which Guard.Lookup
+// and Store.Lookup report as Record.Note until the next note or attempt. A
+// note longer than MaxNoteBytes is cut at a character boundary; "" keeps
+// the previous note. Notes are for operators and status tools: never put
+// secrets or raw arguments in them.
+func (c *Call) HeartbeatNote(ctx context.Context, note string) error {
 	if c == nil {
 		return nil
 	}
-	err := c.guard.store.Extend(ctx, ExtendRequest{Key: c.key.id, Token: c.token, Lease: c.lease, Now: c.guard.now()})
+	req := ExtendRequest{Key: c.key.id, Token: c.token, Lease: c.lease, Note: TruncateText(note, MaxNoteBytes), Now: c.guard.now()}
+	err := c.guard.store.Extend(ctx, req)
 	if err == nil {
 		return nil
 	}
@@ -610,6 +730,34 @@ func (c *Call) Heartbeat(ctx context.Context) error {
 		return fmt.Errorf("idemkit: heartbeat %s: %w", c.key, err)
 	}
 	return storeError("heartbeat", c.key, err)
+}
+
+// Lookup returns the record of key as its store holds it, with the stored
+// response body of a completed record, without claiming or changing it. It
+// returns an error matching ErrNotFound when the store has no record of
+// key, a *MismatchError when key is an explicit key whose record was made
+// with other arguments (its body is not returned), and errors matching
+// ErrStore when the store fails. An expired record not yet swept is
+// returned as it is: Record.Expired tells. ctx bounds the read.
+//
+// A status tool uses it to report on a call by its key: in progress (with
+// the last heartbeat's Note), completed (with the body a duplicate would
+// get), or released after a failure (with its Error).
+func (g *Guard) Lookup(ctx context.Context, key Key) (Record, error) {
+	if key.IsZero() {
+		return Record{}, fmt.Errorf("%w: the zero Key; build keys with NewKey", ErrInvalidKey)
+	}
+	rec, err := g.store.Lookup(ctx, LookupRequest{Key: key.id, Body: true, Now: g.now()})
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return Record{}, fmt.Errorf("idemkit: lookup %s: %w", key, err)
+		}
+		return Record{}, storeError("lookup", key, err)
+	}
+	if rec.Fingerprint != key.Fingerprint() {
+		return Record{}, &MismatchError{Tool: key.tool}
+	}
+	return rec, nil
 }
 
 // Sweep deletes expired records in batches of Config.SweepBatch until a

@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/gowebpki/jcs"
 	"github.com/idemkit/idemkit/spancontract"
@@ -21,6 +23,8 @@ const (
 	DefaultMaxArgsBytes = 1 << 20
 	// MaxExplicitKeyLen is the longest explicit key accepted, in bytes.
 	MaxExplicitKeyLen = 255
+	// MaxToolNameLen is the longest tool name NewKey accepts, in bytes.
+	MaxToolNameLen = 256
 )
 
 // KeyOptions tunes NewKey. A nil *KeyOptions means all defaults.
@@ -74,12 +78,13 @@ type Key struct {
 // *MismatchError, never a replay of another request's answer.
 //
 // Errors wrap ErrInvalidArguments (malformed JSON, too large, an explicit-key
-// field that is not a string) or ErrInvalidKey (an explicit key that is
-// empty, longer than MaxExplicitKeyLen bytes or not printable ASCII, or two
-// different explicit keys).
+// field that is not a string) or ErrInvalidKey (a tool name that is empty,
+// longer than MaxToolNameLen bytes, not valid UTF-8 or holding a control
+// character; an explicit key that is empty, longer than MaxExplicitKeyLen
+// bytes or not printable ASCII; or two different explicit keys).
 func NewKey(subject, tool string, args []byte, opts *KeyOptions) (Key, error) {
-	if tool == "" {
-		return Key{}, fmt.Errorf("%w: the tool name is empty", ErrInvalidKey)
+	if err := validateToolName(tool); err != nil {
+		return Key{}, err
 	}
 	var o KeyOptions
 	if opts != nil {
@@ -136,6 +141,29 @@ func ValidateExplicitKey(key string) error {
 	for i := 0; i < len(key); i++ {
 		if c := key[i]; c < 0x20 || c > 0x7e {
 			return fmt.Errorf("%w: the idempotency key has a non-printable or non-ASCII byte 0x%02x at offset %d", ErrInvalidKey, c, i)
+		}
+	}
+	return nil
+}
+
+// validateToolName accepts 1 to MaxToolNameLen bytes of valid UTF-8
+// without control characters: stores keep the tool name as text, and a
+// name PostgreSQL refuses (NUL, invalid UTF-8) would fail every claim.
+func validateToolName(tool string) error {
+	if tool == "" {
+		return fmt.Errorf("%w: the tool name is empty", ErrInvalidKey)
+	}
+	if len(tool) > MaxToolNameLen {
+		return fmt.Errorf("%w: the tool name is %d bytes, over the %d-byte limit", ErrInvalidKey, len(tool), MaxToolNameLen)
+	}
+	for i, r := range tool {
+		switch {
+		case r == utf8.RuneError:
+			if _, size := utf8.DecodeRuneInString(tool[i:]); size == 1 {
+				return fmt.Errorf("%w: the tool name %q is not valid UTF-8 (byte 0x%02x at offset %d)", ErrInvalidKey, tool, tool[i], i)
+			}
+		case unicode.IsControl(r):
+			return fmt.Errorf("%w: the tool name %q has a control character U+%04X at offset %d", ErrInvalidKey, tool, r, i)
 		}
 	}
 	return nil

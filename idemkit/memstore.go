@@ -2,6 +2,9 @@ package idemkit
 
 import (
 	"context"
+	"math"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -33,7 +36,10 @@ const (
 // memRecord is one claim. Times are Unix nanoseconds: compact, and no
 // pointers for the garbage collector to chase.
 type memRecord struct {
+	tool        string
 	fingerprint string
+	lastError   string
+	note        string
 	response    Response
 	token       int64
 	size        int64
@@ -50,6 +56,16 @@ func memNow(t time.Time) int64 {
 		return time.Now().UnixNano()
 	}
 	return t.UnixNano()
+}
+
+// addDuration returns now+d in Unix nanoseconds, with d clamped to
+// [0, MaxDuration] and the sum saturated instead of wrapping.
+func addDuration(now int64, d time.Duration) int64 {
+	d = min(max(d, 0), MaxDuration)
+	if now > math.MaxInt64-int64(d) {
+		return math.MaxInt64
+	}
+	return now + int64(d)
 }
 
 func fromNanos(n int64) time.Time { return time.Unix(0, n) }
@@ -77,13 +93,14 @@ func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (ClaimResult,
 	r := s.records[req.Key]
 	if r == nil || r.expired(now) {
 		s.records[req.Key] = &memRecord{
+			tool:        req.Tool,
 			fingerprint: req.Fingerprint,
 			state:       memInProgress,
 			token:       req.Token,
 			attempt:     1,
 			started:     now,
-			leaseUntil:  now + int64(req.Lease),
-			expiresAt:   now + int64(req.Window),
+			leaseUntil:  addDuration(now, req.Lease),
+			expiresAt:   addDuration(now, req.Window),
 		}
 		t := fromNanos(now)
 		return ClaimResult{Status: ClaimAcquired, Attempt: 1, Started: t, Now: t}, nil
@@ -111,8 +128,9 @@ func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (ClaimResult,
 	r.token = req.Token
 	r.attempt++
 	r.started = now
-	r.leaseUntil = now + int64(req.Lease)
-	r.expiresAt = max(r.expiresAt, now+int64(req.Window))
+	r.leaseUntil = addDuration(now, req.Lease)
+	r.expiresAt = max(r.expiresAt, addDuration(now, req.Window))
+	r.lastError, r.note = "", ""
 	t := fromNanos(now)
 	return ClaimResult{Status: ClaimTakenOver, Attempt: int(r.attempt), Started: t, Now: t}, nil
 }
@@ -125,11 +143,18 @@ func (s *MemoryStore) Finish(ctx context.Context, req FinishRequest) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.records[req.Key]
-	if r == nil || r.token != req.Token || r.state != memInProgress {
+	if r == nil || r.token != req.Token {
+		return ErrLeaseLost
+	}
+	switch {
+	case r.state == memSucceeded && req.Succeeded, r.state == memFailed && !req.Succeeded:
+		return nil // this attempt's finish, repeated: already done
+	case r.state != memInProgress:
 		return ErrLeaseLost
 	}
 	if !req.Succeeded {
 		r.state = memFailed
+		r.lastError = req.Error
 		return nil
 	}
 	r.state = memSucceeded
@@ -157,8 +182,11 @@ func (s *MemoryStore) Extend(ctx context.Context, req ExtendRequest) error {
 	if r == nil || r.token != req.Token || r.state != memInProgress {
 		return ErrLeaseLost
 	}
-	r.leaseUntil = now + int64(req.Lease)
+	r.leaseUntil = addDuration(now, req.Lease)
 	r.expiresAt = max(r.expiresAt, r.leaseUntil)
+	if req.Note != "" {
+		r.note = req.Note
+	}
 	return nil
 }
 
@@ -196,6 +224,90 @@ func (s *MemoryStore) Sweep(ctx context.Context, req SweepRequest) (int, error) 
 		}
 	}
 	return n, nil
+}
+
+// Lookup implements Store.
+func (s *MemoryStore) Lookup(ctx context.Context, req LookupRequest) (Record, error) {
+	if err := ctx.Err(); err != nil {
+		return Record{}, err
+	}
+	now := memNow(req.Now)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.records[req.Key]
+	if r == nil {
+		return Record{}, ErrNotFound
+	}
+	rec := r.record(req.Key, now)
+	if req.Body && r.state == memSucceeded && r.storage != StorageDropped {
+		rec.Body = append([]byte{}, r.response.Body...)
+	}
+	return rec, nil
+}
+
+// List implements Store.
+func (s *MemoryStore) List(ctx context.Context, req ListRequest) ([]Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	now := memNow(req.Now)
+	limit := req.PageSize()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var keys []string
+	for k, r := range s.records {
+		if k <= req.After && req.After != "" ||
+			!strings.HasPrefix(k, req.KeyPrefix) ||
+			req.Tool != "" && r.tool != req.Tool ||
+			req.State != 0 && r.recordState() != req.State {
+			continue
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	keys = keys[:min(len(keys), limit)]
+	out := make([]Record, len(keys))
+	for i, k := range keys {
+		out[i] = s.records[k].record(k, now)
+	}
+	return out, nil
+}
+
+func (r *memRecord) recordState() RecordState {
+	switch r.state {
+	case memSucceeded:
+		return StateCompleted
+	case memFailed:
+		return StateReleased
+	}
+	return StateInProgress
+}
+
+// record returns r as a Record, without its body.
+func (r *memRecord) record(key string, now int64) Record {
+	rec := Record{
+		Key:         key,
+		Tool:        r.tool,
+		Fingerprint: r.fingerprint,
+		State:       r.recordState(),
+		Attempt:     int(r.attempt),
+		Started:     fromNanos(r.started),
+		LeaseUntil:  fromNanos(r.leaseUntil),
+		ExpiresAt:   fromNanos(r.expiresAt),
+		Now:         fromNanos(now),
+		Error:       r.lastError,
+		Note:        r.note,
+	}
+	if r.state == memSucceeded {
+		rec.WriteID = r.response.WriteID
+		rec.IsError = r.response.IsError
+		rec.Storage = r.storage
+		rec.Size = r.size
+	}
+	return rec
 }
 
 // Len returns the number of records held, expired or not.

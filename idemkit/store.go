@@ -18,7 +18,8 @@ import (
 //     fresh work: Claim replaces it as if it did not exist.
 //   - Finish and Extend are fenced by the claim's token: once another caller
 //     has taken the claim over, they change nothing and return ErrLeaseLost.
-//   - A stored body is returned byte for byte.
+//   - A stored body is returned byte for byte, and so are WriteID, Error
+//     and Note, whatever bytes they hold (NUL, invalid UTF-8).
 //
 // Times: when a request's Now is zero the store uses its own clock (for SQL
 // stores, the database's, so that replicas agree); tests set Now to drive
@@ -47,6 +48,18 @@ type Store interface {
 	// Sweep deletes up to req.Limit expired records (window over and no live
 	// lease) and returns how many it deleted. Many callers may sweep at once.
 	Sweep(ctx context.Context, req SweepRequest) (int, error)
+
+	// Lookup returns the record of req.Key as it stands, without claiming
+	// or changing it, or ErrNotFound when there is none. An expired record
+	// not yet swept is returned as it is (Record.Expired tells). With
+	// req.Body, a completed record's kept body comes back too.
+	Lookup(ctx context.Context, req LookupRequest) (Record, error)
+
+	// List returns up to req.PageSize() records that pass req's filters,
+	// in ascending Key order, after req.After; never their bodies. It is
+	// for operators and status tools, not for the hot path: a filter on
+	// State or Tool may scan the records in key order until a page fills.
+	List(ctx context.Context, req ListRequest) ([]Record, error)
 }
 
 // ClaimRequest is the input of Store.Claim.
@@ -155,7 +168,8 @@ type FinishRequest struct {
 	// is not kept and Size records its length.
 	Storage Storage
 	Size    int64
-	// Error is a short description of a failure, kept for operators.
+	// Error is a short description of a failure, kept for operators
+	// (Record.Error) byte for byte. The Guard bounds it to MaxErrorBytes.
 	Error string
 	// Now is the current time, or zero for the store's clock.
 	Now time.Time
@@ -166,7 +180,11 @@ type ExtendRequest struct {
 	Key   string
 	Token int64
 	Lease time.Duration
-	Now   time.Time
+	// Note is a short progress note kept with the record (Record.Note),
+	// byte for byte; "" leaves the previous note. The Guard bounds it to
+	// MaxNoteBytes.
+	Note string
+	Now  time.Time
 }
 
 // SweepRequest is the input of Store.Sweep.

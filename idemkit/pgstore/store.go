@@ -20,7 +20,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/idemkit/idemkit/idemkit"
@@ -78,6 +82,7 @@ type statements struct {
 	claim, lookup                                 string
 	finishSucceeded, finishFailed, finishExternal string
 	extend, response, sweep                       string
+	inspect, list                                 string
 }
 
 func newStatements(schema string) *statements {
@@ -97,6 +102,8 @@ func newStatements(schema string) *statements {
 		extend:          r.Replace(extendSQL),
 		response:        r.Replace(responseSQL),
 		sweep:           r.Replace(sweepSQL),
+		inspect:         r.Replace(inspectSQL),
+		list:            r.Replace(listSQL),
 	}
 }
 
@@ -131,7 +138,7 @@ ON CONFLICT (key) DO UPDATE SET
     started_at  = excluded.started_at,
     lease_until = excluded.lease_until,
     expires_at  = greatest(CASE WHEN c.expires_at <= excluded.started_at THEN NULL ELSE c.expires_at END, excluded.expires_at),
-    response = NULL, storage = 0, size = 0, write_id = NULL, is_error = false
+    response = NULL, storage = 0, size = 0, write_id = NULL, is_error = false, last_error = NULL, note = NULL
 WHERE ` + expiredCond + ` OR ` + takeoverCond + `
 RETURNING c.attempt, (xmax = 0)`
 
@@ -144,22 +151,26 @@ SELECT state, attempt, fingerprint = $2, started_at, lease_until, storage, size,
     coalesce($3::timestamptz, statement_timestamp())
 FROM {schema}idemkit_claims WHERE key = $1`
 
+	// The finishes are fenced by the token, and idempotent for it:
+	// repeated after a lost acknowledgement (the connection dropped after
+	// the commit), they match the row they already wrote (same token, same
+	// end state) and write the same values again, so the retry succeeds.
 	finishSucceededSQL = `
 UPDATE {schema}idemkit_claims
 SET state = 'succeeded', response = $3, storage = $4, size = $5, write_id = $6, is_error = $7
-WHERE key = $1 AND token = $2 AND state = 'in_progress'`
+WHERE key = $1 AND token = $2 AND state <> 'failed'`
 
 	finishFailedSQL = `
 UPDATE {schema}idemkit_claims
 SET state = 'failed', last_error = $3
-WHERE key = $1 AND token = $2 AND state = 'in_progress'`
+WHERE key = $1 AND token = $2 AND state <> 'succeeded'`
 
 	// The body goes to idemkit_responses only if the fenced update matched.
 	finishExternalSQL = `
 WITH done AS (
     UPDATE {schema}idemkit_claims
     SET state = 'succeeded', response = NULL, storage = 1, size = $4, write_id = $5, is_error = $6
-    WHERE key = $1 AND token = $2 AND state = 'in_progress'
+    WHERE key = $1 AND token = $2 AND state <> 'failed'
     RETURNING key
 )
 INSERT INTO {schema}idemkit_responses (key, body)
@@ -169,13 +180,40 @@ ON CONFLICT (key) DO UPDATE SET body = excluded.body`
 	extendSQL = `
 UPDATE {schema}idemkit_claims
 SET lease_until = coalesce($4::timestamptz, statement_timestamp()) + $3::bigint * interval '1 microsecond',
-    expires_at  = greatest(expires_at, coalesce($4::timestamptz, statement_timestamp()) + $3::bigint * interval '1 microsecond')
+    expires_at  = greatest(expires_at, coalesce($4::timestamptz, statement_timestamp()) + $3::bigint * interval '1 microsecond'),
+    note        = coalesce($5::bytea, note)
 WHERE key = $1 AND token = $2 AND state = 'in_progress'`
 
 	responseSQL = `
 SELECT r.body FROM {schema}idemkit_responses r
 JOIN {schema}idemkit_claims c ON c.key = r.key
 WHERE r.key = $1 AND c.state = 'succeeded' AND c.storage = 1`
+
+	// recordColumns are the columns of an idemkit.Record, in scanRecord's
+	// order.
+	recordColumns = `c.key, c.tool, c.fingerprint, c.state, c.attempt, c.started_at, c.lease_until, c.expires_at,
+    c.storage, c.size, c.write_id, c.is_error, c.last_error, c.note`
+
+	// inspectSQL reads one record, and with $2 its kept body, inline or
+	// external.
+	inspectSQL = `
+SELECT ` + recordColumns + `, coalesce($3::timestamptz, statement_timestamp()),
+    CASE WHEN $2 AND c.state = 'succeeded' THEN
+        CASE c.storage WHEN 0 THEN c.response
+                       WHEN 1 THEN (SELECT r.body FROM {schema}idemkit_responses r WHERE r.key = c.key) END
+    END
+FROM {schema}idemkit_claims c WHERE c.key = $1`
+
+	// listSQL reads a page of records in key order (the primary key's
+	// index). "c.key >= $2" lets the index find a key prefix; starts_with
+	// makes the match exact.
+	listSQL = `
+SELECT ` + recordColumns + `, coalesce($6::timestamptz, statement_timestamp())
+FROM {schema}idemkit_claims c
+WHERE c.key > $1 AND c.key >= $2 AND starts_with(c.key, $2)
+  AND ($3 = '' OR c.tool = $3) AND ($4 = '' OR c.state = $4)
+ORDER BY c.key
+LIMIT $5`
 
 	// SKIP LOCKED lets many replicas sweep at once without waiting on, or
 	// double-counting, each other's rows.
@@ -198,17 +236,32 @@ func nowArg(t time.Time) any {
 	return t
 }
 
-func micros(d time.Duration) int64 { return d.Microseconds() }
-
-// maxClaimRounds bounds the claim-then-look loop. Another round is needed
-// only when the row changed between the two statements (finished, failed,
-// expired or swept), which takes a race on the same key.
-const maxClaimRounds = 8
+// micros returns d in microseconds, clamped to [0, idemkit.MaxDuration].
+func micros(d time.Duration) int64 { return min(max(d, 0), idemkit.MaxDuration).Microseconds() }
 
 // Claim implements idemkit.Store.
+//
+// The claim statement either wins the row or leaves it as it is, and then
+// a read reports what stood in the way. Another round is needed only when
+// the row changed between the two (released, lapsed, expired or swept in
+// between), which takes another caller making progress on the same key;
+// after a few such rounds a short, growing, jittered pause breaks any
+// lockstep. The loop ends when it wins or reads a settled answer, or when
+// ctx is done: it never reports a healthy store as failed.
 func (s *Store) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.ClaimResult, error) {
 	now := nowArg(req.Now)
-	for range maxClaimRounds {
+	pause := 100 * time.Microsecond
+	for round := 0; ; round++ {
+		if round >= 3 {
+			t := time.NewTimer(pause/2 + rand.N(pause/2))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return idemkit.ClaimResult{}, fmt.Errorf("pgstore: claim of %s: %w", req.Tool, ctx.Err())
+			case <-t.C:
+			}
+			pause = min(2*pause, 50*time.Millisecond)
+		}
 		var (
 			attempt  int32
 			inserted bool
@@ -230,7 +283,6 @@ func (s *Store) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.Cl
 			return res, err
 		}
 	}
-	return idemkit.ClaimResult{}, fmt.Errorf("pgstore: claim of %s kept racing with concurrent changes to its row", req.Tool)
 }
 
 // lookup reads the row a claim lost to. again reports that the row changed
@@ -241,7 +293,7 @@ func (s *Store) lookup(ctx context.Context, req idemkit.ClaimRequest, now any) (
 		attempt         int32
 		sameFingerprint bool
 		storage         int16
-		writeID         *string
+		writeID         []byte
 		body            []byte
 	)
 	err = s.db.QueryRow(ctx, s.sql.lookup, req.Key, req.Fingerprint, now).Scan(
@@ -260,9 +312,7 @@ func (s *Store) lookup(ctx context.Context, req idemkit.ClaimRequest, now any) (
 		res.Status = idemkit.ClaimCompleted
 		res.Storage = idemkit.Storage(storage)
 		res.Response.Body = body
-		if writeID != nil {
-			res.Response.WriteID = *writeID
-		}
+		res.Response.WriteID = string(writeID)
 	case state == "in_progress" && res.Now.Before(res.LeaseUntil):
 		res.Status = idemkit.ClaimBusy
 	default: // failed or lapsed since the claim statement: claim again
@@ -283,13 +333,13 @@ func (s *Store) Finish(ctx context.Context, req idemkit.FinishRequest) error {
 	}
 	switch {
 	case !req.Succeeded:
-		tag, err = s.db.Exec(ctx, s.sql.finishFailed, req.Key, req.Token, nullString(req.Error))
+		tag, err = s.db.Exec(ctx, s.sql.finishFailed, req.Key, req.Token, nullBytes(req.Error))
 	case req.Storage == idemkit.StorageExternal:
-		tag, err = s.db.Exec(ctx, s.sql.finishExternal, req.Key, req.Token, body, req.Size, nullString(req.Response.WriteID), req.Response.IsError)
+		tag, err = s.db.Exec(ctx, s.sql.finishExternal, req.Key, req.Token, body, req.Size, nullBytes(req.Response.WriteID), req.Response.IsError)
 	case req.Storage == idemkit.StorageDropped:
-		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, nil, int16(idemkit.StorageDropped), req.Size, nullString(req.Response.WriteID), req.Response.IsError)
+		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, nil, int16(idemkit.StorageDropped), req.Size, nullBytes(req.Response.WriteID), req.Response.IsError)
 	default:
-		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, body, int16(idemkit.StorageInline), req.Size, nullString(req.Response.WriteID), req.Response.IsError)
+		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, body, int16(idemkit.StorageInline), req.Size, nullBytes(req.Response.WriteID), req.Response.IsError)
 	}
 	if err != nil {
 		return s.translate("finish", err)
@@ -300,16 +350,17 @@ func (s *Store) Finish(ctx context.Context, req idemkit.FinishRequest) error {
 	return nil
 }
 
-func nullString(s string) any {
+// nullBytes passes s to a bytea column, "" as NULL.
+func nullBytes(s string) any {
 	if s == "" {
 		return nil
 	}
-	return s
+	return []byte(s)
 }
 
 // Extend implements idemkit.Store.
 func (s *Store) Extend(ctx context.Context, req idemkit.ExtendRequest) error {
-	tag, err := s.db.Exec(ctx, s.sql.extend, req.Key, req.Token, micros(req.Lease), nowArg(req.Now))
+	tag, err := s.db.Exec(ctx, s.sql.extend, req.Key, req.Token, micros(req.Lease), nowArg(req.Now), nullBytes(req.Note))
 	if err != nil {
 		return s.translate("extend", err)
 	}
@@ -330,6 +381,104 @@ func (s *Store) Response(ctx context.Context, key string) ([]byte, error) {
 		return nil, s.translate("load response", err)
 	}
 	return body, nil
+}
+
+// Lookup implements idemkit.Store.
+func (s *Store) Lookup(ctx context.Context, req idemkit.LookupRequest) (idemkit.Record, error) {
+	var (
+		rec  idemkit.Record
+		body []byte
+	)
+	row := s.db.QueryRow(ctx, s.sql.inspect, req.Key, req.Body, nowArg(req.Now))
+	err := scanRecord(row, &rec, &body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return idemkit.Record{}, idemkit.ErrNotFound
+	}
+	if err != nil {
+		return idemkit.Record{}, s.translate("lookup", err)
+	}
+	if req.Body && rec.State == idemkit.StateCompleted && rec.Storage != idemkit.StorageDropped {
+		if body == nil {
+			body = []byte{}
+		}
+		rec.Body = body
+	}
+	return rec, nil
+}
+
+// List implements idemkit.Store.
+func (s *Store) List(ctx context.Context, req idemkit.ListRequest) ([]idemkit.Record, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	state := ""
+	if req.State != 0 {
+		state = dbState(req.State)
+	}
+	rows, err := s.db.Query(ctx, s.sql.list, req.After, req.KeyPrefix, req.Tool, state, req.PageSize(), nowArg(req.Now))
+	if err != nil {
+		return nil, s.translate("list", err)
+	}
+	defer rows.Close()
+	var out []idemkit.Record
+	for rows.Next() {
+		var rec idemkit.Record
+		if err := scanRecord(rows, &rec); err != nil {
+			return nil, s.translate("list", err)
+		}
+		out = append(out, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.translate("list", err)
+	}
+	return out, nil
+}
+
+// scanRecord scans recordColumns, then the clock, then extra into rec.
+func scanRecord(row pgx.Row, rec *idemkit.Record, extra ...any) error {
+	var (
+		state                  string
+		attempt                int32
+		storage                int16
+		writeID, lastErr, note []byte
+	)
+	dest := append([]any{&rec.Key, &rec.Tool, &rec.Fingerprint, &state, &attempt, &rec.Started, &rec.LeaseUntil, &rec.ExpiresAt,
+		&storage, &rec.Size, &writeID, &rec.IsError, &lastErr, &note, &rec.Now}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return err
+	}
+	rec.State = recordState(state)
+	rec.Attempt = int(attempt)
+	rec.Error, rec.Note = string(lastErr), string(note)
+	if rec.State == idemkit.StateCompleted {
+		rec.Storage = idemkit.Storage(storage)
+		rec.WriteID = string(writeID)
+	} else {
+		rec.Size, rec.IsError = 0, false
+	}
+	return nil
+}
+
+// recordState maps the state column to an idemkit.RecordState.
+func recordState(s string) idemkit.RecordState {
+	switch s {
+	case "succeeded":
+		return idemkit.StateCompleted
+	case "failed":
+		return idemkit.StateReleased
+	}
+	return idemkit.StateInProgress
+}
+
+// dbState maps an idemkit.RecordState to the state column.
+func dbState(s idemkit.RecordState) string {
+	switch s {
+	case idemkit.StateCompleted:
+		return "succeeded"
+	case idemkit.StateReleased:
+		return "failed"
+	}
+	return "in_progress"
 }
 
 // Sweep implements idemkit.Store.
@@ -354,7 +503,8 @@ const (
 )
 
 // translate turns a driver error into one that says what to do, keeping the
-// original for errors.As.
+// original for errors.As. Errors a retry may cure match
+// idemkit.ErrTransient (see transient).
 func (s *Store) translate(op string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -362,12 +512,57 @@ func (s *Store) translate(op string, err error) error {
 		case sqlstateUndefinedTable:
 			return fmt.Errorf("pgstore: %s: idemkit's tables are missing in schema %q; run (*pgstore.Store).Migrate first: %w", op, s.schemaName(), err)
 		case sqlstateSerializationFailure, sqlstateDeadlockDetected:
-			return fmt.Errorf("pgstore: %s: the transaction conflicted with a concurrent one; retry the whole transaction: %w", op, err)
+			err = fmt.Errorf("pgstore: %s: the transaction conflicted with a concurrent one; retry the whole transaction: %w", op, err)
+			return idemkit.Transient(err)
 		case sqlstateInFailedTransaction:
 			return fmt.Errorf("pgstore: %s: the transaction has already failed; roll it back: %w", op, err)
 		}
 	}
+	if transient(err) {
+		return idemkit.Transient(fmt.Errorf("pgstore: %s: %w", op, err))
+	}
 	return fmt.Errorf("pgstore: %s: %w", op, err)
+}
+
+// transient reports whether err may pass when the statement is repeated:
+// a dropped or refused connection, a server shutting down, restarting or
+// out of connections, a lock, serialization or deadlock conflict, a
+// cancelled statement. Matched by SQLSTATE class and code, never by text.
+// The caller's own cancellation is not transient.
+func transient(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		if len(pgErr.Code) == 5 {
+			switch pgErr.Code[:2] {
+			case "08", // connection exception
+				"40", // transaction rollback: serialization failure, deadlock
+				"53", // insufficient resources: too many connections, out of memory
+				"58": // system error (I/O)
+				return true
+			}
+		}
+		switch pgErr.Code {
+		case "57P01", // admin_shutdown: terminating connection due to administrator command
+			"57P02", // crash_shutdown
+			"57P03", // cannot_connect_now: the database system is starting up
+			"57014", // query_canceled (statement_timeout, pg_cancel_backend)
+			"55P03": // lock_not_available
+			return true
+		}
+		return false
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &connectErr), errors.As(err, &netErr),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EPIPE):
+		return true
+	}
+	return pgconn.SafeToRetry(err)
 }
 
 func (s *Store) schemaName() string {

@@ -215,3 +215,35 @@ func TestNew_Validates(t *testing.T) {
 		t.Fatal("New(nil) succeeded")
 	}
 }
+
+// Migration 002 turns write_id and last_error into bytea: records stored
+// before it keep their values, and read back through Lookup.
+func TestMigrate_UpgradeKeepsStoredRecords(t *testing.T) {
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t, pool)
+	store, _ := pgstore.New(pool, &pgstore.Config{Schema: schema})
+	ctx := context.Background()
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return store.MigrateDownTx(ctx, tx, 1) }); err != nil {
+		t.Fatalf("MigrateDownTx(1): %v", err)
+	}
+	table := pgx.Identifier{schema, "idemkit_claims"}.Sanitize()
+	if _, err := pool.Exec(ctx, `INSERT INTO `+table+` (key, tool, fingerprint, state, token, attempt, started_at, lease_until, expires_at, response, write_id, last_error)
+VALUES ('k-done', 'refund', '', 'succeeded', 1, 1, now(), now(), now() + interval '1 hour', 'body', 're_é1', NULL),
+       ('k-failed', 'refund', '', 'failed', 2, 1, now(), now(), now() + interval '1 hour', NULL, NULL, 'gateway said ü')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate over version 1 with records: %v", err)
+	}
+	done, err := store.Lookup(ctx, idemkit.LookupRequest{Key: "k-done", Body: true})
+	if err != nil || done.WriteID != "re_é1" || string(done.Body) != "body" || done.State != idemkit.StateCompleted {
+		t.Fatalf("completed record after the upgrade: %+v %v", done, err)
+	}
+	failed, err := store.Lookup(ctx, idemkit.LookupRequest{Key: "k-failed"})
+	if err != nil || failed.Error != "gateway said ü" || failed.State != idemkit.StateReleased {
+		t.Fatalf("released record after the upgrade: %+v %v", failed, err)
+	}
+}

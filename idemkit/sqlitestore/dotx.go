@@ -106,6 +106,18 @@ func (t *txStore) Response(ctx context.Context, key string) ([]byte, error) {
 	return scanResponse(t.tx.QueryRowContext(ctx, responseSQL, key))
 }
 
+func (t *txStore) Lookup(ctx context.Context, req idemkit.LookupRequest) (idemkit.Record, error) {
+	return lookup(t.tx.QueryRowContext(ctx, lookupSQL, req.Key, req.Body), req)
+}
+
+func (t *txStore) List(ctx context.Context, req idemkit.ListRequest) ([]idemkit.Record, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	rows, err := t.tx.QueryContext(ctx, listSQL, listArgs(req)...)
+	return list(rows, err, req)
+}
+
 func (t *txStore) Sweep(ctx context.Context, req idemkit.SweepRequest) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err

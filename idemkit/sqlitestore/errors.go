@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/idemkit/idemkit/idemkit"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )
@@ -17,7 +18,8 @@ var (
 	// ErrBusy: SQLite's write lock stayed taken (by another process, or a
 	// long transaction on another connection) past the busy timeout, or a
 	// transaction that read first could not take it. Nothing was written;
-	// the call may be retried.
+	// the call may be retried. Errors matching it match idemkit.ErrTransient
+	// too, so that the Guard retries a finish that fails this way.
 	ErrBusy = errors.New("sqlitestore: database is locked")
 
 	// ErrReadOnly: the database cannot be written (file permissions, a
@@ -48,12 +50,13 @@ func interpretError(op string, err error) error {
 	code := se.Code()
 	switch code & 0xff {
 	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		// Transient: the Guard retries a finish that fails this way.
 		if code == sqlite3.SQLITE_BUSY_SNAPSHOT {
-			return fmt.Errorf("%w: %s: a transaction that read before it wrote found the database changed by another connection; "+
-				"begin transactions with BEGIN IMMEDIATE (the _txlock=immediate DSN parameter, as Open sets) and retry: %w", ErrBusy, op, err)
+			return idemkit.Transient(fmt.Errorf("%w: %s: a transaction that read before it wrote found the database changed by another connection; "+
+				"begin transactions with BEGIN IMMEDIATE (the _txlock=immediate DSN parameter, as Open sets) and retry: %w", ErrBusy, op, err))
 		}
-		return fmt.Errorf("%w: %s: another connection or process held the write lock past the busy timeout "+
-			"(or a transaction that read before it wrote could not take it; begin those with BEGIN IMMEDIATE); retry later: %w", ErrBusy, op, err)
+		return idemkit.Transient(fmt.Errorf("%w: %s: another connection or process held the write lock past the busy timeout "+
+			"(or a transaction that read before it wrote could not take it; begin those with BEGIN IMMEDIATE); retry later: %w", ErrBusy, op, err))
 	case sqlite3.SQLITE_READONLY:
 		return fmt.Errorf("%w: %s: %w", ErrReadOnly, op, err)
 	case sqlite3.SQLITE_INTERRUPT:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idemkit/idemkit"
 )
@@ -65,7 +66,39 @@ func TestMigrations_DownRevertsUp(t *testing.T) {
 	if n := objects(); n != before {
 		t.Fatalf("%d schema objects after migrating up again, want %d", n, before)
 	}
-	if v, err := s.Version(ctx); err != nil || v != 1 {
-		t.Fatalf("Version after migrating up: %d %v, want 1", v, err)
+	ms, err := Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.Version(ctx); err != nil || v != ms[len(ms)-1].Version {
+		t.Fatalf("Version after migrating up: %d %v, want %d", v, err, ms[len(ms)-1].Version)
+	}
+}
+
+// Inside a DoTx transaction, Lookup and List read the transaction's own
+// uncommitted claim.
+func TestTxStore_LookupAndListSeeTheTransaction(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "x.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	ts := &txStore{tx: tx}
+	if _, err := ts.Claim(ctx, idemkit.ClaimRequest{Key: "k", Tool: "refund", Token: 7, Lease: time.Minute, Window: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := ts.Lookup(ctx, idemkit.LookupRequest{Key: "k", Body: true})
+	if err != nil || rec.State != idemkit.StateInProgress || rec.Tool != "refund" {
+		t.Fatalf("Lookup in the transaction: %+v %v", rec, err)
+	}
+	recs, err := ts.List(ctx, idemkit.ListRequest{State: idemkit.StateInProgress})
+	if err != nil || len(recs) != 1 || recs[0].Key != "k" {
+		t.Fatalf("List in the transaction: %+v %v", recs, err)
 	}
 }

@@ -72,6 +72,7 @@ ON CONFLICT (key) DO UPDATE SET
     write_id    = iif(` + condClaim + `, '', c.write_id),
     is_error    = iif(` + condClaim + `, 0, c.is_error),
     last_error  = iif(` + condClaim + `, '', c.last_error),
+    note        = iif(` + condClaim + `, '', c.note),
     updated_at  = iif(` + condClaim + `, ?5, c.updated_at)
 RETURNING
     -- the status: statusAcquired (1), statusTakenOver (2), statusMismatch (5),
@@ -90,14 +91,17 @@ RETURNING
 // finishSucceededSQL and finishFailedSQL record an attempt's outcome,
 // fenced by its token: they change nothing (no row) once another caller has
 // taken the record over.
+// They are idempotent for their token: repeated after a lost
+// acknowledgement, they match the row they already wrote (same token, the
+// same end state) and write the same values again, so a retry succeeds.
 const (
 	finishSucceededSQL = `UPDATE idemkit_claims SET
     state = 'succeeded', response = ?3, storage = ?4, size = ?5, write_id = ?6, is_error = ?7, updated_at = ?8
-WHERE key = ?1 AND token = ?2 AND state = 'in_progress'`
+WHERE key = ?1 AND token = ?2 AND state <> 'failed'`
 
 	finishFailedSQL = `UPDATE idemkit_claims SET
     state = 'failed', last_error = ?3, updated_at = ?4
-WHERE key = ?1 AND token = ?2 AND state = 'in_progress'`
+WHERE key = ?1 AND token = ?2 AND state <> 'succeeded'`
 )
 
 // putResponseSQL stores an external body (inside the finish's transaction).
@@ -107,7 +111,7 @@ ON CONFLICT (key) DO UPDATE SET body = excluded.body`
 // extendSQL pushes the lease of the attempt holding the token, and the
 // window's end at least as far.
 const extendSQL = `UPDATE idemkit_claims SET
-    lease_until = ?3, expires_at = max(expires_at, ?3), updated_at = ?4
+    lease_until = ?3, expires_at = max(expires_at, ?3), updated_at = ?4, note = iif(?5 = '', note, ?5)
 WHERE key = ?1 AND token = ?2 AND state = 'in_progress'`
 
 // responseSQL reads an external body; only a completed record that says
@@ -123,3 +127,27 @@ const sweepSQL = `DELETE FROM idemkit_claims WHERE key IN (
     SELECT key FROM idemkit_claims
     WHERE sweep_at <= ?1 AND expires_at <= ?1 AND (state <> 'in_progress' OR lease_until <= ?1)
     LIMIT ?2)`
+
+// recordColumns are the columns of an idemkit.Record, in scanRecord's order.
+const recordColumns = `c.key, c.tool, c.fingerprint, c.state, c.attempt, c.started_at, c.lease_until, c.expires_at,
+    c.storage, c.size, c.write_id, c.is_error, c.last_error, c.note`
+
+// lookupSQL reads one record and, with ?2, its kept body, inline or
+// external.
+const lookupSQL = `SELECT ` + recordColumns + `,
+    CASE WHEN ?2 AND c.state = 'succeeded' THEN
+        CASE c.storage WHEN 0 THEN c.response
+                       WHEN 1 THEN (SELECT r.body FROM idemkit_responses AS r WHERE r.key = c.key) END
+    END
+FROM idemkit_claims AS c WHERE c.key = ?1`
+
+// listSQL reads a page of records in key order (the primary key's index).
+// "c.key >= ?2" lets the index find a key prefix; the byte comparison makes
+// the match exact.
+const listSQL = `SELECT ` + recordColumns + `
+FROM idemkit_claims AS c
+WHERE c.key > ?1 AND c.key >= ?2
+  AND substr(CAST(c.key AS BLOB), 1, length(CAST(?2 AS BLOB))) = CAST(?2 AS BLOB)
+  AND (?3 = '' OR c.tool = ?3) AND (?4 = '' OR c.state = ?4)
+ORDER BY c.key
+LIMIT ?5`

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"strings"
 	"sync"
@@ -132,12 +133,12 @@ var _ idemkit.Store = (*Store)(nil)
 
 // statements are the store's statements prepared on its pool.
 type statements struct {
-	claim, succeeded, failed, extend, response, sweep, putResponse *sql.Stmt
+	claim, succeeded, failed, extend, response, sweep, putResponse, lookup, list *sql.Stmt
 }
 
 func (st *statements) close() error {
 	var errs []error
-	for _, s := range []*sql.Stmt{st.claim, st.succeeded, st.failed, st.extend, st.response, st.sweep, st.putResponse} {
+	for _, s := range []*sql.Stmt{st.claim, st.succeeded, st.failed, st.extend, st.response, st.sweep, st.putResponse, st.lookup, st.list} {
 		if s != nil {
 			errs = append(errs, s.Close())
 		}
@@ -290,6 +291,8 @@ func (s *Store) prepared(ctx context.Context) (*statements, error) {
 	prep(&st.response, responseSQL)
 	prep(&st.sweep, sweepSQL)
 	prep(&st.putResponse, putResponseSQL)
+	prep(&st.lookup, lookupSQL)
+	prep(&st.list, listSQL)
 	if err != nil {
 		st.close()
 		return nil, notMigrated(ctx, s.db, interpretError("prepare", err))
@@ -351,7 +354,17 @@ func (s *Store) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.Cl
 
 func claimArgs(req idemkit.ClaimRequest, now time.Time) []any {
 	ns := now.UnixNano()
-	return []any{req.Key, req.Tool, req.Fingerprint, req.Token, ns, ns + int64(req.Lease), ns + int64(req.Window)}
+	return []any{req.Key, req.Tool, req.Fingerprint, req.Token, ns, addDuration(ns, req.Lease), addDuration(ns, req.Window)}
+}
+
+// addDuration returns now+d in Unix nanoseconds, with d clamped to
+// [0, idemkit.MaxDuration] and the sum saturated instead of wrapping.
+func addDuration(now int64, d time.Duration) int64 {
+	d = min(max(d, 0), idemkit.MaxDuration)
+	if now > math.MaxInt64-int64(d) {
+		return math.MaxInt64
+	}
+	return now + int64(d)
 }
 
 func scanClaim(row *sql.Row, now time.Time) (idemkit.ClaimResult, error) {
@@ -471,7 +484,7 @@ func fenced(op string, res sql.Result, err error) error {
 
 func extendArgs(req idemkit.ExtendRequest) []any {
 	now := clock(req.Now).UnixNano()
-	return []any{req.Key, req.Token, now + int64(req.Lease), now}
+	return []any{req.Key, req.Token, addDuration(now, req.Lease), now, req.Note}
 }
 
 // Extend implements idemkit.Store. It returns idemkit.ErrLeaseLost when the
@@ -543,4 +556,107 @@ func (s *Store) Sweep(ctx context.Context, req idemkit.SweepRequest) (int, error
 	}
 	n, err := res.RowsAffected()
 	return int(n), interpretError("sweep", err)
+}
+
+// Lookup implements idemkit.Store. It is a read, and runs beside writers.
+func (s *Store) Lookup(ctx context.Context, req idemkit.LookupRequest) (idemkit.Record, error) {
+	st, err := s.prepared(ctx)
+	if err != nil {
+		return idemkit.Record{}, err
+	}
+	return lookup(st.lookup.QueryRowContext(ctx, req.Key, req.Body), req)
+}
+
+func lookup(row *sql.Row, req idemkit.LookupRequest) (idemkit.Record, error) {
+	var (
+		rec  idemkit.Record
+		body []byte
+	)
+	if err := scanRecord(row, &rec, clock(req.Now), &body); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return idemkit.Record{}, idemkit.ErrNotFound
+		}
+		return idemkit.Record{}, interpretError("lookup", err)
+	}
+	if req.Body && rec.State == idemkit.StateCompleted && rec.Storage != idemkit.StorageDropped {
+		rec.Body = nonNil(body)
+	}
+	return rec, nil
+}
+
+// List implements idemkit.Store. It is a read, and runs beside writers.
+func (s *Store) List(ctx context.Context, req idemkit.ListRequest) ([]idemkit.Record, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	st, err := s.prepared(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := st.list.QueryContext(ctx, listArgs(req)...)
+	return list(rows, err, req)
+}
+
+func listArgs(req idemkit.ListRequest) []any {
+	state := ""
+	switch req.State {
+	case idemkit.StateInProgress:
+		state = "in_progress"
+	case idemkit.StateCompleted:
+		state = "succeeded"
+	case idemkit.StateReleased:
+		state = "failed"
+	}
+	return []any{req.After, req.KeyPrefix, req.Tool, state, int64(req.PageSize())}
+}
+
+func list(rows *sql.Rows, err error, req idemkit.ListRequest) ([]idemkit.Record, error) {
+	if err != nil {
+		return nil, interpretError("list", err)
+	}
+	defer rows.Close()
+	now := clock(req.Now)
+	var out []idemkit.Record
+	for rows.Next() {
+		var rec idemkit.Record
+		if err := scanRecord(rows, &rec, now); err != nil {
+			return nil, interpretError("list", err)
+		}
+		out = append(out, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, interpretError("list", err)
+	}
+	return out, nil
+}
+
+// scanRecord scans recordColumns, then extra, into rec, whose Now is now.
+func scanRecord(row interface{ Scan(...any) error }, rec *idemkit.Record, now time.Time, extra ...any) error {
+	var (
+		state                                     string
+		attempt, started, lease, expires, storage int64
+	)
+	dest := append([]any{&rec.Key, &rec.Tool, &rec.Fingerprint, &state, &attempt, &started, &lease, &expires,
+		&storage, &rec.Size, &rec.WriteID, &rec.IsError, &rec.Error, &rec.Note}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return err
+	}
+	switch state {
+	case "succeeded":
+		rec.State = idemkit.StateCompleted
+		rec.Storage = idemkit.Storage(storage)
+	case "failed":
+		rec.State = idemkit.StateReleased
+	default:
+		rec.State = idemkit.StateInProgress
+	}
+	if rec.State != idemkit.StateCompleted {
+		rec.Size, rec.WriteID, rec.IsError = 0, "", false
+	}
+	rec.Attempt = int(attempt)
+	rec.Started = time.Unix(0, started).UTC()
+	rec.LeaseUntil = time.Unix(0, lease).UTC()
+	rec.ExpiresAt = time.Unix(0, expires).UTC()
+	rec.Now = now
+	return nil
 }

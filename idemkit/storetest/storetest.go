@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -76,7 +77,15 @@ func Run(t *testing.T, cfg Config) {
 		{"Store_FinishAndExtendAreFenced", s.storeFencing},
 		{"Store_SweepDeletesOnlyExpired", s.sweep},
 		{"Store_ConcurrentSweepers", s.concurrentSweepers},
+		{"Store_LookupReportsEveryState", s.lookupStates},
+		{"Store_LookupReturnsKeptBodies", s.lookupBodies},
+		{"Store_ListFiltersAndPages", s.list},
+		{"Guard_LookupReportsACall", s.guardLookup},
+		{"Guard_HeartbeatNoteIsBounded", s.noteBounded},
+		{"Store_HostileValuesRoundTrip", s.hostileValues},
+		{"Store_HugeDurationsDoNotOverflow", s.hugeDurations},
 		{"Guard_ConcurrencyStorm", s.storm},
+		{"Guard_ConcurrencyStormWithWait", s.stormWait},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, tt.fn)
@@ -713,9 +722,36 @@ func (s *suite) claimStatuses(t *testing.T) {
 	if _, err := store.Response(c, "nope"); !errors.Is(err, idemkit.ErrNotFound) {
 		t.Fatalf("Response of a missing record: %v, want ErrNotFound", err)
 	}
-	// Finish of a completed record is refused.
-	if err := store.Finish(c, idemkit.FinishRequest{Key: "k1", Token: 4, Succeeded: true, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
-		t.Fatalf("second finish: %v, want ErrLeaseLost", err)
+	// The same finish again (a retry after a lost acknowledgement)
+	// succeeds and leaves the outcome as it is; the other outcome, or
+	// another token, is refused.
+	done := idemkit.FinishRequest{Key: "k1", Token: 4, Succeeded: true, Response: idemkit.Response{Body: []byte("b"), WriteID: "w", IsError: true}, Size: 1, Now: clock.Now()}
+	if err := store.Finish(c, done); err != nil {
+		t.Fatalf("repeated finish by the same attempt: %v, want success", err)
+	}
+	if err := store.Finish(c, idemkit.FinishRequest{Key: "k1", Token: 4, Error: "late failure", Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
+		t.Fatalf("failure after success by the same attempt: %v, want ErrLeaseLost", err)
+	}
+	if err := store.Finish(c, idemkit.FinishRequest{Key: "k1", Token: 1, Succeeded: true, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
+		t.Fatalf("finish by an earlier attempt's token: %v, want ErrLeaseLost", err)
+	}
+	cr, err = store.Claim(c, req(6, "fp"))
+	check("completed after repeated finishes", cr, err, idemkit.ClaimCompleted, 2)
+	if string(cr.Response.Body) != "b" || cr.Response.WriteID != "w" || !cr.Response.IsError {
+		t.Fatalf("record after repeated finishes: %+v", cr)
+	}
+
+	// A repeated release succeeds too, and a success after it is refused.
+	if _, err := store.Claim(c, idemkit.ClaimRequest{Key: "k3", Tool: "t", Token: 7, Lease: time.Minute, Window: time.Hour, Now: clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := store.Finish(c, idemkit.FinishRequest{Key: "k3", Token: 7, Error: "boom", Now: clock.Now()}); err != nil {
+			t.Fatalf("release %d: %v", i+1, err)
+		}
+	}
+	if err := store.Finish(c, idemkit.FinishRequest{Key: "k3", Token: 7, Succeeded: true, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
+		t.Fatalf("success after a release by the same attempt: %v, want ErrLeaseLost", err)
 	}
 }
 
@@ -850,9 +886,15 @@ func (s *suite) concurrentSweepers(t *testing.T) {
 	}
 }
 
-func (s *suite) storm(t *testing.T) {
+func (s *suite) storm(t *testing.T) { s.stormWith(t, idemkit.Config{}) }
+
+// stormWait is the storm with Config.Wait set: every duplicate that finds
+// the call in progress waits for it, so none is answered "in progress".
+func (s *suite) stormWait(t *testing.T) { s.stormWith(t, idemkit.Config{Wait: 30 * time.Second}) }
+
+func (s *suite) stormWith(t *testing.T, cfg idemkit.Config) {
 	store := s.cfg.NewStore(t)
-	g := s.guard(t, store, &idemkit.Config{})
+	g := s.guard(t, store, &cfg)
 	nk, ng := s.cfg.StormKeys, s.cfg.StormGoroutines
 	keys := make([]idemkit.Key, nk)
 	for i := range keys {
@@ -907,6 +949,9 @@ func (s *suite) storm(t *testing.T) {
 	if total := executed.Load() + replayed.Load() + inProgress.Load(); total != int64(nk*ng) {
 		t.Fatalf("%d answers, want %d", total, nk*ng)
 	}
+	if cfg.Wait > 0 && inProgress.Load() != 0 {
+		t.Fatalf("%d duplicates were answered in progress although Wait is %s", inProgress.Load(), cfg.Wait)
+	}
 	// Afterwards every key replays its one body.
 	for i := range nk {
 		res := mustDo(t, g, keys[i], mustNotRun(t))
@@ -914,5 +959,46 @@ func (s *suite) storm(t *testing.T) {
 			t.Fatalf("key %d after the storm: %q replayed=%v, want %q", i, res.Body, res.Replayed(), want)
 		}
 	}
-	t.Logf("storm: %d goroutines x %d keys: %d executed, %d replayed, %d in progress", ng, nk, executed.Load(), replayed.Load(), inProgress.Load())
+	t.Logf("storm (wait %s): %d goroutines x %d keys: %d executed, %d replayed, %d in progress", cfg.Wait, ng, nk, executed.Load(), replayed.Load(), inProgress.Load())
+}
+
+// A lease or window of any size, even past what a Guard accepts, neither
+// wraps a deadline negative nor fails: the record deduplicates.
+func (s *suite) hugeDurations(t *testing.T) {
+	store := s.cfg.NewStore(t)
+	clock := NewClock()
+	c := ctx(t)
+	huge := time.Duration(math.MaxInt64)
+	claim := func(tok int64) idemkit.ClaimResult {
+		t.Helper()
+		cr, err := store.Claim(c, idemkit.ClaimRequest{Key: "k-huge", Tool: "t", Token: tok, Lease: huge, Window: huge, Now: clock.Now()})
+		if err != nil {
+			t.Fatalf("claim with huge durations: %v", err)
+		}
+		return cr
+	}
+	if cr := claim(1); cr.Status != idemkit.ClaimAcquired {
+		t.Fatalf("first claim: %s", cr.Status)
+	}
+	clock.Advance(1000 * time.Hour)
+	if cr := claim(2); cr.Status != idemkit.ClaimBusy {
+		t.Fatalf("duplicate inside a huge lease: %s, want busy", cr.Status)
+	}
+	if err := store.Extend(c, idemkit.ExtendRequest{Key: "k-huge", Token: 1, Lease: huge, Now: clock.Now()}); err != nil {
+		t.Fatalf("extend by a huge lease: %v", err)
+	}
+	if err := store.Finish(c, idemkit.FinishRequest{Key: "k-huge", Token: 1, Succeeded: true, Response: idemkit.Response{Body: []byte("x")}, Size: 1, Now: clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(10 * 365 * 24 * time.Hour)
+	if cr := claim(3); cr.Status != idemkit.ClaimCompleted {
+		t.Fatalf("duplicate ten years later inside a huge window: %s, want completed", cr.Status)
+	}
+	rec, err := store.Lookup(c, idemkit.LookupRequest{Key: "k-huge", Now: clock.Now()})
+	if err != nil || !rec.ExpiresAt.After(rec.Now) || rec.Expired() {
+		t.Fatalf("record with a huge window: expires %v at %v (%v)", rec.ExpiresAt, rec.Now, err)
+	}
+	if n, err := store.Sweep(c, idemkit.SweepRequest{Limit: 10, Now: clock.Now()}); err != nil || n != 0 {
+		t.Fatalf("sweep deleted %d records (%v), want none", n, err)
+	}
 }
