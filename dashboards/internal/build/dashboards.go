@@ -140,13 +140,13 @@ func Attribution() *dashboard.DashboardBuilder {
 		return fmt.Sprintf("histogram_quantile(%g, sum by (le, idemkit_duplicate_cause) (%s))", phi, gap)
 	}
 	l.add(14, 8, tablePanel("Gap between original and duplicate, by cause (p50 / p90 / p99)",
-		"How long after the first call of a group its duplicates started (idemkit.duplicate.gap_ms), per cause, over the selected time range. This is what you need to choose the window: the dup processor's `window` (default 10m) and the Guard's key retention must exceed the p99 gap of every cause you want caught, with margin; a duplicate later than the window is not recognised (and not stopped). Quantiles are interpolated inside the connector's gap_buckets, so they are only as precise as those bounds. The tool filter does not apply (the gap histogram has no tool label).",
+		"How long after the first call of a group its duplicates started (idemkit.duplicate.gap_ms; the histogram is in "+dupGapUnit+"), per cause, over the selected time range. This is what you need to choose the window: the dup processor's `window` (default 10m) and the Guard's key retention must exceed the p99 gap of every cause you want caught, with margin; a duplicate later than the window is not recognised (and not stopped). Quantiles are interpolated inside the connector's gap_buckets, so they are only as precise as those bounds. The tool filter does not apply (the gap histogram has no tool label).",
 		dupGapUnit,
 		[][2]string{{"idemkit_duplicate_cause", "Cause"}, {"Value #A", "p50"}, {"Value #B", "p90"}, {"Value #C", "p99"}, {"Value #D", "Duplicates"}},
 		tableQuery(q(0.5)), tableQuery(q(0.9)), tableQuery(q(0.99)),
 		tableQuery("sum by (idemkit_duplicate_cause) ("+inRange(sel(dupGapCount, st))+")")))
 	l.add(10, 8, bargaugePanel("Gap distribution (all causes)",
-		"Duplicates over the selected time range per gap bucket (upper bound in ms): the shape of the distribution behind the quantiles. Duplicates in the last bucket came later than its bound; widen gap_buckets or the window if it is not empty.",
+		"Duplicates over the selected time range per gap bucket (upper bound in "+dupGapUnit+"): the shape of the distribution behind the quantiles. Duplicates in the last bucket came later than its bound; widen gap_buckets or the window if it is not empty.",
 		"short", thresholds("blue"), nil,
 		heatmapQuery("sum by (le) ("+gap+")", "{{le}}")))
 
@@ -175,6 +175,9 @@ func Guard() *dashboard.DashboardBuilder {
 		labelVar("tool", "Tool", "gen_ai.tool.name.", toolCalls+`{job=~"$job"}`, "gen_ai_tool_name"),
 	)
 	jb := `job=~"$job"`
+	// mcp.server.operation.duration covers every MCP method; the tool
+	// panels read tools/call only.
+	toolsCall := `mcp_method_name="tools/call"`
 	tl := `gen_ai_tool_name=~"$tool"`
 	protected := sel(toolCalls, jb, tl, `idemkit_outcome!="bypassed"`)
 	l := newLayout(d)
@@ -227,12 +230,12 @@ func Guard() *dashboard.DashboardBuilder {
 	l.add(12, 8, timeseriesPanel("tools/call duration p50 / p99 by tool",
 		"Server-side duration of tools/call (the semantic-convention histogram mcp.server.operation.duration), recorded when the server is instrumented WithOperationDuration: the whole call, tool work included, for protected and unprotected tools.",
 		"s", false, nil,
-		series("histogram_quantile(0.5, sum by (le, gen_ai_tool_name) ("+rate(sel(opBucket, jb, tl))+"))", "{{gen_ai_tool_name}} p50"),
-		series("histogram_quantile(0.99, sum by (le, gen_ai_tool_name) ("+rate(sel(opBucket, jb, tl))+"))", "{{gen_ai_tool_name}} p99")))
+		series("histogram_quantile(0.5, sum by (le, gen_ai_tool_name) ("+rate(sel(opBucket, jb, tl, toolsCall))+"))", "{{gen_ai_tool_name}} p50"),
+		series("histogram_quantile(0.99, sum by (le, gen_ai_tool_name) ("+rate(sel(opBucket, jb, tl, toolsCall))+"))", "{{gen_ai_tool_name}} p99")))
 	l.add(12, 8, timeseriesPanel("Tool errors by tool and error.type",
 		"Rate of tools/call answered with an error, by error.type (tool_error for isError results, which include idemkit's in-progress and mismatch answers), from mcp.server.operation.duration.",
 		"suffix: calls/s", false, nil,
-		series("sum by (gen_ai_tool_name, error_type) ("+rate(sel(opCount, jb, tl, `error_type!=""`))+")", "{{gen_ai_tool_name}} {{error_type}}")))
+		series("sum by (gen_ai_tool_name, error_type) ("+rate(sel(opCount, jb, tl, toolsCall, `error_type!=""`))+")", "{{gen_ai_tool_name}} {{error_type}}")))
 
 	l.row("By tool over the selected time range")
 	l.add(24, 8, tablePanel("Calls by tool and outcome",
