@@ -1,6 +1,7 @@
 package report
 
 import (
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"io"
@@ -48,6 +49,7 @@ func (r *Report) WriteHTML(w io.Writer, meta HTMLMeta) error {
 		Target, Mark, Counts, Got, Want, Outcomes string
 		OK                                        bool
 		Evidence, Problems                        []string
+		Story                                     []storyLine
 	}
 	type scenarioView struct {
 		N                      int
@@ -75,6 +77,7 @@ func (r *Report) WriteHTML(w io.Writer, meta HTMLMeta) error {
 			for _, p := range run.Pairs {
 				rv.Evidence = append(rv.Evidence, p.Evidence.String())
 			}
+			rv.Story = story(run)
 			v.Runs = append(v.Runs, rv)
 		}
 		sv = append(sv, v)
@@ -139,7 +142,12 @@ p.note, .sub { color:var(--muted); font-size:13.5px; margin:2px 0 12px; }
 table { border-collapse:collapse; width:100%; font-size:14px; }
 th { text-align:left; color:var(--muted); font-weight:600; font-size:12.5px; text-transform:uppercase; letter-spacing:.04em; border-bottom:1px solid var(--line); padding:6px 8px; }
 td { border-bottom:1px solid var(--line); padding:6px 8px; vertical-align:top; }
-td.num { text-align:right; font-variant-numeric:tabular-nums; }
+td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; }
+details { margin-top:8px; font-size:13px; color:#334155; }
+details summary { cursor:pointer; color:var(--muted); }
+details ol { margin:6px 0 0; padding-left:22px; }
+details li { margin:2px 0; }
+details .who { display:inline-block; min-width:84px; color:var(--muted); }
 .mark-ok { color:var(--ok); font-weight:700; } .mark-bad { color:var(--bad); font-weight:700; }
 .scenario { background:#fff; border:1px solid var(--line); border-radius:12px; padding:16px 20px; margin-top:14px; }
 .scenario .head { display:flex; justify-content:space-between; align-items:baseline; gap:12px; flex-wrap:wrap; }
@@ -184,6 +192,7 @@ footer { color:var(--muted); font-size:12.5px; margin-top:40px; }
   {{range .Runs}}<tr data-run="{{.Target}}"><td class="{{if .OK}}mark-ok{{else}}mark-bad{{end}}">{{.Mark}}</td><td>{{.Target}}</td><td>{{.Counts}}</td><td>{{.Got}}</td><td>{{.Want}}</td></tr>
   {{if or .Evidence .Outcomes .Problems}}<tr><td></td><td colspan="4">{{range .Evidence}}<div class="evidence">evidence: {{.}}</div>{{end}}{{if .Outcomes}}<div class="evidence">idemkit outcomes: {{.Outcomes}}</div>{{end}}{{range .Problems}}<div class="problem">{{.}}</div>{{end}}</td></tr>{{end}}
   {{end}}</table>
+  {{range .Runs}}{{if .Story}}<details><summary>What the agent did ({{.Target}} server)</summary><ol>{{range .Story}}<li><span class="who">{{.Who}}</span>{{.What}}</li>{{end}}</ol></details>{{end}}{{end}}
 </section>
 {{end}}
 
@@ -437,14 +446,9 @@ func timeline(scenario string, runs []*RunResult) template.HTML {
 			x0, x1 := x(run, c.Start), x(run, c.End)
 			fmt.Fprintf(&b, `<rect class="chat" data-run="%s/%s" x="%.1f" y="%.1f" width="%.1f" height="%g" rx="3" fill="%s" opacity="0.55"><title>model turn, %s</title></rect>`,
 				esc(scenario), esc(run.Run.Target.Name), x0, y+10, math.Max(x1-x0, 2), laneH-20, ColorChat, fmtGap(time.Duration(c.End-c.Start)))
-		}
-		for _, st := range run.Run.Steps {
-			if st.Kind != "reconnect" {
-				continue
+			if x1-x0 > 90 {
+				fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="10.5" fill="#5b21b6">model %s</text>`, x0+6, y+laneH/2+4, fmtGap(time.Duration(c.End-c.Start)))
 			}
-			px := x(run, st.At.UnixNano())
-			fmt.Fprintf(&b, `<line class="reconnect" x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#0f172a" stroke-dasharray="3 3"/><text x="%.1f" y="%.1f" font-size="10" fill="#0f172a">reconnect</text>`,
-				px, px, y+4, y+laneH-4, px+3, y+12)
 		}
 		// Calls that overlap in time (a retry while the first call still
 		// runs) go on separate tracks.
@@ -477,6 +481,14 @@ func timeline(scenario string, runs []*RunResult) template.HTML {
 				esc(scenario), esc(run.Run.Target.Name), esc(s.Str(sc.GenAIToolName)), esc(label), x0, ty+1, w, th-2, color, stroke,
 				esc(s.Str(sc.GenAIToolName)), esc(label), fmtGap(time.Duration(s.End-s.Start)))
 		}
+		for _, st := range run.Run.Steps {
+			if st.Kind != "reconnect" {
+				continue
+			}
+			px := x(run, st.At.UnixNano())
+			fmt.Fprintf(&b, `<line class="reconnect" x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#0f172a" stroke-dasharray="3 3"/>`, px, px, y+2, y+laneH-2)
+			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="10" fill="#0f172a" text-anchor="end" stroke="#fff" stroke-width="3" paint-order="stroke">new session</text>`, px-3, y+laneH-3)
+		}
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
@@ -501,4 +513,44 @@ func fmtTick(t time.Duration) string {
 		return fmt.Sprintf("%d ms", t.Milliseconds())
 	}
 	return strings.TrimSuffix(fmt.Sprintf("%.1f", t.Seconds()), ".0") + " s"
+}
+
+// storyLine is one thing the agent did, for the page.
+type storyLine struct{ Who, What string }
+
+// story is the agent's record of a run (dupgen's manifest), one line a
+// step.
+func story(run *RunResult) []storyLine {
+	var out []storyLine
+	for _, st := range run.Run.Steps {
+		switch st.Kind {
+		case "chat":
+			out = append(out, storyLine{"model", st.Says})
+		case "call":
+			args, _ := json.Marshal(st.Args)
+			what := fmt.Sprintf("%s %s", st.Tool, args)
+			switch {
+			case st.Error != "":
+				what += " → error: " + st.Error
+			case st.Result != nil && st.Result.Replayed:
+				what += " → replayed by idemkit"
+			case st.Result != nil && st.Result.IsError:
+				what += " → " + oneLine(st.Result.Text, 140)
+			case st.Result != nil:
+				what += " → ok"
+			}
+			out = append(out, storyLine{"tools/call", what})
+		default:
+			out = append(out, storyLine{st.Kind, st.Says})
+		}
+	}
+	return out
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
 }
