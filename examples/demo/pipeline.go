@@ -423,7 +423,7 @@ func (p *Pipeline) Inputs(ctx context.Context, wait time.Duration) (report.Input
 	p.say("Collector decisions complete %.1fs after dupgen ended.", time.Since(p.Manifest.Ended).Seconds())
 	var err error
 	if in.Telemetry, err = p.scrape(ctx, p.Telemetry()); err != nil {
-		return in, fmt.Errorf("Collector telemetry: %w", err)
+		return in, fmt.Errorf("the Collectors' telemetry: %w", err)
 	}
 	for _, t := range p.Targets {
 		db, err := refunds.OpenDB(ctx, p.DBPath(t.Name))

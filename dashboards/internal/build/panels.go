@@ -1,5 +1,7 @@
 package build
 
+//lint:file-ignore SA1019 the classic dashboard model (dashboard.Dashboard) is the one Grafana 10.4 and 11 import; the SDK deprecates it for dashboardv2, which needs Grafana 12's v2 API
+
 import (
 	"fmt"
 	"sort"
@@ -23,7 +25,6 @@ var prom = common.DataSourceRef{Type: cog.ToPtr("prometheus"), Uid: cog.ToPtr("$
 // newDashboard returns a dashboard builder with links to the other idemkit
 // dashboards, the default time range, a 30s refresh and the variables.
 func newDashboard(uid, title, description string, vars ...*dashboard.QueryVariableBuilder) *dashboard.DashboardBuilder {
-	//lint:ignore SA1019 the classic dashboard model is the one Grafana 10.4 and 11 import; dashboardv2 needs Grafana 12's v2 API
 	b := dashboard.NewDashboardBuilder(title).
 		Uid(uid).
 		Description(description).

@@ -15,6 +15,8 @@
 // (through the SDK's types), not this package.
 package build
 
+//lint:file-ignore SA1019 the classic dashboard model (dashboard.Dashboard) is the one Grafana 10.4 and 11 import; the SDK deprecates it for dashboardv2, which needs Grafana 12's v2 API
+
 import (
 	"bytes"
 	"encoding/json"
