@@ -376,7 +376,7 @@ func gapChart(r *Report) template.HTML {
 			}
 			fmt.Fprintf(&b, `<circle class="dot" data-series="gap/%s" data-target="%s" data-ms="%d" cx="%.1f" cy="%.1f" r="6" fill="%s" stroke="#fff" stroke-width="1.5"><title>%s server: %s after the first call (%s)</title></circle>`,
 				esc(c), esc(d.target), d.gap.Milliseconds(), x(d.gap), cy+dy, color, esc(d.target), fmtGap(d.gap), esc(d.effect))
-			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="11" fill="#334155" text-anchor="middle">%s</text>`, x(d.gap), ly, fmtGap(d.gap))
+			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="11" fill="#334155" text-anchor="middle" stroke="#fff" stroke-width="3" paint-order="stroke">%s</text>`, x(d.gap), ly, fmtGap(d.gap))
 		}
 		if len(dots) == 0 {
 			fmt.Fprintf(&b, `<text x="%g" y="%.1f" font-size="12" fill="#94a3b8">no duplicate</text>`, left+8, cy+4)
