@@ -17,7 +17,8 @@
 // the Go module cache, so that the next build reads the freshly published
 // content instead of an older copy cached under the same version. It prints
 // the environment a build needs to read the proxy (GOPROXY, GONOSUMDB,
-// GOFLAGS), one assignment per line, for `eval`.
+// GOFLAGS, and GODEBUG=goindex=0 so that a republished version's new file
+// list is read), one assignment per line, for `eval`.
 package main
 
 import (
@@ -105,6 +106,15 @@ func main() {
 	fmt.Printf("export GOPROXY=%q\n", upstream)
 	fmt.Printf("export GONOSUMDB=%q\n", devtools.ModulePrefix)
 	fmt.Printf("export GOFLAGS=%q\n", strings.TrimSpace(os.Getenv("GOFLAGS")+" -mod=mod"))
+	// The go command indexes a module-cache directory once per path@version,
+	// trusting that its content never changes; after a republication of the
+	// same version that adds or removes files it would compile the old file
+	// list. goindex=0 turns the index off for the builds that read the proxy.
+	godebug := "goindex=0"
+	if old := os.Getenv("GODEBUG"); old != "" {
+		godebug = old + "," + godebug
+	}
+	fmt.Printf("export GODEBUG=%q\n", godebug)
 }
 
 func fatal(err error) {
