@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +22,11 @@ import (
 func TestMain(m *testing.M) {
 	if child() {
 		return
+	}
+	if step := os.Getenv(killStepEnv); step != "" {
+		err := runKillChild(step, os.Getenv(killDBEnv), os.Getenv(killOrderEnv))
+		fmt.Fprintln(os.Stderr, "kill child:", err)
+		os.Exit(2)
 	}
 	goleak.VerifyTestMain(m)
 }
