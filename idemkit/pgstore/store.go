@@ -84,7 +84,7 @@ func (s *Store) DB() DB { return s.db }
 // statements are the store's SQL, with the schema filled in.
 type statements struct {
 	schema, prefix                                string
-	claimFresh, claim                             string
+	claimFresh, claimFreshDBClock, lookup, claim  string
 	finishSucceeded, finishFailed, finishExternal string
 	extend, response, sweep                       string
 	inspect, list                                 string
@@ -97,18 +97,21 @@ func newStatements(schema string) *statements {
 	}
 	r := strings.NewReplacer("{schema}", prefix)
 	return &statements{
-		schema:          schema,
-		prefix:          prefix,
-		claimFresh:      r.Replace(claimFreshSQL),
-		claim:           r.Replace(claimSQL),
-		finishSucceeded: r.Replace(finishSucceededSQL),
-		finishFailed:    r.Replace(finishFailedSQL),
-		finishExternal:  r.Replace(finishExternalSQL),
-		extend:          r.Replace(extendSQL),
-		response:        r.Replace(responseSQL),
-		sweep:           r.Replace(sweepSQL),
-		inspect:         r.Replace(inspectSQL),
-		list:            r.Replace(listSQL),
+		schema:     schema,
+		prefix:     prefix,
+		claimFresh: r.Replace(claimFreshSQL),
+		// The common case, the database's clock: one parameter less.
+		claimFreshDBClock: strings.ReplaceAll(r.Replace(claimFreshSQL), "coalesce($7::timestamptz, statement_timestamp())", "statement_timestamp()"),
+		lookup:            r.Replace(lookupSQL),
+		claim:             r.Replace(claimSQL),
+		finishSucceeded:   r.Replace(finishSucceededSQL),
+		finishFailed:      r.Replace(finishFailedSQL),
+		finishExternal:    r.Replace(finishExternalSQL),
+		extend:            r.Replace(extendSQL),
+		response:          r.Replace(responseSQL),
+		sweep:             r.Replace(sweepSQL),
+		inspect:           r.Replace(inspectSQL),
+		list:              r.Replace(listSQL),
 	}
 }
 
@@ -117,25 +120,31 @@ func newStatements(schema string) *statements {
 // claimFreshSQL inserts a fresh claim and does nothing on a conflict: the
 // whole cost of a call on a fresh key, the common case, with no conflict
 // projection for PostgreSQL to prepare. A row comes back only when it
-// inserted.
+// inserted. On a conflict it takes no lock.
 //
-// On a conflict, claimSQL decides in one statement, on the row as it stands
-// (INSERT … ON CONFLICT locks it and sees its latest version), and answers
-// from its RETURNING list whatever it decided, so that nothing can change
-// in between and no second read is needed. "now" is excluded.started_at
-// (the caller's clock or the database's); lease and window ride in
-// excluded.lease_until and excluded.expires_at. The row, c, is:
+// lookupSQL then reads the row that stood in the way. A settled answer
+// (completed, in progress under a live lease, or another fingerprint) is
+// returned from it: a duplicate costs two reads and writes nothing. Only a
+// row the caller may claim (expired, released, or in progress with a
+// lapsed lease), or one swept in between, goes on to claimSQL.
+//
+// claimSQL decides in one statement, on the row as it stands (INSERT … ON
+// CONFLICT locks it and sees its latest version), and answers from its
+// RETURNING list whatever it decided, so nothing can change in between and
+// no loop is needed. "now" is excluded.started_at (the caller's clock or
+// the database's); lease and window ride in excluded.lease_until and
+// excluded.expires_at. The row, c, is:
 //
 //	expired:  the window is over and no live lease holds it
 //	          -> fresh work: attempt 1, the new fingerprint
 //	takeover: same fingerprint and (failed, or in progress with a lapsed lease)
 //	          -> attempt + 1, the new token and lease
-//	otherwise (completed, busy, mismatch): written back unchanged, and
-//	          returned (with the inline body of a completed row)
+//	otherwise (completed, busy, mismatch; another caller claimed it first):
+//	          written back unchanged, and returned
 //
 // The caller won when the row holds its token afterwards (tokens are
-// random per attempt). If the row vanished in between (swept), claimSQL
-// inserts it, and the caller won too.
+// random per attempt). If the row vanished (swept), claimSQL inserts it,
+// and the caller won too.
 const (
 	claimInsert = `
 INSERT INTO {schema}idemkit_claims AS c
@@ -148,6 +157,15 @@ VALUES ($1, $2, $3, 'in_progress', $4, 1,
 	claimFreshSQL = claimInsert + `
 ON CONFLICT (key) DO NOTHING
 RETURNING 1`
+
+	// lookupSQL reads the row a fresh claim met; the inline body comes back
+	// only for a completed row, an external body never.
+	lookupSQL = `
+SELECT c.state, c.attempt, c.fingerprint = $2, c.started_at, c.lease_until, c.storage, c.size, c.write_id, c.is_error,
+    CASE WHEN c.state = 'succeeded' AND c.storage = 0 THEN c.response END,
+    n.now, c.expires_at <= n.now
+FROM {schema}idemkit_claims c, (SELECT coalesce($3::timestamptz, statement_timestamp()) AS now) n
+WHERE c.key = $1`
 
 	expiredCond  = `(c.expires_at <= excluded.started_at AND (c.state <> 'in_progress' OR c.lease_until <= excluded.started_at))`
 	takeoverCond = `(c.fingerprint = excluded.fingerprint AND (c.state = 'failed' OR (c.state = 'in_progress' AND c.lease_until <= excluded.started_at)))`
@@ -265,19 +283,68 @@ func nowArg(t time.Time) any {
 // micros returns d in microseconds, clamped to [0, idemkit.MaxDuration].
 func micros(d time.Duration) int64 { return min(max(d, 0), idemkit.MaxDuration).Microseconds() }
 
-// Claim implements idemkit.Store: one statement for a fresh key, two when
-// a record stands in the way (see claimSQL). It never loops.
+// Claim implements idemkit.Store: one statement for a fresh key, two for
+// a duplicate (the second a read), three when it takes a record over (see
+// claimSQL). It never loops.
 func (s *Store) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.ClaimResult, error) {
 	now := nowArg(req.Now)
 	lease, window := micros(req.Lease), micros(req.Window)
-	var one int32
-	err := s.db.QueryRow(ctx, s.sql.claimFresh, req.Key, req.Tool, req.Fingerprint, req.Token, lease, window, now).Scan(&one)
+	var (
+		one int32
+		err error
+	)
+	if now == nil {
+		err = s.db.QueryRow(ctx, s.sql.claimFreshDBClock, req.Key, req.Tool, req.Fingerprint, req.Token, lease, window).Scan(&one)
+	} else {
+		err = s.db.QueryRow(ctx, s.sql.claimFresh, req.Key, req.Tool, req.Fingerprint, req.Token, lease, window, now).Scan(&one)
+	}
 	switch {
 	case err == nil:
 		return idemkit.ClaimResult{Status: idemkit.ClaimAcquired, Attempt: 1}, nil
 	case !errors.Is(err, pgx.ErrNoRows):
 		return idemkit.ClaimResult{}, s.translate("claim", err)
 	}
+	var (
+		res                      idemkit.ClaimResult
+		state                    string
+		attempt                  int32
+		sameFingerprint, expired bool
+		storage                  int16
+		writeID, body            []byte
+	)
+	err = s.db.QueryRow(ctx, s.sql.lookup, req.Key, req.Fingerprint, now).Scan(
+		&state, &attempt, &sameFingerprint, &res.Started, &res.LeaseUntil, &storage, &res.Size, &writeID, &res.Response.IsError, &body, &res.Now, &expired)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return s.claimRow(ctx, req, lease, window, now) // swept in between
+	case err != nil:
+		return idemkit.ClaimResult{}, s.translate("claim lookup", err)
+	}
+	res.Attempt = int(attempt)
+	lapsed := !res.Now.Before(res.LeaseUntil)
+	switch {
+	case expired && (state != "in_progress" || lapsed):
+		return s.claimRow(ctx, req, lease, window, now)
+	case !sameFingerprint:
+		return idemkit.ClaimResult{Status: idemkit.ClaimMismatch, Attempt: res.Attempt, Started: res.Started, Now: res.Now}, nil
+	case state == "succeeded":
+		res.Status = idemkit.ClaimCompleted
+		res.Storage = idemkit.Storage(storage)
+		res.Response.Body = body
+		res.Response.WriteID = string(writeID)
+		res.LeaseUntil = time.Time{}
+		return res, nil
+	case state == "in_progress" && !lapsed:
+		res.Status = idemkit.ClaimBusy
+		res.Size, res.Response.IsError = 0, false
+		return res, nil
+	}
+	return s.claimRow(ctx, req, lease, window, now) // released, or lapsed: take it over
+}
+
+// claimRow runs claimSQL: it claims the row if the caller may, or returns
+// it as it stands.
+func (s *Store) claimRow(ctx context.Context, req idemkit.ClaimRequest, lease, window int64, now any) (idemkit.ClaimResult, error) {
 	var (
 		res                  idemkit.ClaimResult
 		won, sameFingerprint bool
@@ -286,7 +353,7 @@ func (s *Store) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.Cl
 		storage              int16
 		writeID, body        []byte
 	)
-	err = s.db.QueryRow(ctx, s.sql.claim, req.Key, req.Tool, req.Fingerprint, req.Token, lease, window, now).Scan(
+	err := s.db.QueryRow(ctx, s.sql.claim, req.Key, req.Tool, req.Fingerprint, req.Token, lease, window, now).Scan(
 		&won, &attempt, &sameFingerprint, &state, &res.Started, &res.LeaseUntil, &storage, &res.Size, &writeID, &res.Response.IsError, &body, &res.Now)
 	if err != nil {
 		return idemkit.ClaimResult{}, s.translate("claim", err)

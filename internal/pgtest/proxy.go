@@ -179,13 +179,15 @@ func (p *Proxy) clientToServer(client, server net.Conn) {
 			out = append(out, msg...)
 			pending = pending[size:]
 		}
-		if !p.isFrozen() && len(out) > 0 {
+		if stop {
+			// Freeze before the stopping statement reaches the server, so
+			// that its response can never reach the client.
+			p.stop()
+		}
+		if len(out) > 0 && (stop || !p.isFrozen()) {
 			if _, werr := server.Write(out); werr != nil {
 				return
 			}
-		}
-		if stop {
-			p.stop()
 		}
 		if err != nil {
 			server.Close()
