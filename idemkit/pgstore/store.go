@@ -2,10 +2,11 @@
 //
 // Many MCP server replicas behind a load balancer share one database: the
 // claim row is the arbiter, so nothing relies on process memory. The claim is
-// atomic: one INSERT … ON CONFLICT DO NOTHING for a fresh key, and one
-// INSERT … ON CONFLICT … DO UPDATE … RETURNING that decides on the locked
-// row when a record stands in the way. Times come from the database clock,
-// the one clock every replica shares.
+// atomic: one INSERT … ON CONFLICT DO NOTHING for a fresh key; a read of the
+// record for a duplicate; and an INSERT … ON CONFLICT … DO UPDATE …
+// RETURNING that decides on the locked row when the caller may take a record
+// over. Times come from the database clock, the one clock every replica
+// shares.
 //
 // Errors a retry may cure (SQLSTATE classes 08, 40, 53 and 58, 57P01-03,
 // 57014, 55P03, and dropped or refused connections) match
