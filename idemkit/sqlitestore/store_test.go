@@ -347,3 +347,17 @@ func TestMigrations_AreNumberedAndPaired(t *testing.T) {
 		}
 	}
 }
+
+// A failed Open leaves a nil *Store; NewGuard refuses it at once instead of
+// panicking on the first call.
+func TestNewGuard_RefusesTheNilStoreOfAFailedOpen(t *testing.T) {
+	s, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "missing-dir", "x.db"), nil)
+	if err == nil {
+		s.Close()
+		t.Fatal("Open in a missing directory succeeded")
+	}
+	g, err := idemkit.NewGuard(s, nil)
+	if err == nil || g != nil || !strings.Contains(err.Error(), "nil *sqlitestore.Store") {
+		t.Fatalf("NewGuard(nil *sqlitestore.Store) = %v, %v; want an error naming the nil store", g, err)
+	}
+}
