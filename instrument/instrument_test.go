@@ -388,7 +388,7 @@ func TestHandle_FinishFailureStillReturnsTheWork(t *testing.T) {
 		t.Fatalf("%q %v", got, err)
 	}
 	a := r.last(t)
-	if a[spancontract.Outcome] != "executed" || a[spancontract.ErrorType] != "*errors.errorString" {
+	if a[spancontract.Outcome] != "executed" || a[spancontract.ErrorType] != "*idemkit.FinishError" {
 		t.Errorf("attrs %v", a)
 	}
 	if ev := r.sr.Ended()[0].Events(); len(ev) != 1 || ev[0].Name != "exception" {
