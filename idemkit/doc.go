@@ -25,6 +25,10 @@
 //     in-progress claim whose lease has run out, because its worker crashed.
 //     A stale worker's late finish is fenced off and cannot overwrite the new
 //     owner's outcome.
+//  5. The finish is retried on transient store errors (ErrTransient) with
+//     backoff until Config.FinishTimeout, so that a database restart at the
+//     end of the work does not leave the key in progress. One that still
+//     fails is logged and returned as a *FinishError, never dropped.
 //
 // A record can be read without claiming it: Guard.Lookup reports one call
 // by its Key (in progress with its last heartbeat note, completed with the
