@@ -4,14 +4,17 @@ package idemkit_test
 // `make bench` prints these as ratios (see bench/README.md).
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gowebpki/jcs"
 	"github.com/idemkit/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/benchpair"
 )
@@ -152,4 +155,58 @@ func (g *generations[T]) get(i int) T {
 		g.slots[(gen-2)%len(g.slots)].Store(nil)
 	}
 	return v
+}
+
+// largeNumberArray is a 1 MB JSON array of numbers in a client's spelling
+// (spaces, exponents, trailing zeros), so that NewKey must canonicalise it.
+func largeNumberArray() []byte {
+	var b bytes.Buffer
+	b.WriteString("[")
+	for i := 0; b.Len() < 1_000_000-40; i++ {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		switch i % 4 {
+		case 0:
+			fmt.Fprintf(&b, "%d.50", i)
+		case 1:
+			fmt.Fprintf(&b, "%de-3", i)
+		case 2:
+			fmt.Fprintf(&b, "%d", i*7919)
+		default:
+			fmt.Fprintf(&b, "-%d.125E2", i)
+		}
+	}
+	b.WriteString("]")
+	return b.Bytes()
+}
+
+// BenchmarkNewKey_LargeNumberArray measures the memory of key derivation
+// for a 1 MB array of numbers, beside the JCS library canonicalising the
+// same input in the same run. alloc-x-input is bytes allocated per byte of
+// input (the target is at most 4).
+func BenchmarkNewKey_LargeNumberArray(b *testing.B) {
+	doc := largeNumberArray()
+	opts := &idemkit.KeyOptions{MaxArgsBytes: 2 << 20}
+	for _, side := range []struct {
+		name string
+		fn   func() error
+	}{
+		{"idemkit", func() error { _, err := idemkit.NewKey("s", "t", doc, opts); return err }},
+		{"jcs", func() error { _, err := jcs.Transform(doc); return err }},
+	} {
+		b.Run(side.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(doc)))
+			var ms0, ms1 runtime.MemStats
+			runtime.ReadMemStats(&ms0)
+			for b.Loop() {
+				if err := side.fn(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			runtime.ReadMemStats(&ms1)
+			b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(b.N)/float64(len(doc)), "alloc-x-input")
+		})
+	}
 }

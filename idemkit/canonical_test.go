@@ -2,6 +2,9 @@ package idemkit
 
 import (
 	"bytes"
+	"encoding/json"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/gowebpki/jcs"
@@ -27,6 +30,9 @@ func TestIsCanonical(t *testing.T) {
 		if err != nil || !bytes.Equal(c, []byte(s)) {
 			t.Errorf("the test's own canonical case %s is not canonical per JCS: %s %v", s, c, err)
 		}
+		if c, err := CanonicalJSON([]byte(s)); err != nil || !bytes.Equal(c, []byte(s)) {
+			t.Errorf("canonical case %s: CanonicalJSON gives %s %v", s, c, err)
+		}
 	}
 	for _, s := range no {
 		if isCanonical([]byte(s)) {
@@ -48,6 +54,75 @@ func FuzzIsCanonical(f *testing.F) {
 		c, err := jcs.Transform(doc)
 		if err != nil || !bytes.Equal(c, doc) {
 			t.Fatalf("isCanonical(%q) but JCS gives %q, %v", doc, c, err)
+		}
+		if c, err := CanonicalJSON(doc); err != nil || !bytes.Equal(c, doc) {
+			t.Fatalf("isCanonical(%q) but CanonicalJSON gives %q, %v", doc, c, err)
+		}
+	})
+}
+
+// FuzzCanonicalJSON checks the canonicaliser against the JCS library it
+// replaces. Where both accept a document, they produce the same tokens in
+// the same order, and every number they write differently is one whose
+// exact value is not its double's shortest form, written by both as the
+// same double: the documented deviation, nothing else. Where every number
+// is a double's shortest form, the bytes are equal. The canonical form is
+// a fixed point.
+func FuzzCanonicalJSON(f *testing.F) {
+	for _, s := range []string{
+		`{"b":[1,2.50,1e3,-0.0],"a":{"y":"\u00e9\n","x":null}}`, `[9007199254740993, 1e-400, 333333333.33333329]`,
+		`{"\ud83d\ude02":1,"\ufb33":2,"":3}`, `"\u0001\u001f\"\\/"`, `[true,false,null,{}]`, `1E+30`,
+		`{"a":{"b":{"c":[1,{"d":0.000001}]}}}`, `[123456789012345678901234567890, 0.1e-6]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		ours, err := CanonicalJSON(doc)
+		if err != nil {
+			// Refused here but accepted by JCS: only documents nested
+			// deeper than maxCanonDepth, and numbers whose exponent is
+			// beyond maxCanonExponent (JCS reads 1e-1000000002 as 0).
+			if _, jerr := jcs.Transform(doc); jerr == nil && !strings.Contains(err.Error(), "nested deeper") && !strings.Contains(err.Error(), "out of range") {
+				t.Fatalf("%q: refused (%v), but JCS accepts it", doc, err)
+			}
+			return
+		}
+		again, err := CanonicalJSON(ours)
+		if err != nil || !bytes.Equal(again, ours) {
+			t.Fatalf("not a fixed point: %q -> %q -> %q (%v)", doc, ours, again, err)
+		}
+		theirs, err := jcs.Transform(doc)
+		if err != nil {
+			return // JCS refuses numbers beyond doubles, which are exact here
+		}
+		if bytes.Equal(ours, theirs) {
+			return
+		}
+		a, b := json.NewDecoder(bytes.NewReader(ours)), json.NewDecoder(bytes.NewReader(theirs))
+		a.UseNumber()
+		b.UseNumber()
+		for {
+			ta, errA := a.Token()
+			tb, errB := b.Token()
+			if errA != nil || errB != nil {
+				if errA != errB {
+					t.Fatalf("%q: ours %s, JCS %s: different structure", doc, ours, theirs)
+				}
+				return
+			}
+			na, okA := ta.(json.Number)
+			nb, okB := tb.(json.Number)
+			if okA && okB && na != nb {
+				fa, _ := strconv.ParseFloat(string(na), 64)
+				fb, _ := strconv.ParseFloat(string(nb), 64)
+				if fa != fb {
+					t.Fatalf("%q: ours writes %s, JCS %s: not the same double", doc, na, nb)
+				}
+				continue
+			}
+			if ta != tb {
+				t.Fatalf("%q: ours %s, JCS %s: token %v vs %v", doc, ours, theirs, ta, tb)
+			}
 		}
 	})
 }

@@ -10,8 +10,9 @@
 // The flow of one call through Guard.Do:
 //
 //  1. A Key is derived from the caller's subject, the tool name and the
-//     SHA-256 of the RFC 8785 canonical arguments (or the caller's explicit
-//     idempotency key), see NewKey.
+//     SHA-256 of the canonical arguments (RFC 8785, with numbers kept at
+//     their exact decimal value), or the caller's explicit idempotency
+//     key; see NewKey.
 //  2. The key is claimed in the Store with one atomic operation. Exactly one
 //     caller wins the claim and runs the work; the claim has a lease.
 //  3. The outcome is stored. Duplicates arriving later get the stored
@@ -24,6 +25,10 @@
 //     in-progress claim whose lease has run out, because its worker crashed.
 //     A stale worker's late finish is fenced off and cannot overwrite the new
 //     owner's outcome.
+//  5. The finish is retried on transient store errors (ErrTransient) with
+//     backoff until Config.FinishTimeout, so that a database restart at the
+//     end of the work does not leave the key in progress. One that still
+//     fails is logged and returned as a *FinishError, never dropped.
 //
 // A record can be read without claiming it: Guard.Lookup reports one call
 // by its Key (in progress with its last heartbeat note, completed with the
@@ -36,7 +41,7 @@
 // including DoTx, which commits the claim and the tool's own writes in one
 // transaction). Every store passes the conformance suite in idemkit/storetest.
 //
-// This package depends on the standard library, a JCS canonicaliser and the
-// stdlib-only span contract; it never imports a database driver, an MCP SDK
+// This package depends on the standard library and the stdlib-only span
+// contract; it never imports a database driver, an MCP SDK
 // or OpenTelemetry.
 package idemkit

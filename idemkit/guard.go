@@ -587,6 +587,7 @@ func (g *Guard) finish(a *attempt, key Key, attemptN int, fin FinishRequest, wor
 	}
 	backoff := finishBackoffMin
 	tries := 0
+	var prev error // the previous try's error
 	for {
 		tries++
 		fin.Now = g.now()
@@ -594,6 +595,10 @@ func (g *Guard) finish(a *attempt, key Key, attemptN int, fin FinishRequest, wor
 		if err == nil {
 			return nil
 		}
+		if prev != nil && fctx.Err() != nil && errors.Is(err, fctx.Err()) {
+			err = prev // the deadline ended this try: report the store's failure
+		}
+		prev = err
 		if errors.Is(err, ErrLeaseLost) {
 			if !fin.Succeeded {
 				return nil // released, or taken over: either way not ours to release
@@ -614,7 +619,7 @@ func (g *Guard) finish(a *attempt, key Key, attemptN int, fin FinishRequest, wor
 			// for one more try before the deadline.
 			wait := backoff/2 + rand.N(backoff/2)
 			remaining := time.Until(deadline)
-			retry = remaining > 0 && sleep(fctx, min(wait, remaining-remaining/4)) == nil
+			retry = remaining > finishBackoffMin/2 && sleep(fctx, min(wait, remaining-remaining/4)) == nil
 			backoff = min(2*backoff, finishBackoffMax)
 		}
 		if !retry {

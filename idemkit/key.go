@@ -10,7 +10,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/gowebpki/jcs"
 	"github.com/idemkit/idemkit/spancontract"
 )
 
@@ -66,10 +65,19 @@ type Key struct {
 // JSON arguments args.
 //
 // The arguments are canonicalised with RFC 8785 (JCS): object members sorted
-// by UTF-16 code units, no insignificant whitespace, numbers in ECMAScript
-// form (so 1, 1.0 and 1e0 hash alike), duplicate member names rejected. The
-// explicit-key field and any excluded fields are stripped from the top-level
-// object first. Empty or null arguments hash as {}.
+// by UTF-16 code units, no insignificant whitespace, strings with JCS's
+// escapes, duplicate member names rejected. Numbers deviate from RFC 8785
+// on purpose: they are canonicalised by their exact decimal value, written
+// in ECMAScript form, rather than rounded to an IEEE-754 double. So 1, 1.0,
+// 1e0 and 10e-1 hash alike, and 100 and 1e2, while 9007199254740992 and
+// 9007199254740993, or 0 and 1e-400, do not: under RFC 8785 they would, and
+// a second refund for a different order ID would be answered with the
+// first one's result (a false merge loses a write; a missed merge only
+// shows up as a duplicate). For numbers that a JSON encoder prints from a
+// double, the form is RFC 8785's. The explicit-key field and any excluded
+// fields are stripped from the top-level object first. Empty or null
+// arguments hash as {}. Key derivation streams the canonical form into the
+// hash: its memory does not grow with the arguments' size.
 //
 // Without an explicit key the Key is subject + tool + SHA-256(canonical
 // arguments). With one (from the arguments or opts.ExplicitKey) it is
@@ -105,7 +113,7 @@ func NewKey(subject, tool string, args []byte, opts *KeyOptions) (Key, error) {
 		field = ""
 	}
 
-	canon, fieldKey, err := canonicalArgs(args, field, o.Exclude)
+	sum, fieldKey, err := argsHash(args, field, o.Exclude)
 	if err != nil {
 		return Key{}, fmt.Errorf("%w: %s: %v", ErrInvalidArguments, tool, err)
 	}
@@ -122,7 +130,6 @@ func NewKey(subject, tool string, args []byte, opts *KeyOptions) (Key, error) {
 		}
 	}
 
-	sum := sha256.Sum256(canon)
 	k := Key{subject: subject, tool: tool, explicit: explicit, args: hex.EncodeToString(sum[:])}
 	k.id = k.computeID()
 	return k, nil
@@ -266,21 +273,37 @@ func ShortHash(s string) string {
 
 var emptyObject = []byte("{}")
 
-// canonicalArgs returns the RFC 8785 form of args with field (the explicit
-// key field, "" for none) and exclude stripped from a top-level object, and
-// the explicit key found in field (nil when absent or null).
-func canonicalArgs(args []byte, field string, exclude []string) ([]byte, *string, error) {
+// argsHash returns the SHA-256 of the canonical form of args with field
+// (the explicit key field, "" for none) and exclude stripped from a
+// top-level object, and the explicit key found in field (nil when absent
+// or null).
+func argsHash(args []byte, field string, exclude []string) (sum [sha256.Size]byte, explicit *string, err error) {
 	trimmed := bytes.TrimSpace(args)
 	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
-		return emptyObject, nil, nil
+		return sha256.Sum256(emptyObject), nil, nil
 	}
-	canon := trimmed
-	if !isCanonical(trimmed) { // most arguments encoded by encoding/json already are
-		var err error
-		if canon, err = jcs.Transform(trimmed); err != nil {
-			return nil, nil, fmt.Errorf("the arguments are not valid JSON: %v", err)
+	if isCanonical(trimmed) { // most arguments encoded by encoding/json already are
+		canon, explicit, err := stripCanonical(trimmed, field, exclude)
+		if err != nil {
+			return sum, nil, err
 		}
+		return sha256.Sum256(canon), explicit, nil
 	}
+	// Canonicalise straight into the hash: no copy of the document.
+	h := sha256.New()
+	c := canonicalizer{doc: trimmed, field: field, exclude: exclude}
+	c.w = canonWriter{h: h, buf: make([]byte, 0, min(4096, len(trimmed)+64))}
+	if err := c.run(); err != nil {
+		return sum, nil, fmt.Errorf("the arguments are not valid JSON: %v", err)
+	}
+	h.Sum(sum[:0])
+	return sum, c.explicit, nil
+}
+
+// stripCanonical returns the canonical document canon with field and
+// exclude stripped from a top-level object, and the explicit key found in
+// field.
+func stripCanonical(canon []byte, field string, exclude []string) ([]byte, *string, error) {
 	if canon[0] != '{' || (field == "" && len(exclude) == 0) {
 		return canon, nil, nil
 	}
@@ -433,13 +456,18 @@ func truncate(b []byte, n int) string {
 	return string(b[:n]) + "…"
 }
 
-// CanonicalJSON returns the RFC 8785 canonical form of a JSON document: the
-// bytes NewKey hashes for an object from which nothing is stripped. Errors
-// wrap ErrInvalidArguments.
+// CanonicalJSON returns the canonical form of a JSON document: the bytes
+// NewKey hashes for an object from which nothing is stripped. It is RFC
+// 8785 (JCS) with numbers canonicalised by their exact decimal value
+// instead of as IEEE-754 doubles (see NewKey), and it refuses what would
+// make two different documents canonicalise alike: invalid UTF-8, unpaired
+// surrogate escapes, duplicate member names. Errors wrap
+// ErrInvalidArguments.
 func CanonicalJSON(doc []byte) ([]byte, error) {
-	c, err := jcs.Transform(doc)
-	if err != nil {
+	c := canonicalizer{doc: doc}
+	c.w.buf = make([]byte, 0, len(doc))
+	if err := c.run(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidArguments, err)
 	}
-	return c, nil
+	return c.w.buf, nil
 }

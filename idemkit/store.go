@@ -18,6 +18,11 @@ import (
 //     fresh work: Claim replaces it as if it did not exist.
 //   - Finish and Extend are fenced by the claim's token: once another caller
 //     has taken the claim over, they change nothing and return ErrLeaseLost.
+//   - Finish is idempotent for its token: the same request repeated (a retry
+//     after a lost acknowledgement) succeeds and changes nothing; the other
+//     outcome for the same token is refused with ErrLeaseLost.
+//   - Errors a retry may cure match ErrTransient (see Transient); the Guard
+//     retries a finish that fails so, until Config.FinishTimeout.
 //   - A stored body is returned byte for byte, and so are WriteID, Error
 //     and Note, whatever bytes they hold (NUL, invalid UTF-8).
 //
@@ -33,7 +38,8 @@ type Store interface {
 	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 
 	// Finish records the outcome of the attempt holding req.Token. It returns
-	// ErrLeaseLost when the record is no longer held by that token.
+	// ErrLeaseLost when the record is no longer held by that token (a repeat
+	// of the finish that token already recorded succeeds).
 	Finish(ctx context.Context, req FinishRequest) error
 
 	// Extend pushes the lease of the attempt holding req.Token to

@@ -124,3 +124,92 @@ func BenchmarkPostgres(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPostgresReplay compares a duplicate of a completed call through
+// Guard.Do (the fresh claim meets the record, a read answers it: nothing is
+// written) with the seed's claim statement meeting an existing row (its
+// conflict update answers it, writing the row), through one pool, at 1 and
+// 32 callers over 256 completed keys per side: on the package's no-fsync
+// server, and on a durable one (fsync and synchronous commits on, as in
+// production), where the seed's write costs a WAL flush per duplicate.
+func BenchmarkPostgresReplay(b *testing.B) {
+	for _, durable := range []bool{false, true} {
+		b.Run(fmt.Sprintf("durable=%v", durable), func(b *testing.B) {
+			dsn := pgtest.DSN(b)
+			if durable {
+				dsn = pgtest.StartCluster(b, pgtest.ClusterOptions{Durable: true}).DSN()
+			}
+			benchReplay(b, dsn)
+		})
+	}
+}
+
+func benchReplay(b *testing.B, dsn string) {
+	keys := benchKeyPool()
+	ctx := context.Background()
+	admin, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer admin.Close()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = 32
+	cfg.ConnConfig.RuntimeParams["search_path"] = pgtest.Schema(b, admin)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	store, _ := pgstore.New(pool, nil)
+	if err := store.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, seedTable); err != nil {
+		b.Fatal(err)
+	}
+	guard, _ := idemkit.NewGuard(store, nil)
+	work := func(context.Context) (idemkit.Response, error) {
+		return idemkit.Response{Body: benchBody, WriteID: "re_123"}, nil
+	}
+	const n = 256
+	for i := range n {
+		if _, err := guard.Do(ctx, keys[2*i], work); err != nil {
+			b.Fatal(err)
+		}
+		id := keys[2*i+1].ID()
+		if _, err := pool.Exec(ctx, seedClaim, id); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, seedFinish, id, benchBody); err != nil {
+			b.Fatal(err)
+		}
+	}
+	guardOp := func(i int) error {
+		res, err := guard.Do(ctx, keys[2*(i%n)], work)
+		if err == nil && !res.Replayed() {
+			err = fmt.Errorf("outcome %s on a completed key", res.Outcome)
+		}
+		return err
+	}
+	seedOp := func(i int) error {
+		var (
+			state    string
+			response []byte
+			attempt  int
+			inserted bool
+		)
+		err := pool.QueryRow(ctx, seedClaim, keys[2*(i%n)+1].ID()).Scan(&state, &response, &attempt, &inserted)
+		if err == nil && (inserted || state != "succeeded") {
+			err = fmt.Errorf("seed duplicate: inserted %v state %s", inserted, state)
+		}
+		return err
+	}
+	for _, callers := range []int{1, 32} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			benchpair.Run(b, callers, 8*callers, guardOp, seedOp)
+		})
+	}
+}

@@ -2,8 +2,15 @@
 //
 // Many MCP server replicas behind a load balancer share one database: the
 // claim row is the arbiter, so nothing relies on process memory. The claim is
-// one atomic INSERT … ON CONFLICT … DO UPDATE … RETURNING statement, and
-// times come from the database clock, the one clock every replica shares.
+// atomic: one INSERT … ON CONFLICT DO NOTHING for a fresh key; a read of the
+// record for a duplicate; and an INSERT … ON CONFLICT … DO UPDATE …
+// RETURNING that decides on the locked row when the caller may take a record
+// over. Times come from the database clock, the one clock every replica
+// shares.
+//
+// Errors a retry may cure (SQLSTATE classes 08, 40, 53 and 58, 57P01-03,
+// 57014, 55P03, and dropped or refused connections) match
+// idemkit.ErrTransient; the Guard retries a finish that fails this way.
 //
 //	pool, _ := pgxpool.New(ctx, dsn)
 //	store, _ := pgstore.New(pool, nil)
@@ -21,7 +28,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"strings"
 	"syscall"
@@ -79,7 +85,7 @@ func (s *Store) DB() DB { return s.db }
 // statements are the store's SQL, with the schema filled in.
 type statements struct {
 	schema, prefix                                string
-	claim, lookup                                 string
+	claimFresh, claimFreshDBClock, lookup, claim  string
 	finishSucceeded, finishFailed, finishExternal string
 	extend, response, sweep                       string
 	inspect, list                                 string
@@ -92,64 +98,103 @@ func newStatements(schema string) *statements {
 	}
 	r := strings.NewReplacer("{schema}", prefix)
 	return &statements{
-		schema:          schema,
-		prefix:          prefix,
-		claim:           r.Replace(claimSQL),
-		lookup:          r.Replace(lookupSQL),
-		finishSucceeded: r.Replace(finishSucceededSQL),
-		finishFailed:    r.Replace(finishFailedSQL),
-		finishExternal:  r.Replace(finishExternalSQL),
-		extend:          r.Replace(extendSQL),
-		response:        r.Replace(responseSQL),
-		sweep:           r.Replace(sweepSQL),
-		inspect:         r.Replace(inspectSQL),
-		list:            r.Replace(listSQL),
+		schema:     schema,
+		prefix:     prefix,
+		claimFresh: r.Replace(claimFreshSQL),
+		// The common case, the database's clock: one parameter less.
+		claimFreshDBClock: strings.ReplaceAll(r.Replace(claimFreshSQL), "coalesce($7::timestamptz, statement_timestamp())", "statement_timestamp()"),
+		lookup:            r.Replace(lookupSQL),
+		claim:             r.Replace(claimSQL),
+		finishSucceeded:   r.Replace(finishSucceededSQL),
+		finishFailed:      r.Replace(finishFailedSQL),
+		finishExternal:    r.Replace(finishExternalSQL),
+		extend:            r.Replace(extendSQL),
+		response:          r.Replace(responseSQL),
+		sweep:             r.Replace(sweepSQL),
+		inspect:           r.Replace(inspectSQL),
+		list:              r.Replace(listSQL),
 	}
 }
 
-// The claim: one atomic statement. It inserts a fresh claim, or, on
-// conflict, takes the row over in place when the caller may: "now" is
-// excluded.started_at (the caller's clock or the database's); lease and
-// window ride in excluded.lease_until and excluded.expires_at.
+// The claim: atomic statements, never a select followed by an insert.
 //
-//	expired:  the window is over and no live lease holds the row
-//	          -> fresh work, attempt 1, new fingerprint
+// claimFreshSQL inserts a fresh claim and does nothing on a conflict: the
+// whole cost of a call on a fresh key, the common case, with no conflict
+// projection for PostgreSQL to prepare. A row comes back only when it
+// inserted. On a conflict it takes no lock.
+//
+// lookupSQL then reads the row that stood in the way. A settled answer
+// (completed, in progress under a live lease, or another fingerprint) is
+// returned from it: a duplicate costs two reads and writes nothing. Only a
+// row the caller may claim (expired, released, or in progress with a
+// lapsed lease), or one swept in between, goes on to claimSQL.
+//
+// claimSQL decides in one statement, on the row as it stands (INSERT … ON
+// CONFLICT locks it and sees its latest version), and answers from its
+// RETURNING list whatever it decided, so nothing can change in between and
+// no loop is needed. "now" is excluded.started_at (the caller's clock or
+// the database's); lease and window ride in excluded.lease_until and
+// excluded.expires_at. The row, c, is:
+//
+//	expired:  the window is over and no live lease holds it
+//	          -> fresh work: attempt 1, the new fingerprint
 //	takeover: same fingerprint and (failed, or in progress with a lapsed lease)
-//	          -> attempt + 1, new token and lease
+//	          -> attempt + 1, the new token and lease
+//	otherwise (completed, busy, mismatch; another caller claimed it first):
+//	          written back unchanged, and returned
 //
-// A row comes back only when the caller won (xmax = 0: it inserted). When it
-// did not, the row is left as it is and lookupSQL reads it: completed, busy
-// or mismatch. The SET list is kept small on purpose: PostgreSQL prepares
-// the conflict projection on every execution, even on the insert path.
+// The caller won when the row holds its token afterwards (tokens are
+// random per attempt). If the row vanished (swept), claimSQL inserts it,
+// and the caller won too.
 const (
-	expiredCond  = `(c.expires_at <= excluded.started_at AND (c.state <> 'in_progress' OR c.lease_until <= excluded.started_at))`
-	takeoverCond = `(c.fingerprint = excluded.fingerprint AND (c.state = 'failed' OR (c.state = 'in_progress' AND c.lease_until <= excluded.started_at)))`
-
-	claimSQL = `
+	claimInsert = `
 INSERT INTO {schema}idemkit_claims AS c
     (key, tool, fingerprint, state, token, attempt, started_at, lease_until, expires_at)
 VALUES ($1, $2, $3, 'in_progress', $4, 1,
     coalesce($7::timestamptz, statement_timestamp()),
     coalesce($7::timestamptz, statement_timestamp()) + $5::bigint * interval '1 microsecond',
-    coalesce($7::timestamptz, statement_timestamp()) + $6::bigint * interval '1 microsecond')
-ON CONFLICT (key) DO UPDATE SET
-    tool = excluded.tool, fingerprint = excluded.fingerprint, state = 'in_progress', token = excluded.token,
-    attempt     = CASE WHEN c.expires_at <= excluded.started_at THEN 1 ELSE c.attempt + 1 END,
-    started_at  = excluded.started_at,
-    lease_until = excluded.lease_until,
-    expires_at  = greatest(CASE WHEN c.expires_at <= excluded.started_at THEN NULL ELSE c.expires_at END, excluded.expires_at),
-    response = NULL, storage = 0, size = 0, write_id = NULL, is_error = false, last_error = NULL, note = NULL
-WHERE ` + expiredCond + ` OR ` + takeoverCond + `
-RETURNING c.attempt, (xmax = 0)`
+    coalesce($7::timestamptz, statement_timestamp()) + $6::bigint * interval '1 microsecond')`
 
-	// lookupSQL reads the row that stood in the way of a claim. The inline
-	// body comes back only for a completed row; an external body is never
-	// read here.
+	claimFreshSQL = claimInsert + `
+ON CONFLICT (key) DO NOTHING
+RETURNING 1`
+
+	// lookupSQL reads the row a fresh claim met; the inline body comes back
+	// only for a completed row, an external body never.
 	lookupSQL = `
-SELECT state, attempt, fingerprint = $2, started_at, lease_until, storage, size, write_id, is_error,
-    CASE WHEN state = 'succeeded' AND storage = 0 THEN response END,
-    coalesce($3::timestamptz, statement_timestamp())
-FROM {schema}idemkit_claims WHERE key = $1`
+SELECT c.state, c.attempt, c.fingerprint = $2, c.started_at, c.lease_until, c.storage, c.size, c.write_id, c.is_error,
+    CASE WHEN c.state = 'succeeded' AND c.storage = 0 THEN c.response END,
+    n.now, c.expires_at <= n.now
+FROM {schema}idemkit_claims c, (SELECT coalesce($3::timestamptz, statement_timestamp()) AS now) n
+WHERE c.key = $1`
+
+	expiredCond  = `(c.expires_at <= excluded.started_at AND (c.state <> 'in_progress' OR c.lease_until <= excluded.started_at))`
+	takeoverCond = `(c.fingerprint = excluded.fingerprint AND (c.state = 'failed' OR (c.state = 'in_progress' AND c.lease_until <= excluded.started_at)))`
+	claimCond    = `(` + expiredCond + ` OR ` + takeoverCond + `)`
+
+	claimSQL = claimInsert + `
+ON CONFLICT (key) DO UPDATE SET
+    tool        = CASE WHEN ` + expiredCond + ` THEN excluded.tool ELSE c.tool END,
+    fingerprint = CASE WHEN ` + expiredCond + ` THEN excluded.fingerprint ELSE c.fingerprint END,
+    attempt     = CASE WHEN ` + expiredCond + ` THEN 1 WHEN ` + takeoverCond + ` THEN c.attempt + 1 ELSE c.attempt END,
+    expires_at  = CASE WHEN ` + expiredCond + ` THEN excluded.expires_at
+                       WHEN ` + takeoverCond + ` THEN greatest(c.expires_at, excluded.expires_at)
+                       ELSE c.expires_at END,
+    state       = CASE WHEN ` + claimCond + ` THEN 'in_progress' ELSE c.state END,
+    token       = CASE WHEN ` + claimCond + ` THEN excluded.token ELSE c.token END,
+    started_at  = CASE WHEN ` + claimCond + ` THEN excluded.started_at ELSE c.started_at END,
+    lease_until = CASE WHEN ` + claimCond + ` THEN excluded.lease_until ELSE c.lease_until END,
+    response    = CASE WHEN ` + claimCond + ` THEN NULL ELSE c.response END,
+    storage     = CASE WHEN ` + claimCond + ` THEN 0 ELSE c.storage END,
+    size        = CASE WHEN ` + claimCond + ` THEN 0 ELSE c.size END,
+    write_id    = CASE WHEN ` + claimCond + ` THEN NULL ELSE c.write_id END,
+    is_error    = CASE WHEN ` + claimCond + ` THEN false ELSE c.is_error END,
+    last_error  = CASE WHEN ` + claimCond + ` THEN NULL ELSE c.last_error END,
+    note        = CASE WHEN ` + claimCond + ` THEN NULL ELSE c.note END
+RETURNING c.token = $4, c.attempt, c.fingerprint = $3, c.state, c.started_at, c.lease_until,
+    c.storage, c.size, c.write_id, c.is_error,
+    CASE WHEN c.token <> $4 AND c.state = 'succeeded' AND c.storage = 0 THEN c.response END,
+    coalesce($7::timestamptz, statement_timestamp())`
 
 	// The finishes are fenced by the token, and idempotent for it:
 	// repeated after a lost acknowledgement (the connection dropped after
@@ -239,86 +284,103 @@ func nowArg(t time.Time) any {
 // micros returns d in microseconds, clamped to [0, idemkit.MaxDuration].
 func micros(d time.Duration) int64 { return min(max(d, 0), idemkit.MaxDuration).Microseconds() }
 
-// Claim implements idemkit.Store.
-//
-// The claim statement either wins the row or leaves it as it is, and then
-// a read reports what stood in the way. Another round is needed only when
-// the row changed between the two (released, lapsed, expired or swept in
-// between), which takes another caller making progress on the same key;
-// after a few such rounds a short, growing, jittered pause breaks any
-// lockstep. The loop ends when it wins or reads a settled answer, or when
-// ctx is done: it never reports a healthy store as failed.
+// Claim implements idemkit.Store: one statement for a fresh key, two for
+// a duplicate (the second a read), three when it takes a record over (see
+// claimSQL). It never loops.
 func (s *Store) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.ClaimResult, error) {
 	now := nowArg(req.Now)
-	pause := 100 * time.Microsecond
-	for round := 0; ; round++ {
-		if round >= 3 {
-			t := time.NewTimer(pause/2 + rand.N(pause/2))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return idemkit.ClaimResult{}, fmt.Errorf("pgstore: claim of %s: %w", req.Tool, ctx.Err())
-			case <-t.C:
-			}
-			pause = min(2*pause, 50*time.Millisecond)
-		}
-		var (
-			attempt  int32
-			inserted bool
-		)
-		err := s.db.QueryRow(ctx, s.sql.claim,
-			req.Key, req.Tool, req.Fingerprint, req.Token, micros(req.Lease), micros(req.Window), now,
-		).Scan(&attempt, &inserted)
-		switch {
-		case err == nil && attempt == 1:
-			return idemkit.ClaimResult{Status: idemkit.ClaimAcquired, Attempt: 1}, nil
-		case err == nil:
-			return idemkit.ClaimResult{Status: idemkit.ClaimTakenOver, Attempt: int(attempt)}, nil
-		case !errors.Is(err, pgx.ErrNoRows):
-			return idemkit.ClaimResult{}, s.translate("claim", err)
-		}
-		// Lost: read what stands in the way.
-		res, again, err := s.lookup(ctx, req, now)
-		if err != nil || !again {
-			return res, err
-		}
-	}
-}
-
-// lookup reads the row a claim lost to. again reports that the row changed
-// in between so that the claim should be tried once more.
-func (s *Store) lookup(ctx context.Context, req idemkit.ClaimRequest, now any) (res idemkit.ClaimResult, again bool, err error) {
+	lease, window := micros(req.Lease), micros(req.Window)
 	var (
-		state           string
-		attempt         int32
-		sameFingerprint bool
-		storage         int16
-		writeID         []byte
-		body            []byte
+		one int32
+		err error
+	)
+	if now == nil {
+		err = s.db.QueryRow(ctx, s.sql.claimFreshDBClock, req.Key, req.Tool, req.Fingerprint, req.Token, lease, window).Scan(&one)
+	} else {
+		err = s.db.QueryRow(ctx, s.sql.claimFresh, req.Key, req.Tool, req.Fingerprint, req.Token, lease, window, now).Scan(&one)
+	}
+	switch {
+	case err == nil:
+		return idemkit.ClaimResult{Status: idemkit.ClaimAcquired, Attempt: 1}, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return idemkit.ClaimResult{}, s.translate("claim", err)
+	}
+	var (
+		res                      idemkit.ClaimResult
+		state                    string
+		attempt                  int32
+		sameFingerprint, expired bool
+		storage                  int16
+		writeID, body            []byte
 	)
 	err = s.db.QueryRow(ctx, s.sql.lookup, req.Key, req.Fingerprint, now).Scan(
-		&state, &attempt, &sameFingerprint, &res.Started, &res.LeaseUntil, &storage, &res.Size, &writeID, &res.Response.IsError, &body, &res.Now)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return idemkit.ClaimResult{}, true, nil // swept in between
-	}
-	if err != nil {
-		return idemkit.ClaimResult{}, false, s.translate("claim lookup", err)
+		&state, &attempt, &sameFingerprint, &res.Started, &res.LeaseUntil, &storage, &res.Size, &writeID, &res.Response.IsError, &body, &res.Now, &expired)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return s.claimRow(ctx, req, lease, window, now) // swept in between
+	case err != nil:
+		return idemkit.ClaimResult{}, s.translate("claim lookup", err)
 	}
 	res.Attempt = int(attempt)
+	lapsed := !res.Now.Before(res.LeaseUntil)
 	switch {
+	case expired && (state != "in_progress" || lapsed):
+		return s.claimRow(ctx, req, lease, window, now)
 	case !sameFingerprint:
-		res.Status = idemkit.ClaimMismatch
+		return idemkit.ClaimResult{Status: idemkit.ClaimMismatch, Attempt: res.Attempt, Started: res.Started, Now: res.Now}, nil
 	case state == "succeeded":
 		res.Status = idemkit.ClaimCompleted
 		res.Storage = idemkit.Storage(storage)
 		res.Response.Body = body
 		res.Response.WriteID = string(writeID)
-	case state == "in_progress" && res.Now.Before(res.LeaseUntil):
+		res.LeaseUntil = time.Time{}
+		return res, nil
+	case state == "in_progress" && !lapsed:
 		res.Status = idemkit.ClaimBusy
-	default: // failed or lapsed since the claim statement: claim again
-		return idemkit.ClaimResult{}, true, nil
+		res.Size, res.Response.IsError = 0, false
+		return res, nil
 	}
-	return res, false, nil
+	return s.claimRow(ctx, req, lease, window, now) // released, or lapsed: take it over
+}
+
+// claimRow runs claimSQL: it claims the row if the caller may, or returns
+// it as it stands.
+func (s *Store) claimRow(ctx context.Context, req idemkit.ClaimRequest, lease, window int64, now any) (idemkit.ClaimResult, error) {
+	var (
+		res                  idemkit.ClaimResult
+		won, sameFingerprint bool
+		attempt              int32
+		state                string
+		storage              int16
+		writeID, body        []byte
+	)
+	err := s.db.QueryRow(ctx, s.sql.claim, req.Key, req.Tool, req.Fingerprint, req.Token, lease, window, now).Scan(
+		&won, &attempt, &sameFingerprint, &state, &res.Started, &res.LeaseUntil, &storage, &res.Size, &writeID, &res.Response.IsError, &body, &res.Now)
+	if err != nil {
+		return idemkit.ClaimResult{}, s.translate("claim", err)
+	}
+	res.Attempt = int(attempt)
+	switch {
+	case won && attempt == 1:
+		return idemkit.ClaimResult{Status: idemkit.ClaimAcquired, Attempt: 1, Started: res.Started, Now: res.Now}, nil
+	case won:
+		return idemkit.ClaimResult{Status: idemkit.ClaimTakenOver, Attempt: res.Attempt, Started: res.Started, Now: res.Now}, nil
+	case !sameFingerprint:
+		return idemkit.ClaimResult{Status: idemkit.ClaimMismatch, Attempt: res.Attempt, Started: res.Started, Now: res.Now}, nil
+	case state == "succeeded":
+		res.Status = idemkit.ClaimCompleted
+		res.Storage = idemkit.Storage(storage)
+		res.Response.Body = body
+		res.Response.WriteID = string(writeID)
+		res.LeaseUntil = time.Time{}
+		return res, nil
+	case state == "in_progress":
+		res.Status = idemkit.ClaimBusy
+		res.Size, res.Response.IsError = 0, false
+		return res, nil
+	}
+	// A released record of the same fingerprint is always taken over.
+	return idemkit.ClaimResult{}, fmt.Errorf("pgstore: claim of %s: the record is %s but was not claimed", req.Tool, state)
 }
 
 // Finish implements idemkit.Store.

@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runChild())
 	}
+	if os.Getenv(killStepEnv) != "" {
+		os.Exit(runKillChild())
+	}
 	code := pgtest.Run(m)
 	if code == 0 {
 		if err := goleak.Find(); err != nil {

@@ -243,3 +243,46 @@ func TestStore_WaitsForALockReleasedWithinTheBusyTimeout(t *testing.T) {
 		t.Fatalf("Do while another process briefly held the lock: %v %v, want executed", res.Outcome, err)
 	}
 }
+
+// countingStore counts the finishes that failed with ErrBusy.
+type countingStore struct {
+	*sqlitestore.Store
+	busyFinishes atomic.Int64
+}
+
+func (s *countingStore) Finish(ctx context.Context, req idemkit.FinishRequest) error {
+	err := s.Store.Finish(ctx, req)
+	if errors.Is(err, sqlitestore.ErrBusy) {
+		s.busyFinishes.Add(1)
+	}
+	return err
+}
+
+// Another process holds the write lock past the busy timeout while the work
+// ends: the finish fails with ErrBusy (transient) and is retried until the
+// lock is released, instead of leaving the key in progress for its lease.
+func TestGuard_FinishRetriesWhileAnotherProcessHoldsTheLock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "locked.db")
+	store := &countingStore{Store: openPath(t, path, &sqlitestore.Config{BusyTimeout: 20 * time.Millisecond})}
+	g, err := idemkit.NewGuard(store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	res, err := g.Do(context.Background(), refundKey(), func(context.Context) (idemkit.Response, error) {
+		runs.Add(1)
+		release := holdWriteLock(t, path) // taken after the claim committed
+		time.AfterFunc(400*time.Millisecond, release)
+		return idemkit.Response{Body: []byte("refunded")}, nil
+	})
+	if err != nil || res.Outcome != idemkit.OutcomeExecuted {
+		t.Fatalf("Do whose finish met a held lock: %+v %v, want executed without error", res, err)
+	}
+	if n := store.busyFinishes.Load(); n == 0 {
+		t.Fatal("the finish never met the held lock: the test did not exercise the retry")
+	}
+	rep, err := g.Do(context.Background(), refundKey(), mustNotRun(t))
+	if err != nil || !rep.Replayed() || string(rep.Body) != "refunded" || runs.Load() != 1 {
+		t.Fatalf("duplicate: %+v %v (runs %d), want the replay", rep, err, runs.Load())
+	}
+}

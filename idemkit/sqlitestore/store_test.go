@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +22,11 @@ import (
 func TestMain(m *testing.M) {
 	if child() {
 		return
+	}
+	if step := os.Getenv(killStepEnv); step != "" {
+		err := runKillChild(step, os.Getenv(killDBEnv), os.Getenv(killOrderEnv))
+		fmt.Fprintln(os.Stderr, "kill child:", err)
+		os.Exit(2)
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -339,5 +345,19 @@ func TestMigrations_AreNumberedAndPaired(t *testing.T) {
 		if m.Version != i+1 || m.Name == "" || m.Up == "" || m.Down == "" {
 			t.Fatalf("migration %d: %d %q, up %d bytes, down %d bytes; want versions 1..n, named, with both scripts", i, m.Version, m.Name, len(m.Up), len(m.Down))
 		}
+	}
+}
+
+// A failed Open leaves a nil *Store; NewGuard refuses it at once instead of
+// panicking on the first call.
+func TestNewGuard_RefusesTheNilStoreOfAFailedOpen(t *testing.T) {
+	s, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "missing-dir", "x.db"), nil)
+	if err == nil {
+		s.Close()
+		t.Fatal("Open in a missing directory succeeded")
+	}
+	g, err := idemkit.NewGuard(s, nil)
+	if err == nil || g != nil || !strings.Contains(err.Error(), "nil *sqlitestore.Store") {
+		t.Fatalf("NewGuard(nil *sqlitestore.Store) = %v, %v; want an error naming the nil store", g, err)
 	}
 }

@@ -92,3 +92,31 @@ func (s *suite) hostileValues(t *testing.T) {
 		t.Fatalf("work ran %d times, want 4", n)
 	}
 }
+
+// Two calls whose numbers differ only beyond a double's precision are two
+// calls: each runs and gets its own result. Spellings of one value are one
+// call and replay.
+func (s *suite) exactNumbers(t *testing.T) {
+	g, _ := s.setup(t, idemkit.Config{})
+	var c counter
+	for _, pair := range [][2]string{
+		{"9007199254740992", "9007199254740993"},
+		{"12345678901234567890", "12345678901234567891"},
+		{"0", "1e-400"},
+	} {
+		a := mustDo(t, g, key(t, "s", "refund", `{"order":`+pair[0]+`}`), c.work("refund of "+pair[0]))
+		b := mustDo(t, g, key(t, "s", "refund", `{"order":`+pair[1]+`}`), c.work("refund of "+pair[1]))
+		if a.Replayed() || b.Replayed() || string(b.Body) != "refund of "+pair[1] {
+			t.Fatalf("orders %s and %s: the second got %q (replayed %v), want its own refund", pair[0], pair[1], b.Body, b.Replayed())
+		}
+	}
+	mustDo(t, g, key(t, "s", "refund", `{"order":100}`), c.work("refund of 100"))
+	for _, spelling := range []string{`{"order":1e2}`, `{"order":100.0}`, `{ "order" : 1000e-1 }`} {
+		if r := mustDo(t, g, key(t, "s", "refund", spelling), mustNotRun(t)); !r.Replayed() || string(r.Body) != "refund of 100" {
+			t.Fatalf("%s: %+v, want the replay of order 100", spelling, r)
+		}
+	}
+	if n := c.n.Load(); n != 7 {
+		t.Fatalf("work ran %d times, want 7", n)
+	}
+}

@@ -83,6 +83,7 @@ func Run(t *testing.T, cfg Config) {
 		{"Guard_LookupReportsACall", s.guardLookup},
 		{"Guard_HeartbeatNoteIsBounded", s.noteBounded},
 		{"Store_HostileValuesRoundTrip", s.hostileValues},
+		{"Guard_NumbersKeyedByExactValue", s.exactNumbers},
 		{"Store_HugeDurationsDoNotOverflow", s.hugeDurations},
 		{"Guard_ConcurrencyStorm", s.storm},
 		{"Guard_ConcurrencyStormWithWait", s.stormWait},

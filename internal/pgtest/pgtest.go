@@ -212,18 +212,25 @@ func (c *cluster) command(ctx context.Context, name string, args ...string) *exe
 }
 
 func startCluster(ctx context.Context) (*cluster, error) {
+	c, _, err := startClusterWith(ctx, " -c fsync=off -c synchronous_commit=off -c full_page_writes=off")
+	return c, err
+}
+
+// startClusterWith initialises and starts a server with settings (extra -c
+// options) and returns it and its port.
+func startClusterWith(ctx context.Context, settings string) (*cluster, int, error) {
 	bin, err := binDir()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	dir, err := os.MkdirTemp("", "idemkit-pg-")
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	c := &cluster{dir: dir, pgctl: filepath.Join(bin, "pg_ctl")}
-	fail := func(err error) (*cluster, error) {
+	fail := func(err error) (*cluster, int, error) {
 		_ = os.RemoveAll(dir)
-		return nil, err
+		return nil, 0, err
 	}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
@@ -247,11 +254,11 @@ func startCluster(ctx context.Context) (*cluster, error) {
 		if err != nil {
 			return fail(err)
 		}
-		opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200", port, dir)
+		opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c max_connections=200%s", port, dir, settings)
 		out, err := c.command(ctx, c.pgctl, "-D", data, "-l", filepath.Join(dir, "server.log"), "-w", "-t", "60", "-o", opts, "start").CombinedOutput()
 		if err == nil {
 			c.dsn = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-			return c, nil
+			return c, port, nil
 		}
 		log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
 		lastErr = fmt.Errorf("pg_ctl start: %v\n%s\n%s", err, out, log)
@@ -264,4 +271,62 @@ func (c *cluster) stop() {
 	defer cancel()
 	_ = c.command(ctx, c.pgctl, "-D", filepath.Join(c.dir, "data"), "-m", "immediate", "-w", "stop").Run()
 	_ = os.RemoveAll(c.dir)
+}
+
+// Cluster is a PostgreSQL server of one test's own, for tests that stop,
+// restart or crash it (chaos tests), never shared with other tests.
+type Cluster struct {
+	c    *cluster
+	data string
+	opts string
+	port int
+}
+
+// ClusterOptions configures StartCluster.
+type ClusterOptions struct {
+	// Durable keeps fsync and synchronous commits on, as a production server
+	// runs: what a crash (pg_ctl stop -m immediate) leaves is then what a
+	// real one would. Defaults to false (the fast settings of the package
+	// cluster).
+	Durable bool
+}
+
+// StartCluster starts a new PostgreSQL server for t, on 127.0.0.1 at a port
+// of its own, and removes it when t ends. It always starts a server of its
+// own (TEST_DATABASE_URL is not used: a chaos test must not restart a
+// shared server), and fails t when it cannot.
+func StartCluster(t testing.TB, o ClusterOptions) *Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	settings := ""
+	if !o.Durable {
+		settings = " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	}
+	c, port, err := startClusterWith(ctx, settings)
+	if err != nil {
+		t.Fatalf("pgtest: cannot start a PostgreSQL server: %v", err)
+	}
+	cl := &Cluster{c: c, data: filepath.Join(c.dir, "data"), port: port}
+	cl.opts = fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c max_connections=200%s", port, c.dir, settings)
+	t.Cleanup(c.stop)
+	return cl
+}
+
+// DSN returns the server's postgres database DSN.
+func (cl *Cluster) DSN() string { return cl.c.dsn }
+
+// Addr returns the server's host:port.
+func (cl *Cluster) Addr() string { return fmt.Sprintf("127.0.0.1:%d", cl.port) }
+
+// Restart runs pg_ctl restart with the shutdown mode ("smart", "fast" or
+// "immediate") and waits until the server accepts connections again.
+// "immediate" is a crash: the server recovers from its WAL on start.
+func (cl *Cluster) Restart(ctx context.Context, mode string) error {
+	out, err := cl.c.command(ctx, cl.c.pgctl, "-D", cl.data, "-l", filepath.Join(cl.c.dir, "server.log"), "-w", "-t", "60",
+		"-m", mode, "-o", cl.opts, "restart").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("pg_ctl restart -m %s: %v\n%s", mode, err, out)
+	}
+	return nil
 }
