@@ -254,4 +254,3 @@ func newCallHandler(store idemkit.Store, tel *telemetry, f gatewayFlags, log *sl
 	log.Warn("this build forwards tools/call unprotected: claim-and-replay is not wired yet")
 	return gateway.PassThrough{}, nil
 }
-

@@ -50,10 +50,10 @@ type Result struct {
 // Duplicate is one span the processor annotated as a duplicate.
 type Duplicate struct {
 	Service, Tool, Cause, Effect, Group string
-	TraceID, SpanID, FirstSpanID     string
-	Start                            time.Time
-	GapMS                            int64
-	Outcome                          string
+	TraceID, SpanID, FirstSpanID        string
+	Start                               time.Time
+	GapMS                               int64
+	Outcome                             string
 }
 
 // Read decodes every OTLP JSON trace document in r: one per line (the file
