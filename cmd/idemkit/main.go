@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -72,7 +73,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 // isCobraUsage reports cobra's own errors for bad flags and arguments.
 func isCobraUsage(err error) bool {
 	var fe *flagError
-	return errors.As(err, &fe)
+	return errors.As(err, &fe) || strings.HasPrefix(err.Error(), "unknown command ")
 }
 
 // flagError wraps cobra's flag parsing errors (see SetFlagErrorFunc).

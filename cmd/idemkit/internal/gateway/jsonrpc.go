@@ -139,8 +139,8 @@ func formatID(id json.RawMessage) string {
 		}
 		return ""
 	}
-	if _, err := strconv.ParseInt(string(id), 10, 64); err == nil {
-		return string(id)
+	if isIntegerLiteral(id) {
+		return string(id) // exact, however long
 	}
 	if f, err := strconv.ParseFloat(string(id), 64); err == nil {
 		return strconv.FormatFloat(f, 'f', -1, 64)
@@ -214,4 +214,19 @@ func setMember(obj json.RawMessage, name string, value json.RawMessage) (json.Ra
 		m[name] = value
 	}
 	return json.Marshal(m)
+}
+
+func isIntegerLiteral(b []byte) bool {
+	if len(b) > 0 && b[0] == '-' {
+		b = b[1:]
+	}
+	if len(b) == 0 {
+		return false
+	}
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }

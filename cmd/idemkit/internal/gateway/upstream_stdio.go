@@ -192,7 +192,7 @@ func (c *stdioConn) wait() {
 	err := c.cmd.Wait()
 	why := "exited"
 	if err != nil {
-		why = err.Error()
+		why = "ended (" + err.Error() + ")"
 	}
 	c.log.Debug("upstream process ended", "status", why)
 	gone := fmt.Errorf("%w: the server process %s", ErrUpstreamGone, why)

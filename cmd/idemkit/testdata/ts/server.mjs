@@ -110,6 +110,15 @@ function build() {
       return { isError: true, content: [{ type: 'text', text: 'card declined' }] };
     },
   );
+  // A write tool whose process dies under it: the upstream going away.
+  server.registerTool(
+    'crash_server',
+    { description: 'Exit the server process mid-call.', inputSchema: { delay_ms: z.number().int() } },
+    async (args) => {
+      await sleep(args.delay_ms);
+      process.exit(3);
+    },
+  );
   return server;
 }
 
