@@ -341,7 +341,9 @@ func TestGateway_HTTPUpstreamRestart_IsAClearError(t *testing.T) {
 
 	// Killed mid-call: the client is told the upstream went away.
 	done := make(chan tsfixture.Answer, 1)
-	go func() { done <- call(c, "a", "issue_refund", map[string]any{"order_id": "o-k", "amount_cents": 1, "delay_ms": 3000}) }()
+	go func() {
+		done <- call(c, "a", "issue_refund", map[string]any{"order_id": "o-k", "amount_cents": 1, "delay_ms": 3000})
+	}()
 	time.Sleep(500 * time.Millisecond)
 	srv.Kill()
 	a := <-done

@@ -20,8 +20,12 @@ func BenchmarkGateway(b *testing.B) {
 	direct := mcpClient(b, up.URL, "bench")
 	via := mcpClient(b, gwURL, "bench")
 	call := [2]func(i int){
-		func(i int) { callTool(b, direct, "issue_refund", map[string]any{"order_id": fmt.Sprint("d-", i), "amount_cents": 500}) },
-		func(i int) { callTool(b, via, "issue_refund", map[string]any{"order_id": fmt.Sprint("g-", i), "amount_cents": 500}) },
+		func(i int) {
+			callTool(b, direct, "issue_refund", map[string]any{"order_id": fmt.Sprint("d-", i), "amount_cents": 500})
+		},
+		func(i int) {
+			callTool(b, via, "issue_refund", map[string]any{"order_id": fmt.Sprint("g-", i), "amount_cents": 500})
+		},
 	}
 	for i := range 50 { // warm both paths (connections, tool index)
 		call[0](-i)

@@ -64,6 +64,10 @@ func newUpstream(t testing.TB) *upstreamServer {
 						map[string]any{"progressToken": token, "progress": i, "total": steps})
 				}
 			}
+			// mcp-go v1.2.1 queues notifications apart from the response
+			// and may write the response first, dropping the last
+			// notification (seen calling it directly): let them drain.
+			time.Sleep(50 * time.Millisecond)
 			return mcp.NewToolResultText("done"), nil
 		})
 	hs := httptest.NewServer(server.NewStreamableHTTPServer(s, server.WithStateful(true)))
