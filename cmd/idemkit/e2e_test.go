@@ -454,3 +454,23 @@ func TestGateway_SessionRules(t *testing.T) {
 		t.Errorf("a deleted session: %d %s, want 404", resp.StatusCode, body)
 	}
 }
+
+// TestGateway_ResumesAnUpstreamStreamClosedMidCall: a server that closes a
+// long call's SSE stream on purpose (MCP 2025-11-25's polling pattern) has
+// it resumed by the gateway with Last-Event-ID; the client sees one
+// uninterrupted answer, with every progress notification.
+func TestGateway_ResumesAnUpstreamStreamClosedMidCall(t *testing.T) {
+	srv := tsfixture.StartHTTPServer(t, tsfixture.ServerOptions{Resumable: true})
+	gw := startGateway(t, "--upstream", srv.URL, "--store", "memory")
+	c := tsfixture.StartClient(t)
+	c.MustDo(map[string]any{"op": "connect", "conn": "a", "url": gw.URL, "token": "a"})
+	a := c.Do(map[string]any{"op": "call", "conn": "a", "tool": "poll_export", "progress": true, "args": map[string]any{"name": "q4"}})
+	r := decodeResult(t, a)
+	execs := tsfixture.Executions(t, srv.Log)
+	if len(execs) != 1 || r.StructuredContent["export_id"] != execs[0].ID {
+		t.Fatalf("executions %+v, result %+v", execs, r)
+	}
+	if len(a.Progress) != 2 {
+		t.Errorf("progress across the resumed stream: %+v, want 2 notifications", a.Progress)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"strconv"
 )
 
 // sseReader reads the JSON-RPC messages of a Server-Sent Events stream
@@ -14,6 +15,10 @@ import (
 type sseReader struct {
 	r    *bufio.Reader
 	data bytes.Buffer
+	// lastID is the last event ID the stream set (for Last-Event-ID).
+	lastID string
+	// retry is the reconnection time the stream asked for, in ms (0: none).
+	retry int
 }
 
 func newSSEReader(r io.Reader) *sseReader {
@@ -60,6 +65,14 @@ func (s *sseReader) next() ([]byte, error) {
 		switch string(field) {
 		case "event":
 			event = string(value)
+		case "id":
+			if bytes.IndexByte(value, 0) < 0 {
+				s.lastID = string(value)
+			}
+		case "retry":
+			if n, err := strconv.Atoi(string(value)); err == nil && n >= 0 {
+				s.retry = n
+			}
 		case "data":
 			if hasData {
 				s.data.WriteByte('\n')

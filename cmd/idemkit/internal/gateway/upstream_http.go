@@ -155,7 +155,7 @@ func (c *httpConn) Request(ctx context.Context, msg *Message, h http.Header) (St
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	switch {
 	case resp.StatusCode == http.StatusOK && ct == "text/event-stream":
-		return &httpSSEStream{resp: resp, sse: newSSEReader(resp.Body)}, nil
+		return &httpSSEStream{c: c, ctx: ctx, h: h, resp: resp, sse: newSSEReader(resp.Body), request: true}, nil
 	case ct == "application/json":
 		// A JSON answer, whatever the status: a JSON-RPC response (or an
 		// error response to a rejected request).
@@ -213,7 +213,7 @@ func (c *httpConn) Listen(ctx context.Context, h http.Header) (Stream, error) {
 	}
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if resp.StatusCode == http.StatusOK && ct == "text/event-stream" {
-		return &httpSSEStream{resp: resp, sse: newSSEReader(resp.Body)}, nil
+		return &httpSSEStream{c: c, ctx: ctx, h: h, resp: resp, sse: newSSEReader(resp.Body)}, nil
 	}
 	if resp.StatusCode == http.StatusMethodNotAllowed {
 		drain(resp)
@@ -243,22 +243,43 @@ func (c *httpConn) Close(ctx context.Context) error {
 	return nil
 }
 
-// httpSSEStream reads the messages of an SSE response.
+// maxResumes bounds how often one request's stream is resumed.
+const maxResumes = 5
+
+// httpSSEStream reads the messages of an SSE response. The stream of a
+// request that ends (or breaks) before its answer, after the server gave
+// its events IDs, is resumed with a GET carrying Last-Event-ID, as MCP's
+// Streamable HTTP transport prescribes: a server may close a long call's
+// stream on purpose and expect the client to come back for the rest.
 type httpSSEStream struct {
-	resp *http.Response
-	sse  *sseReader
-	once sync.Once
+	c       *httpConn
+	ctx     context.Context
+	h       http.Header
+	request bool // the stream of a request (not a Listen stream)
+
+	mu       sync.Mutex // protects resp, so that Close may run beside Next
+	resp     *http.Response
+	closed   bool
+	sse      *sseReader
+	answered bool
+	resumes  int
 }
 
 func (s *httpSSEStream) Next() (*Message, error) {
 	for {
 		data, err := s.sse.next()
 		if err != nil {
+			if ctxErr := s.ctx.Err(); ctxErr != nil {
+				return nil, ctxErr
+			}
+			if s.request && !s.answered && s.sse.lastID != "" && s.resumes < maxResumes {
+				if rerr := s.resume(); rerr != nil {
+					return nil, fmt.Errorf("%w: its stream ended before the answer and could not be resumed: %v", ErrUpstreamGone, rerr)
+				}
+				continue
+			}
 			if errors.Is(err, io.EOF) {
 				return nil, io.EOF
-			}
-			if ctxErr := s.resp.Request.Context().Err(); ctxErr != nil {
-				return nil, ctxErr
 			}
 			return nil, fmt.Errorf("%w: the stream broke: %v", ErrUpstreamGone, err)
 		}
@@ -266,13 +287,71 @@ func (s *httpSSEStream) Next() (*Message, error) {
 		if err != nil {
 			continue // not a JSON-RPC message: nothing to forward
 		}
+		if m.IsResponse() {
+			s.answered = true
+		}
 		return m, nil
 	}
 }
 
-func (s *httpSSEStream) Close() error {
-	s.once.Do(func() { s.resp.Body.Close() })
+// resume reopens the stream after its last event.
+func (s *httpSSEStream) resume() error {
+	s.resumes++
+	wait := time.Duration(s.sse.retry) * time.Millisecond
+	if wait <= 0 {
+		wait = 100 * time.Millisecond
+	}
+	if err := sleepCtx(s.ctx, min(wait, 5*time.Second)); err != nil {
+		return err
+	}
+	req, err := s.c.newRequest(s.ctx, http.MethodGet, nil, s.h)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Last-Event-ID", s.sse.lastID)
+	// Not c.do: a 404 here says nothing about whether the request ran.
+	resp, err := s.c.up.client.Do(req)
+	if err != nil {
+		return err
+	}
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if resp.StatusCode != http.StatusOK || ct != "text/event-stream" {
+		return statusError(resp)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		resp.Body.Close()
+		return errors.New("the stream was closed")
+	}
+	s.resp.Body.Close()
+	s.resp = resp
+	s.mu.Unlock()
+	last, retry := s.sse.lastID, s.sse.retry
+	s.sse = newSSEReader(resp.Body)
+	s.sse.lastID, s.sse.retry = last, retry
 	return nil
+}
+
+func (s *httpSSEStream) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		s.resp.Body.Close()
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // oneStream is a stream of one message.

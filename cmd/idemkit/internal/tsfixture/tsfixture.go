@@ -169,6 +169,8 @@ type Server struct {
 type ServerOptions struct {
 	// Stateless serves without sessions.
 	Stateless bool
+	// Resumable keeps an event store, so that streams can be resumed.
+	Resumable bool
 	// Log is the execution log; a new file under t.TempDir() when "".
 	Log string
 	// Port to listen on; 0 picks a free one.
@@ -186,6 +188,9 @@ func StartHTTPServer(t testing.TB, opts ServerOptions) *Server {
 	args := []string{filepath.Join(dir, "server.mjs"), "--http", fmt.Sprint(opts.Port)}
 	if opts.Stateless {
 		args = append(args, "--stateless")
+	}
+	if opts.Resumable {
+		args = append(args, "--resumable")
 	}
 	cmd := exec.Command("node", args...)
 	cmd.Env = append(os.Environ(), "FIXTURE_LOG="+opts.Log)

@@ -2,7 +2,9 @@
 // no idemkit in it: the unprotected server the gateway's end-to-end tests
 // put behind `idemkit gateway`.
 //
-//   node server.mjs --http 0 [--stateless]   Streamable HTTP on 127.0.0.1; prints "listening PORT"
+//   node server.mjs --http 0 [--stateless] [--resumable]
+//        Streamable HTTP on 127.0.0.1; prints "listening PORT"; --resumable
+//        keeps an event store, so that a broken stream can be resumed
 //   node server.mjs --stdio                  stdio
 //
 // Every execution of a tool with a side effect appends one JSON line to the
@@ -15,6 +17,7 @@ import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
+import { InMemoryEventStore } from '@modelcontextprotocol/sdk/examples/shared/inMemoryEventStore.js';
 import { z } from 'zod';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -110,6 +113,27 @@ function build() {
       return { isError: true, content: [{ type: 'text', text: 'card declined' }] };
     },
   );
+  // A write tool that closes its SSE stream mid-call and goes on (the
+  // polling pattern of MCP 2025-11-25): with --resumable the client resumes
+  // the stream with GET and Last-Event-ID and gets the rest.
+  server.registerTool(
+    'poll_export',
+    { description: 'Export with a stream break.', inputSchema: { name: z.string() } },
+    async (args, extra) => {
+      const token = extra._meta?.progressToken;
+      const progress = (i) =>
+        token === undefined
+          ? Promise.resolve()
+          : extra.sendNotification({ method: 'notifications/progress', params: { progressToken: token, progress: i, total: 2 } });
+      await progress(1);
+      extra.closeSSEStream?.();
+      await sleep(300);
+      await progress(2);
+      const id = record('poll_export', args, extra);
+      return { content: [{ type: 'text', text: `export ${id} done` }], structuredContent: { export_id: id } };
+    },
+  );
+
   // A write tool whose process dies under it: the upstream going away.
   server.registerTool(
     'crash_server',
@@ -128,6 +152,7 @@ if (argv[0] === '--stdio') {
 } else if (argv[0] === '--http') {
   const port = Number(argv[1] ?? 0);
   const stateless = argv.includes('--stateless');
+  const resumable = argv.includes('--resumable');
   const transports = new Map();
   const httpServer = http.createServer(async (req, res) => {
     if (!req.url.startsWith('/mcp')) {
@@ -163,6 +188,7 @@ if (argv[0] === '--stdio') {
         }
         t = new StreamableHTTPServerTransport({
           sessionIdGenerator: () => randomUUID(),
+          ...(resumable ? { eventStore: new InMemoryEventStore(), retryInterval: 100 } : {}),
           onsessioninitialized: (id) => transports.set(id, t),
         });
         t.onclose = () => { if (t.sessionId) transports.delete(t.sessionId); };
@@ -180,6 +206,6 @@ if (argv[0] === '--stdio') {
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
 } else {
-  process.stderr.write('usage: server.mjs --http PORT [--stateless] | --stdio\n');
+  process.stderr.write('usage: server.mjs --http PORT [--stateless] [--resumable] | --stdio\n');
   process.exit(2);
 }
