@@ -200,7 +200,11 @@ func stdioServer(t *testing.T) []string {
 
 func TestGateway_HTTPUpstream_ForwardsListsCallsAndProgress(t *testing.T) {
 	srv := tsfixture.StartHTTPServer(t, tsfixture.ServerOptions{})
-	gw := startGateway(t, "--upstream", srv.URL, "--store", "memory")
+	ready := filepath.Join(t.TempDir(), "gateway.url")
+	gw := startGateway(t, "--upstream", srv.URL, "--store", "memory", "--ready-file", ready)
+	if b, err := os.ReadFile(ready); err != nil || strings.TrimSpace(string(b)) != gw.URL {
+		t.Errorf("--ready-file holds %q (%v), want %s", b, err, gw.URL)
+	}
 	c := tsfixture.StartClient(t)
 	c.MustDo(map[string]any{"op": "connect", "conn": "a", "url": gw.URL, "token": "token-a"})
 
@@ -472,5 +476,46 @@ func TestGateway_ResumesAnUpstreamStreamClosedMidCall(t *testing.T) {
 	}
 	if len(a.Progress) != 2 {
 		t.Errorf("progress across the resumed stream: %+v, want 2 notifications", a.Progress)
+	}
+}
+
+// TestGateway_StatelessUpstream: an upstream without sessions still gets
+// the gateway's own sessions in front of it.
+func TestGateway_StatelessUpstream(t *testing.T) {
+	srv := tsfixture.StartHTTPServer(t, tsfixture.ServerOptions{Stateless: true})
+	gw := startGateway(t, "--upstream", srv.URL, "--store", "memory")
+	c := tsfixture.StartClient(t)
+	c.MustDo(map[string]any{"op": "connect", "conn": "a", "url": gw.URL, "token": "a"})
+	sid := c.MustDo(map[string]any{"op": "session", "conn": "a"})
+	var id string
+	if err := json.Unmarshal(sid.Result, &id); err != nil || len(id) != 32 {
+		t.Errorf("the client holds session %s (%v), want the gateway's 32-hex ID", sid.Result, err)
+	}
+	a := c.Do(map[string]any{"op": "call", "conn": "a", "tool": "export_report", "progress": true,
+		"args": map[string]any{"name": "q3", "steps": 2, "step_ms": 20}})
+	decodeResult(t, a)
+	if len(a.Progress) != 2 {
+		t.Errorf("progress: %+v", a.Progress)
+	}
+	if n := len(tsfixture.Executions(t, srv.Log)); n != 1 {
+		t.Errorf("%d executions, want 1", n)
+	}
+}
+
+// TestGateway_StdioServe_UpstreamExitEndsTheGateway: on --stdio, when the
+// server process dies, the pending call gets an answer that says so and
+// the gateway exits, as the server itself would have.
+func TestGateway_StdioServe_UpstreamExitEndsTheGateway(t *testing.T) {
+	c := tsfixture.StartClient(t)
+	c.MustDo(map[string]any{"op": "connect", "conn": "s", "command": os.Args[0],
+		"args": append([]string{"gateway", "--stdio", "--store", "memory", "--"}, stdioServer(t)...),
+		"env":  map[string]string{"IDEMKIT_TEST_EXEC": "1"}})
+	a := call(c, "s", "crash_server", map[string]any{"delay_ms": 20})
+	if a.OK || !strings.Contains(a.Error, "went away before answering") {
+		t.Errorf("a call whose server died: ok=%v error=%q", a.OK, a.Error)
+	}
+	a = call(c, "s", "lookup_order", map[string]any{"order_id": "o"})
+	if a.OK {
+		t.Errorf("a call after the server died succeeded: %s", a.Result)
 	}
 }

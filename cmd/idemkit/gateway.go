@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -33,6 +34,7 @@ type gatewayFlags struct {
 	protect       []string
 	bypass        []string
 	logLevel      string
+	readyFile     string
 }
 
 // DefaultListen is the address the gateway listens on without --listen.
@@ -99,6 +101,7 @@ run unprotected; on --stdio the process serves one client.`,
 	fl.StringSliceVar(&f.protect, "protect", nil, "tools to protect whatever their annotations say (repeat or comma-separate)")
 	fl.StringSliceVar(&f.bypass, "bypass", nil, "tools never to protect whatever their annotations say (repeat or comma-separate)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")
+	fl.StringVar(&f.readyFile, "ready-file", "", "once serving, write the MCP endpoint's URL to this file (for scripts that start the gateway on --listen 127.0.0.1:0)")
 	return c
 }
 
@@ -219,9 +222,16 @@ func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout i
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", gw)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv.RegisterOnShutdown(gw.CloseStreams)
 	target := f.upstream
 	if target == "" {
 		target = strings.Join(command, " ")
+	}
+	if f.readyFile != "" {
+		if err := writeFileAtomic(f.readyFile, []byte(fmt.Sprintf("http://%s/mcp\n", ln.Addr()))); err != nil {
+			ln.Close()
+			return fmt.Errorf("--ready-file: %w", err)
+		}
 	}
 	// Tests and scripts read this line to learn the address of --listen
 	// 127.0.0.1:0.
@@ -253,4 +263,14 @@ func newCallHandler(store idemkit.Store, tel *telemetry, f gatewayFlags, log *sl
 	// instrument package's raw-JSON machinery once it lands.
 	log.Warn("this build forwards tools/call unprotected: claim-and-replay is not wired yet")
 	return gateway.PassThrough{}, nil
+}
+
+// writeFileAtomic writes b to path through a temporary file and a rename,
+// so that a reader never sees half of it.
+func writeFileAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }

@@ -102,6 +102,9 @@ type Gateway struct {
 
 	stopReaper chan struct{}
 	reaperDone chan struct{}
+
+	streams     context.Context // cancelled by CloseStreams
+	stopStreams context.CancelFunc
 }
 
 // New returns a Gateway.
@@ -127,6 +130,7 @@ func New(cfg Config) (*Gateway, error) {
 	if g.calls == nil {
 		g.calls = PassThrough{}
 	}
+	g.streams, g.stopStreams = context.WithCancel(context.Background())
 	switch g.subjectH {
 	case "":
 		g.subjectH = DefaultSubjectHeader
@@ -165,6 +169,7 @@ func (g *Gateway) Close(ctx context.Context) error {
 	g.mu.Unlock()
 	close(g.stopReaper)
 	<-g.reaperDone
+	g.stopStreams()
 	var wg sync.WaitGroup
 	for _, s := range sessions {
 		wg.Go(func() { _ = s.conn.Close(ctx) })
@@ -172,6 +177,12 @@ func (g *Gateway) Close(ctx context.Context) error {
 	wg.Wait()
 	return nil
 }
+
+// CloseStreams ends every open stream of messages outside requests (the
+// GET streams), which never end by themselves, so that an HTTP server's
+// graceful shutdown need not wait for them; requests in flight go on.
+// Register it with http.Server.RegisterOnShutdown.
+func (g *Gateway) CloseStreams() { g.stopStreams() }
 
 // reap closes idle sessions.
 func (g *Gateway) reap() {

@@ -327,3 +327,35 @@ func TestGateway_ConcurrentCallsOnOneSession(t *testing.T) {
 		}
 	}
 }
+
+// TestGateway_ClaimsNoRetrySafetyWithoutASubject: over HTTP, a protected
+// call without the subject header is refused, so a tools/list without it
+// must not advertise the idempotency key either.
+func TestGateway_ClaimsNoRetrySafetyWithoutASubject(t *testing.T) {
+	up := newUpstream(t)
+	_, url := newGatewayServer(t, up.URL, &recordingHandler{})
+	c, err := client.NewStreamableHttpClient(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var init mcp.InitializeRequest
+	init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
+	init.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "1"}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		t.Fatal(err)
+	}
+	tools, err := c.ListTools(ctx, mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tl := range tools.Tools {
+		if _, ok := tl.InputSchema.Properties["idempotency_key"]; ok || strings.Contains(tl.Description, "Retries are safe") {
+			t.Errorf("%s claims retry safety to a caller without a subject: %+v", tl.Name, tl)
+		}
+	}
+}

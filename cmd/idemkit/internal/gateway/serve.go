@@ -260,7 +260,10 @@ func (g *Gateway) get(w http.ResponseWriter, r *http.Request) {
 	if s == nil {
 		return
 	}
-	st, err := s.conn.Listen(r.Context(), r.Header)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	defer context.AfterFunc(g.streams, cancel)()
+	st, err := s.conn.Listen(ctx, r.Header)
 	switch {
 	case errors.Is(err, errNoListen):
 		w.Header().Set("Allow", "POST, DELETE")
