@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/idemkit/idemkit/cmd/idemkit/internal/gateway"
 	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit/idemkit/instrument"
 )
 
 // gatewayFlags are the flags of `idemkit gateway`.
@@ -254,15 +256,22 @@ func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout i
 
 // newCallHandler builds the handler that protects and traces tools/call.
 func newCallHandler(store idemkit.Store, tel *telemetry, f gatewayFlags, log *slog.Logger) (gateway.CallHandler, error) {
-	_, err := idemkit.NewGuard(store, &idemkit.Config{Window: f.window, Lease: f.lease})
+	guard, err := idemkit.NewGuard(store, &idemkit.Config{Window: f.window, Lease: f.lease})
 	if err != nil {
 		return nil, err
 	}
-	_ = tel
-	// TODO(gateway): claim-and-replay and telemetry through the
-	// instrument package's raw-JSON machinery once it lands.
-	log.Warn("this build forwards tools/call unprotected: claim-and-replay is not wired yet")
-	return gateway.PassThrough{}, nil
+	opts := []instrument.Option{
+		instrument.WithTracerProvider(tel.tp),
+		instrument.WithMeterProvider(tel.mp),
+		instrument.WithPropagator(propagation.TraceContext{}),
+	}
+	if len(f.protect) > 0 {
+		opts = append(opts, instrument.WithProtect(f.protect...))
+	}
+	if len(f.bypass) > 0 {
+		opts = append(opts, instrument.WithBypass(f.bypass...))
+	}
+	return gateway.NewProtector(guard, log, opts...), nil
 }
 
 // writeFileAtomic writes b to path through a temporary file and a rename,
