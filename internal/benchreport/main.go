@@ -95,6 +95,10 @@ func main() {
 			}
 			ratio, bstr = c/b, strconv.FormatFloat(b, 'g', 4, 64)
 		}
+		if p[5] == "-" && strings.HasSuffix(metric, "-ms") { // informational, in ms
+			fmt.Printf("| %s | %.3g ms | %s | %s (median of %d) | %.3f ms | - | - |\n", label, c, bstr, metric, len(samples[cand][metric]), ratio)
+			continue
+		}
 		if p[5] == "-" { // informational: no bound
 			fmt.Printf("| %s | %.4g | %s | %s (median of %d) | %.3fx | - | - |\n", label, c, bstr, metric, len(samples[cand][metric]), ratio)
 			continue
