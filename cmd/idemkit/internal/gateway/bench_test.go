@@ -59,8 +59,12 @@ func benchGateway(b *testing.B, store idemkit.Store) {
 	via := mcpClient(b, gwURL, "bench")
 	run := 0
 	call := [2]func(i int){
-		func(i int) { callTool(b, direct, "issue_refund", map[string]any{"order_id": fmt.Sprint("d-", run, "-", i)}) },
-		func(i int) { callTool(b, via, "issue_refund", map[string]any{"order_id": fmt.Sprint("g-", run, "-", i)}) },
+		func(i int) {
+			callTool(b, direct, "issue_refund", map[string]any{"order_id": fmt.Sprint("d-", run, "-", i)})
+		},
+		func(i int) {
+			callTool(b, via, "issue_refund", map[string]any{"order_id": fmt.Sprint("g-", run, "-", i)})
+		},
 	}
 	for i := range 50 { // warm both paths (connections, tool index)
 		call[0](-i - 1)
