@@ -4,7 +4,7 @@
 //
 // The npm packages are installed once per package-lock.json with `npm ci`
 // into a cache directory outside the repository ($IDEMKIT_TS_CACHE, or the
-// user cache directory's idemkit/ts-fixtures/<lock hash>), under a file
+// user cache directory's idemkit-gateway-ts-fixtures/<lock hash>), under a file
 // lock, so that concurrent test binaries share one install. The scripts are
 // copied next to their node_modules on every use (ES modules resolve
 // packages from the script's own directory).
@@ -38,11 +38,8 @@ import (
 // files are the fixture files copied into the install directory.
 var files = []string{"server.mjs", "client.mjs"}
 
-var (
-	dirOnce sync.Once
-	dirPath string
-	dirErr  error
-)
+// installMu serialises install within the test binary.
+var installMu sync.Mutex
 
 // Dir returns the directory holding the installed fixtures (node_modules
 // and the scripts), installing them on first use. It skips t when node or
@@ -58,11 +55,15 @@ func Dir(t testing.TB) string {
 			t.Skip(msg)
 		}
 	}
-	dirOnce.Do(func() { dirPath, dirErr = install() })
-	if dirErr != nil {
-		t.Fatal(dirErr)
+	// Checked on every use, not once: a cache directory can be cleaned
+	// under a long test run, and the next test then installs again.
+	installMu.Lock()
+	defer installMu.Unlock()
+	dir, err := install()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return dirPath
+	return dir
 }
 
 // sourceDir is cmd/idemkit/testdata/ts, found from this file's location.
@@ -94,7 +95,7 @@ func install() (string, error) {
 		if err != nil {
 			cache = os.TempDir()
 		}
-		base = filepath.Join(cache, "idemkit", "ts-fixtures")
+		base = filepath.Join(cache, "idemkit-gateway-ts-fixtures")
 	}
 	if err := os.MkdirAll(base, 0o755); err != nil {
 		return "", fmt.Errorf("tsfixture: %w", err)

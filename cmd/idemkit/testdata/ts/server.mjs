@@ -99,6 +99,11 @@ function build() {
           });
         }
       }
+      // The SDK's client hands notifications to their handlers on a later
+      // tick but settles a request on the tick its answer arrives: a last
+      // notification read in the same chunk as the answer would be dropped
+      // (it happens over stdio, with or without a gateway). Let it go first.
+      await sleep(50);
       const id = record('export_report', args, extra);
       return { content: [{ type: 'text', text: `report ${id} exported` }], structuredContent: { report_id: id } };
     },
@@ -129,6 +134,7 @@ function build() {
       extra.closeSSEStream?.();
       await sleep(300);
       await progress(2);
+      await sleep(50); // see export_report
       const id = record('poll_export', args, extra);
       return { content: [{ type: 'text', text: `export ${id} done` }], structuredContent: { export_id: id } };
     },
