@@ -359,3 +359,93 @@ func TestGateway_ClaimsNoRetrySafetyWithoutASubject(t *testing.T) {
 		}
 	}
 }
+
+// TestGateway_ToolListChangedReachesTheClientAndRefreshesAnnotations: a
+// tool added at run time is announced on the stream outside requests
+// (GET); the gateway passes the notification on and learns the new tool's
+// annotations instead of treating it as unlisted.
+func TestGateway_ToolListChangedReachesTheClientAndRefreshesAnnotations(t *testing.T) {
+	s := server.NewMCPServer("upstream", "1.0.0", server.WithToolCapabilities(true))
+	s.AddTool(mcp.NewTool("first"), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText("1"), nil
+	})
+	hs := httptest.NewServer(server.NewStreamableHTTPServer(s, server.WithStateful(true)))
+	defer hs.Close()
+	h := &recordingHandler{}
+	_, url := newGatewayServer(t, hs.URL+"/mcp", h)
+
+	c, err := client.NewStreamableHttpClient(url, transport.WithContinuousListening(),
+		transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer tok"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	changed := make(chan struct{}, 1)
+	c.OnNotification(func(n mcp.JSONRPCNotification) {
+		if n.Method == "notifications/tools/list_changed" {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		}
+	})
+	var init mcp.InitializeRequest
+	init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
+	init.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "1"}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ListTools(ctx, mcp.ListToolsRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	// The GET stream opens in the background: add tools until the
+	// notification arrives.
+	deadline := time.After(10 * time.Second)
+	for i := 0; ; i++ {
+		s.AddTool(mcp.NewTool(fmt.Sprintf("late_%d", i), mcp.WithReadOnlyHintAnnotation(true)),
+			func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return mcp.NewToolResultText("late"), nil
+			})
+		select {
+		case <-changed:
+		case <-time.After(200 * time.Millisecond):
+			continue
+		case <-deadline:
+			t.Fatal("no notifications/tools/list_changed reached the client through the gateway")
+		}
+		break
+	}
+	callTool(t, c, "late_0", map[string]any{})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if got := h.calls[len(h.calls)-1].Annotations; got != (Annotations{ReadOnly: true, Listed: true}) {
+		t.Errorf("the tool added at run time has annotations %+v: the gateway kept a stale tool list", got)
+	}
+}
+
+func TestToolIndex_ObservesEveryPage(t *testing.T) {
+	var x toolIndex
+	next := x.observe(nil, json.RawMessage(`{"tools":[{"name":"a","annotations":{"readOnlyHint":true}}],"nextCursor":"p2"}`))
+	if string(next) != `"p2"` {
+		t.Fatalf("next cursor %s", next)
+	}
+	if _, ok, complete := x.get("a"); !ok || complete {
+		t.Errorf("after page 1: known %v, complete %v", ok, complete)
+	}
+	if next := x.observe(json.RawMessage(`"p2"`), json.RawMessage(`{"tools":[{"name":"b","inputSchema":{"type":"object","properties":{"idempotency_key":{"type":"string"}}}}]}`)); next != nil {
+		t.Fatalf("a last page returned cursor %s", next)
+	}
+	a, _, complete := x.get("a")
+	b, _, _ := x.get("b")
+	if !complete || a.ann != (Annotations{ReadOnly: true, Listed: true}) || !b.declaresKey || b.ann != (Annotations{Listed: true}) {
+		t.Errorf("after page 2: a %+v, b %+v, complete %v", a, b, complete)
+	}
+	x.invalidate()
+	if _, ok, complete := x.get("a"); ok || complete {
+		t.Errorf("after invalidate: known %v, complete %v", ok, complete)
+	}
+}
