@@ -264,6 +264,9 @@ func newCallHandler(store idemkit.Store, tel *telemetry, f gatewayFlags, log *sl
 		instrument.WithTracerProvider(tel.tp),
 		instrument.WithMeterProvider(tel.mp),
 		instrument.WithPropagator(propagation.TraceContext{}),
+		// mcp.server.operation.duration, which the conventions recommend and
+		// the dashboards count requests with.
+		instrument.WithOperationDuration(),
 	}
 	if len(f.protect) > 0 {
 		opts = append(opts, instrument.WithProtect(f.protect...))

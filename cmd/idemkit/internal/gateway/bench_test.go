@@ -53,7 +53,7 @@ func benchGateway(b *testing.B, store idemkit.Store) {
 		_ = tp.Shutdown(context.Background())
 		_ = mp.Shutdown(context.Background())
 	})
-	p := NewProtector(guard, nil, instrument.WithTracerProvider(tp), instrument.WithMeterProvider(mp))
+	p := NewProtector(guard, nil, instrument.WithTracerProvider(tp), instrument.WithMeterProvider(mp), instrument.WithOperationDuration())
 	_, gwURL := newGatewayServer(b, up.URL, p)
 	direct := mcpClient(b, up.URL, "bench")
 	via := mcpClient(b, gwURL, "bench")
