@@ -55,8 +55,15 @@ var servingLine = regexp.MustCompile(`serving MCP at (http://\S+/mcp)`)
 // waits until it serves. It is stopped (SIGTERM) when the test ends.
 func startGateway(t *testing.T, args ...string) *gatewayProc {
 	t.Helper()
+	return startGatewayEnv(t, nil, args...)
+}
+
+// startGatewayEnv is startGateway with extra environment entries, which the
+// gateway's stdio server processes inherit.
+func startGatewayEnv(t *testing.T, env []string, args ...string) *gatewayProc {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"gateway", "--listen", "127.0.0.1:0"}, args...)...)
-	cmd.Env = append(os.Environ(), selfExecEnv)
+	cmd.Env = append(append(os.Environ(), selfExecEnv), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -199,6 +206,7 @@ func stdioServer(t *testing.T) []string {
 }
 
 func TestGateway_HTTPUpstream_ForwardsListsCallsAndProgress(t *testing.T) {
+	t.Parallel()
 	srv := tsfixture.StartHTTPServer(t, tsfixture.ServerOptions{})
 	ready := filepath.Join(t.TempDir(), "gateway.url")
 	gw := startGateway(t, "--upstream", srv.URL, "--store", "memory", "--ready-file", ready)
@@ -256,9 +264,9 @@ func TestGateway_HTTPUpstream_ForwardsListsCallsAndProgress(t *testing.T) {
 }
 
 func TestGateway_StdioUpstream_OneProcessPerSession(t *testing.T) {
+	t.Parallel()
 	logFile := filepath.Join(t.TempDir(), "executions.jsonl")
-	t.Setenv("FIXTURE_LOG", logFile) // the gateway's children inherit it
-	gw := startGateway(t, append([]string{"--store", "memory", "--"}, stdioServer(t)...)...)
+	gw := startGatewayEnv(t, []string{"FIXTURE_LOG=" + logFile}, append([]string{"--store", "memory", "--"}, stdioServer(t)...)...)
 	c := tsfixture.StartClient(t)
 	c.MustDo(map[string]any{"op": "connect", "conn": "a", "url": gw.URL, "token": "a"})
 	c.MustDo(map[string]any{"op": "connect", "conn": "b", "url": gw.URL, "token": "b"})
@@ -283,6 +291,7 @@ func TestGateway_StdioUpstream_OneProcessPerSession(t *testing.T) {
 }
 
 func TestGateway_ServesStdio(t *testing.T) {
+	t.Parallel()
 	logFile := filepath.Join(t.TempDir(), "executions.jsonl")
 	c := tsfixture.StartClient(t, "FIXTURE_LOG="+logFile)
 	c.MustDo(map[string]any{"op": "connect", "conn": "s", "command": os.Args[0],
@@ -307,6 +316,7 @@ func TestGateway_ServesStdio(t *testing.T) {
 }
 
 func TestGateway_UpstreamProcessExit_IsAClearError(t *testing.T) {
+	t.Parallel()
 	gw := startGateway(t, append([]string{"--store", "memory", "--"}, stdioServer(t)...)...)
 	c := tsfixture.StartClient(t)
 	c.MustDo(map[string]any{"op": "connect", "conn": "a", "url": gw.URL, "token": "a"})
@@ -335,6 +345,7 @@ func TestGateway_UpstreamProcessExit_IsAClearError(t *testing.T) {
 }
 
 func TestGateway_HTTPUpstreamRestart_IsAClearError(t *testing.T) {
+	t.Parallel()
 	port := freePort(t)
 	logFile := filepath.Join(t.TempDir(), "executions.jsonl")
 	srv := tsfixture.StartHTTPServer(t, tsfixture.ServerOptions{Port: port, Log: logFile})
@@ -400,6 +411,7 @@ func post(t *testing.T, url, session, body string, hdr ...string) (*http.Respons
 const initBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
 
 func TestGateway_SessionRules(t *testing.T) {
+	t.Parallel()
 	gw := startGateway(t, append([]string{"--store", "memory", "--"}, stdioServer(t)...)...)
 	list := `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
 
@@ -464,6 +476,7 @@ func TestGateway_SessionRules(t *testing.T) {
 // it resumed by the gateway with Last-Event-ID; the client sees one
 // uninterrupted answer, with every progress notification.
 func TestGateway_ResumesAnUpstreamStreamClosedMidCall(t *testing.T) {
+	t.Parallel()
 	srv := tsfixture.StartHTTPServer(t, tsfixture.ServerOptions{Resumable: true})
 	gw := startGateway(t, "--upstream", srv.URL, "--store", "memory")
 	c := tsfixture.StartClient(t)
@@ -482,6 +495,7 @@ func TestGateway_ResumesAnUpstreamStreamClosedMidCall(t *testing.T) {
 // TestGateway_StatelessUpstream: an upstream without sessions still gets
 // the gateway's own sessions in front of it.
 func TestGateway_StatelessUpstream(t *testing.T) {
+	t.Parallel()
 	srv := tsfixture.StartHTTPServer(t, tsfixture.ServerOptions{Stateless: true})
 	gw := startGateway(t, "--upstream", srv.URL, "--store", "memory")
 	c := tsfixture.StartClient(t)
@@ -506,6 +520,7 @@ func TestGateway_StatelessUpstream(t *testing.T) {
 // server process dies, the pending call gets an answer that says so and
 // the gateway exits, as the server itself would have.
 func TestGateway_StdioServe_UpstreamExitEndsTheGateway(t *testing.T) {
+	t.Parallel()
 	c := tsfixture.StartClient(t)
 	c.MustDo(map[string]any{"op": "connect", "conn": "s", "command": os.Args[0],
 		"args": append([]string{"gateway", "--stdio", "--store", "memory", "--"}, stdioServer(t)...),

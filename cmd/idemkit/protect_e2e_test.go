@@ -38,13 +38,13 @@ func upstreams(t *testing.T, extra []string, test func(t *testing.T, gw *gateway
 	})
 	t.Run("stdio", func(t *testing.T) {
 		log := filepath.Join(t.TempDir(), "executions.jsonl")
-		t.Setenv("FIXTURE_LOG", log)
-		gw := startGateway(t, append(append(extra, "--"), stdioServer(t)...)...)
+		gw := startGatewayEnv(t, []string{"FIXTURE_LOG=" + log}, append(append(extra[:len(extra):len(extra)], "--"), stdioServer(t)...)...)
 		test(t, gw, log)
 	})
 }
 
 func TestProtect_DuplicateIsReplayedWithTheMarker(t *testing.T) {
+	t.Parallel()
 	upstreams(t, []string{"--store", "memory"}, func(t *testing.T, gw *gatewayProc, log string) {
 		c := tsfixture.StartClient(t)
 		c.MustDo(map[string]any{"op": "connect", "conn": "a", "url": gw.URL, "token": "alice"})
@@ -80,6 +80,7 @@ func TestProtect_DuplicateIsReplayedWithTheMarker(t *testing.T) {
 }
 
 func TestProtect_TenConcurrentIdenticalCallsRunOnce(t *testing.T) {
+	t.Parallel()
 	upstreams(t, []string{"--store", "memory"}, func(t *testing.T, gw *gatewayProc, log string) {
 		c := tsfixture.StartClient(t)
 		c.MustDo(map[string]any{"op": "connect", "conn": "a", "url": gw.URL, "token": "alice"})
@@ -116,6 +117,7 @@ func TestProtect_TenConcurrentIdenticalCallsRunOnce(t *testing.T) {
 }
 
 func TestProtect_TwoBearerTokensNeverShareAResult(t *testing.T) {
+	t.Parallel()
 	upstreams(t, []string{"--store", "memory"}, func(t *testing.T, gw *gatewayProc, log string) {
 		c := tsfixture.StartClient(t)
 		c.MustDo(map[string]any{"op": "connect", "conn": "a", "url": gw.URL, "token": "alice"})
@@ -150,6 +152,7 @@ func TestProtect_TwoBearerTokensNeverShareAResult(t *testing.T) {
 }
 
 func TestProtect_ToolsListAdvertisesTheKeyOnWriteToolsOnly(t *testing.T) {
+	t.Parallel()
 	srv := tsfixture.StartHTTPServer(t, tsfixture.ServerOptions{})
 	gw := startGateway(t, "--upstream", srv.URL, "--store", "memory", "--bypass", "charge_card", "--protect", "set_status")
 	c := tsfixture.StartClient(t)
@@ -266,6 +269,7 @@ func TestProtect_KilledGatewayLeavesNoKeyStuckPastItsLease(t *testing.T) {
 }
 
 func TestProtect_ExplicitKeyReusedWithOtherArgumentsIsAMismatch(t *testing.T) {
+	t.Parallel()
 	srv := tsfixture.StartHTTPServer(t, tsfixture.ServerOptions{})
 	gw := startGateway(t, "--upstream", srv.URL, "--store", "memory")
 	c := tsfixture.StartClient(t)
@@ -287,6 +291,7 @@ func TestProtect_ExplicitKeyReusedWithOtherArgumentsIsAMismatch(t *testing.T) {
 }
 
 func TestProtect_ServesStdioWithReplay(t *testing.T) {
+	t.Parallel()
 	logFile := filepath.Join(t.TempDir(), "executions.jsonl")
 	c := tsfixture.StartClient(t, "FIXTURE_LOG="+logFile)
 	c.MustDo(map[string]any{"op": "connect", "conn": "s", "command": mustSelf(t),
