@@ -374,6 +374,10 @@ func TestGateway_ToolListChangedReachesTheClientAndRefreshesAnnotations(t *testi
 	h := &recordingHandler{}
 	_, url := newGatewayServer(t, hs.URL+"/mcp", h)
 
+	// The standalone GET stream belongs to the session-based protocol the
+	// gateway serves (up to 2025-11-25), which this option keeps the
+	// client on.
+	//lint:ignore SA1019 the GET stream is what this test exercises
 	c, err := client.NewStreamableHttpClient(url, transport.WithContinuousListening(),
 		transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer tok"}))
 	if err != nil {
