@@ -406,7 +406,14 @@ func (s *session) toolsCall(ctx context.Context, req *Message, h http.Header, ou
 	if err := json.Unmarshal(req.Params, &p); err != nil || p.Name == "" {
 		return newErrorResponse(req.ID, -32602, "Invalid params: tools/call needs params.name (the tool) and params.arguments (an object)."), nil
 	}
-	info := s.tools.lookup(ctx, p.Name, func(ctx context.Context) error { return s.fetchTools(ctx, h) })
+	info := s.tools.lookup(ctx, p.Name, func(ctx context.Context) error {
+		err := s.fetchTools(ctx, h)
+		if err != nil {
+			s.g.log.Warn("listing the upstream's tools failed; the call is handled as a write tool's (MCP's default annotations)",
+				"session", s.id, "tool", p.Name, "error", err)
+		}
+		return err
+	})
 	call := &ToolCall{
 		Tool:            p.Name,
 		Arguments:       p.Arguments,
