@@ -17,6 +17,9 @@ run -bench 'BenchmarkMemoryStore|BenchmarkNewKey' ./idemkit
 run -bench 'BenchmarkPostgres' -benchtime 3000x ./idemkit/pgstore
 run -bench 'BenchmarkDoVsBaselineRawSQL' -benchtime 3000x ./idemkit/sqlitestore
 run -bench 'BenchmarkCallTool/paired' -benchtime 20000x -cpu 1 ./instrument/mcpgo
+# The gateway's added latency: the idemkit command is its own module, in
+# go.work, so the root names its packages.
+run -bench 'BenchmarkGateway$' -benchtime 2000x ./cmd/idemkit/internal/gateway
 # The dup processor is its own module: run its benchmarks from its folder.
 (cd collector/dupprocessor && go test -run '^$' -count "$count" \
   -bench 'BenchmarkProcessor$|BenchmarkProcessorAndConnector$|BenchmarkSpanMetricsConnector$' . 2>&1) |

@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/idemkit/idemkit/cmd/idemkit/internal/gateway"
+	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit/idemkit/instrument"
+)
+
+// gatewayFlags are the flags of `idemkit gateway`.
+type gatewayFlags struct {
+	listen        string
+	upstream      string
+	stdio         bool
+	store         string
+	migrate       bool
+	subjectHeader string
+	otlpEndpoint  string
+	serviceName   string
+	window        time.Duration
+	lease         time.Duration
+	protect       []string
+	bypass        []string
+	logLevel      string
+	readyFile     string
+}
+
+// DefaultListen is the address the gateway listens on without --listen.
+const DefaultListen = "127.0.0.1:8787"
+
+func newGatewayCmd() *cobra.Command {
+	var f gatewayFlags
+	c := &cobra.Command{
+		Use:   "gateway --store URL (--upstream URL | -- COMMAND [ARGS...])",
+		Short: "Protect any MCP server: claim-and-replay and spans in front of it",
+		Long: `gateway serves MCP in front of an unmodified MCP server, in any language, and
+makes its write tools safe to retry: a repeated identical call (same caller,
+tool and arguments, or the same idempotency_key) is answered with the first
+call's result instead of running twice; a repeat while the first still runs
+is told so. Every tools/call gets a span and metrics, the same as idemkit's
+Go middleware emits, for the Collector's dup processor.
+
+Upstreams:
+  --upstream http://HOST:PORT/mcp   a Streamable HTTP server
+  -- COMMAND [ARGS...]              a stdio server, started once per session
+
+The gateway serves Streamable HTTP at http://LISTEN/mcp, or, with --stdio,
+one client over its own stdin and stdout (for clients that launch servers).
+
+Which tools are protected: those the upstream's tools/list does not annotate
+readOnlyHint or idempotentHint (MCP's defaults make an unannotated tool a
+write tool); --protect and --bypass override. Protected tools advertise an
+optional idempotency_key argument, which the gateway strips before
+forwarding.
+
+Who the caller is: the --subject-header value (default Authorization: the
+bearer token, hashed, never stored or exported). Two callers never share a
+result. Over HTTP, a protected call without that header is refused, never
+run unprotected; on --stdio the process serves one client.`,
+		Example: `  idemkit gateway --listen 127.0.0.1:8787 --upstream http://127.0.0.1:3000/mcp --store sqlite:idemkit.db
+  idemkit gateway --listen 127.0.0.1:8787 --store sqlite:idemkit.db -- node build/server.js
+  idemkit gateway --stdio --store sqlite:idemkit.db -- python -m my_server
+  idemkit gateway --upstream http://api:3000/mcp --store postgres://idemkit@db/idemkit \
+      --otlp-endpoint 127.0.0.1:4317 --window 15m --protect send_email --bypass search`,
+		RunE: func(c *cobra.Command, args []string) error {
+			var command []string
+			if at := c.ArgsLenAtDash(); at >= 0 {
+				if at > 0 {
+					return usagef("unexpected arguments %q before --: the stdio server's command goes after --", args[:at])
+				}
+				command = args
+			} else if len(args) > 0 {
+				return usagef("unexpected arguments %q: to run a stdio server, put its command after --, as in: idemkit gateway --store memory -- node server.js", args)
+			}
+			return runGateway(c.Context(), c.ErrOrStderr(), c.InOrStdin(), c.OutOrStdout(), c.Flags().Changed("listen"), f, command)
+		},
+	}
+	fl := c.Flags()
+	fl.StringVar(&f.listen, "listen", DefaultListen, "the address to serve Streamable HTTP on (at /mcp)")
+	fl.StringVar(&f.upstream, "upstream", "", "the Streamable HTTP MCP server to protect, for example http://127.0.0.1:3000/mcp")
+	fl.BoolVar(&f.stdio, "stdio", false, "serve one client over stdin/stdout instead of HTTP (the upstream is the command after --)")
+	fl.StringVar(&f.store, "store", "", storeHelp)
+	fl.BoolVar(&f.migrate, "migrate", false, "apply pending migrations to a Postgres store on start (SQLite stores are always migrated)")
+	fl.StringVar(&f.subjectHeader, "subject-header", gateway.DefaultSubjectHeader, "the request header that identifies the caller (Authorization: the bearer token's hash)")
+	fl.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", otlpEndpointHelp)
+	fl.StringVar(&f.serviceName, "service-name", "idemkit-gateway", "the service.name of the gateway's spans and metrics")
+	fl.DurationVar(&f.window, "window", idemkit.DefaultWindow, "how long a completed call's result answers its duplicates")
+	fl.DurationVar(&f.lease, "lease", idemkit.DefaultLease, "how long a running call holds its key without progress before a duplicate may take it over")
+	fl.StringSliceVar(&f.protect, "protect", nil, "tools to protect whatever their annotations say (repeat or comma-separate)")
+	fl.StringSliceVar(&f.bypass, "bypass", nil, "tools never to protect whatever their annotations say (repeat or comma-separate)")
+	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")
+	fl.StringVar(&f.readyFile, "ready-file", "", "once serving, write the MCP endpoint's URL to this file (for scripts that start the gateway on --listen 127.0.0.1:0)")
+	return c
+}
+
+// validate checks the flag combination; errors say what to change.
+func (f *gatewayFlags) validate(listenSet bool, command []string) error {
+	switch {
+	case f.upstream != "" && len(command) > 0:
+		return usagef("give either --upstream URL or a stdio server's command after --, not both")
+	case f.upstream == "" && len(command) == 0:
+		return usagef("no upstream: give --upstream http://HOST:PORT/mcp, or a stdio server's command after -- (idemkit gateway --store memory -- node server.js)")
+	case f.stdio && len(command) == 0:
+		return usagef("--stdio serves a stdio server's command, given after --; --upstream cannot be served over stdio")
+	case f.stdio && listenSet:
+		return usagef("--stdio and --listen exclude each other: --stdio serves over stdin/stdout")
+	case f.window <= 0:
+		return usagef("--window must be positive, got %s", f.window)
+	case f.lease <= 0:
+		return usagef("--lease must be positive, got %s", f.lease)
+	case f.lease > f.window:
+		return usagef("--lease (%s) must not be longer than --window (%s): a completed call must outlive its claim", f.lease, f.window)
+	}
+	for _, t := range f.protect {
+		if slices.Contains(f.bypass, t) {
+			return usagef("tool %q is given to both --protect and --bypass", t)
+		}
+	}
+	for _, t := range slices.Concat(f.protect, f.bypass) {
+		if strings.TrimSpace(t) == "" {
+			return usagef("--protect and --bypass take tool names; got an empty one")
+		}
+	}
+	if _, err := parseLevel(f.logLevel); err != nil {
+		return err
+	}
+	if f.subjectHeader != "-" {
+		if strings.ContainsAny(f.subjectHeader, " :\t") || f.subjectHeader == "" {
+			return usagef("--subject-header %q is not a header name", f.subjectHeader)
+		}
+	}
+	return nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, usagef("--log-level must be debug, info, warn or error, got %q", s)
+	}
+	return l, nil
+}
+
+func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout io.Writer, listenSet bool, f gatewayFlags, command []string) error {
+	if err := f.validate(listenSet, command); err != nil {
+		return err
+	}
+	if _, err := parseStoreURL(f.store); err != nil {
+		return err
+	}
+	level, _ := parseLevel(f.logLevel)
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	var up gateway.Upstream
+	var err error
+	if f.upstream != "" {
+		up, err = gateway.NewHTTPUpstream(f.upstream, nil)
+	} else {
+		up, err = gateway.NewStdioUpstream(command, nil, stderr, log)
+	}
+	if err != nil {
+		return &usageError{err}
+	}
+
+	st, err := openStore(ctx, f.store, openOptions{migrate: f.migrate || strings.HasPrefix(f.store, "sqlite:")})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := st.requireSchema(ctx); err != nil {
+		return err
+	}
+	tel, err := newTelemetry(ctx, f.otlpEndpoint, f.serviceName)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := tel.shutdown(sctx); err != nil {
+			log.Warn("flushing telemetry failed", "error", err)
+		}
+	}()
+	calls, err := newCallHandler(st.Store, tel, f, log)
+	if err != nil {
+		return err
+	}
+	gw, err := gateway.New(gateway.Config{
+		Upstream:      up,
+		Calls:         calls,
+		SubjectHeader: f.subjectHeader,
+		Logger:        log,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = gw.Close(cctx)
+	}()
+
+	if f.stdio {
+		log.Info("serving MCP over stdio", "upstream", strings.Join(command, " "), "store", st.url.String())
+		return gw.ServeStdio(ctx, stdin, stdout)
+	}
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", f.listen, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", gw)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv.RegisterOnShutdown(gw.CloseStreams)
+	target := f.upstream
+	if target == "" {
+		target = strings.Join(command, " ")
+	}
+	if f.readyFile != "" {
+		if err := writeFileAtomic(f.readyFile, []byte(fmt.Sprintf("http://%s/mcp\n", ln.Addr()))); err != nil {
+			ln.Close()
+			return fmt.Errorf("--ready-file: %w", err)
+		}
+	}
+	// Tests and scripts read this line to learn the address of --listen
+	// 127.0.0.1:0.
+	fmt.Fprintf(stderr, "idemkit gateway: serving MCP at http://%s/mcp in front of %s (store %s)\n", ln.Addr(), target, st.url)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+// newCallHandler builds the handler that protects and traces tools/call.
+func newCallHandler(store idemkit.Store, tel *telemetry, f gatewayFlags, log *slog.Logger) (gateway.CallHandler, error) {
+	guard, err := idemkit.NewGuard(store, &idemkit.Config{Window: f.window, Lease: f.lease})
+	if err != nil {
+		return nil, err
+	}
+	opts := []instrument.Option{
+		instrument.WithTracerProvider(tel.tp),
+		instrument.WithMeterProvider(tel.mp),
+		instrument.WithPropagator(propagation.TraceContext{}),
+		// mcp.server.operation.duration, which the conventions recommend and
+		// the dashboards count requests with.
+		instrument.WithOperationDuration(),
+	}
+	if len(f.protect) > 0 {
+		opts = append(opts, instrument.WithProtect(f.protect...))
+	}
+	if len(f.bypass) > 0 {
+		opts = append(opts, instrument.WithBypass(f.bypass...))
+	}
+	return gateway.NewProtector(guard, log, opts...), nil
+}
+
+// writeFileAtomic writes b to path through a temporary file and a rename,
+// so that a reader never sees half of it.
+func writeFileAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

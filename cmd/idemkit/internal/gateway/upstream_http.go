@@ -1,0 +1,371 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// HTTPUpstream is a Streamable HTTP MCP server at URL.
+type HTTPUpstream struct {
+	url    string
+	client *http.Client
+}
+
+// NewHTTPUpstream returns the Streamable HTTP upstream at rawURL (http or
+// https). client may be nil for a default one with pooled keep-alive
+// connections.
+func NewHTTPUpstream(rawURL string, client *http.Client) (*HTTPUpstream, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("the upstream %q is not an http:// or https:// URL (for example http://127.0.0.1:8080/mcp)", rawURL)
+	}
+	if client == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConns = 256
+		t.MaxIdleConnsPerHost = 256
+		t.IdleConnTimeout = 90 * time.Second
+		client = &http.Client{Transport: t}
+	}
+	return &HTTPUpstream{url: u.String(), client: client}, nil
+}
+
+// Transport implements Upstream.
+func (u *HTTPUpstream) Transport() string { return "http" }
+
+// Connect implements Upstream: the session starts with the initialize
+// request sent on the returned Conn.
+func (u *HTTPUpstream) Connect(context.Context) (Conn, error) {
+	return &httpConn{up: u, done: make(chan struct{})}, nil
+}
+
+// httpConn is one session on a Streamable HTTP upstream.
+type httpConn struct {
+	up *HTTPUpstream
+
+	mu  sync.RWMutex // protects sid
+	sid string       // the upstream's Mcp-Session-Id, "" when it uses none
+
+	doneOnce sync.Once
+	done     chan struct{}
+}
+
+// Done implements Conn.
+func (c *httpConn) Done() <-chan struct{} { return c.done }
+
+func (c *httpConn) lost() { c.doneOnce.Do(func() { close(c.done) }) }
+
+// forwardedHeaders are the client headers never sent upstream: hop-by-hop
+// headers, and those the gateway sets itself.
+var forwardedHeaders = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Te": true, "Trailer": true,
+	"Transfer-Encoding": true, "Upgrade": true, "Content-Length": true, "Host": true,
+	"Accept": true, "Accept-Encoding": true, "Content-Type": true, "Mcp-Session-Id": true,
+	"Last-Event-Id": true, "Proxy-Authorization": true,
+}
+
+func (c *httpConn) newRequest(ctx context.Context, method string, body []byte, h http.Header) (*http.Request, error) {
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.up.url, r)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range h {
+		if !forwardedHeaders[k] {
+			req.Header[k] = v
+		}
+	}
+	switch method {
+	case http.MethodPost:
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+	case http.MethodGet:
+		req.Header.Set("Accept", "text/event-stream")
+	}
+	c.mu.RLock()
+	if c.sid != "" {
+		req.Header.Set("Mcp-Session-Id", c.sid)
+	}
+	c.mu.RUnlock()
+	return req, nil
+}
+
+// do sends req and translates transport failures and a lost session.
+func (c *httpConn) do(req *http.Request) (*http.Response, error) {
+	resp, err := c.up.client.Do(req)
+	if err != nil {
+		if req.Context().Err() != nil {
+			return nil, req.Context().Err()
+		}
+		return nil, fmt.Errorf("%w: %s %s: %v", ErrUpstreamGone, req.Method, c.up.url, err)
+	}
+	if resp.StatusCode == http.StatusNotFound && req.Header.Get("Mcp-Session-Id") != "" {
+		drain(resp)
+		c.lost()
+		return nil, ErrSessionLost
+	}
+	return resp, nil
+}
+
+func drain(resp *http.Response) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+}
+
+// statusError describes an unexpected HTTP answer, with the start of its
+// body (which often says what is wrong).
+func statusError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	resp.Body.Close()
+	msg := strings.TrimSpace(string(b))
+	if msg != "" {
+		msg = ": " + msg
+	}
+	return fmt.Errorf("the upstream answered HTTP %d%s", resp.StatusCode, msg)
+}
+
+// Request implements Conn.
+func (c *httpConn) Request(ctx context.Context, msg *Message, h http.Header) (Stream, error) {
+	req, err := c.newRequest(ctx, http.MethodPost, msg.Bytes(), h)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		return nil, err
+	}
+	if msg.Method == "initialize" && resp.StatusCode == http.StatusOK {
+		if sid := resp.Header.Get("Mcp-Session-Id"); sid != "" {
+			c.mu.Lock()
+			c.sid = sid
+			c.mu.Unlock()
+		}
+	}
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	switch {
+	case resp.StatusCode == http.StatusOK && ct == "text/event-stream":
+		return &httpSSEStream{c: c, ctx: ctx, h: h, resp: resp, sse: newSSEReader(resp.Body), request: true}, nil
+	case ct == "application/json":
+		// A JSON answer, whatever the status: a JSON-RPC response (or an
+		// error response to a rejected request).
+		b, err := io.ReadAll(io.LimitReader(resp.Body, maxMessageBytes+1))
+		resp.Body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%w: reading the answer: %v", ErrUpstreamGone, err)
+		}
+		m, perr := parseMessage(b)
+		if perr != nil || !m.IsResponse() {
+			if resp.StatusCode != http.StatusOK {
+				return nil, fmt.Errorf("the upstream answered HTTP %d: %s", resp.StatusCode, truncateBytes(b, 512))
+			}
+			return nil, fmt.Errorf("the upstream's answer is not a JSON-RPC response: %s", truncateBytes(b, 200))
+		}
+		return &oneStream{m: m}, nil
+	default:
+		return nil, statusError(resp)
+	}
+}
+
+func truncateBytes(b []byte, n int) string {
+	if len(b) <= n {
+		return string(b)
+	}
+	return string(b[:n]) + "…"
+}
+
+// Send implements Conn.
+func (c *httpConn) Send(ctx context.Context, msg *Message, h http.Header) error {
+	req, err := c.newRequest(ctx, http.MethodPost, msg.Bytes(), h)
+	if err != nil {
+		return err
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		return statusError(resp)
+	}
+	drain(resp)
+	return nil
+}
+
+// Listen implements Conn: a GET stream.
+func (c *httpConn) Listen(ctx context.Context, h http.Header) (Stream, error) {
+	req, err := c.newRequest(ctx, http.MethodGet, nil, h)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		return nil, err
+	}
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if resp.StatusCode == http.StatusOK && ct == "text/event-stream" {
+		return &httpSSEStream{c: c, ctx: ctx, h: h, resp: resp, sse: newSSEReader(resp.Body)}, nil
+	}
+	if resp.StatusCode == http.StatusMethodNotAllowed {
+		drain(resp)
+		return nil, errNoListen
+	}
+	return nil, statusError(resp)
+}
+
+// Close implements Conn: a DELETE of the session, when there is one.
+func (c *httpConn) Close(ctx context.Context) error {
+	defer c.lost()
+	c.mu.RLock()
+	sid := c.sid
+	c.mu.RUnlock()
+	if sid == "" {
+		return nil
+	}
+	req, err := c.newRequest(ctx, http.MethodDelete, nil, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.up.client.Do(req)
+	if err != nil {
+		return err
+	}
+	drain(resp)
+	return nil
+}
+
+// maxResumes bounds how often one request's stream is resumed.
+const maxResumes = 5
+
+// httpSSEStream reads the messages of an SSE response. The stream of a
+// request that ends (or breaks) before its answer, after the server gave
+// its events IDs, is resumed with a GET carrying Last-Event-ID, as MCP's
+// Streamable HTTP transport prescribes: a server may close a long call's
+// stream on purpose and expect the client to come back for the rest.
+type httpSSEStream struct {
+	c       *httpConn
+	ctx     context.Context
+	h       http.Header
+	request bool // the stream of a request (not a Listen stream)
+
+	mu       sync.Mutex // protects resp, so that Close may run beside Next
+	resp     *http.Response
+	closed   bool
+	sse      *sseReader
+	answered bool
+	resumes  int
+}
+
+func (s *httpSSEStream) Next() (*Message, error) {
+	for {
+		data, err := s.sse.next()
+		if err != nil {
+			if ctxErr := s.ctx.Err(); ctxErr != nil {
+				return nil, ctxErr
+			}
+			if s.request && !s.answered && s.sse.lastID != "" && s.resumes < maxResumes {
+				if rerr := s.resume(); rerr != nil {
+					return nil, fmt.Errorf("%w: its stream ended before the answer and could not be resumed: %v", ErrUpstreamGone, rerr)
+				}
+				continue
+			}
+			if errors.Is(err, io.EOF) {
+				return nil, io.EOF
+			}
+			return nil, fmt.Errorf("%w: the stream broke: %v", ErrUpstreamGone, err)
+		}
+		m, err := parseMessage(data)
+		if err != nil {
+			continue // not a JSON-RPC message: nothing to forward
+		}
+		if m.IsResponse() {
+			s.answered = true
+		}
+		return m, nil
+	}
+}
+
+// resume reopens the stream after its last event.
+func (s *httpSSEStream) resume() error {
+	s.resumes++
+	wait := time.Duration(s.sse.retry) * time.Millisecond
+	if wait <= 0 {
+		wait = 100 * time.Millisecond
+	}
+	if err := sleepCtx(s.ctx, min(wait, 5*time.Second)); err != nil {
+		return err
+	}
+	req, err := s.c.newRequest(s.ctx, http.MethodGet, nil, s.h)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Last-Event-ID", s.sse.lastID)
+	// Not c.do: a 404 here says nothing about whether the request ran.
+	resp, err := s.c.up.client.Do(req)
+	if err != nil {
+		return err
+	}
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if resp.StatusCode != http.StatusOK || ct != "text/event-stream" {
+		return statusError(resp)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		resp.Body.Close()
+		return errors.New("the stream was closed")
+	}
+	s.resp.Body.Close()
+	s.resp = resp
+	s.mu.Unlock()
+	last, retry := s.sse.lastID, s.sse.retry
+	s.sse = newSSEReader(resp.Body)
+	s.sse.lastID, s.sse.retry = last, retry
+	return nil
+}
+
+func (s *httpSSEStream) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		s.resp.Body.Close()
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// oneStream is a stream of one message.
+type oneStream struct {
+	m    *Message
+	read bool
+}
+
+func (s *oneStream) Next() (*Message, error) {
+	if s.read {
+		return nil, io.EOF
+	}
+	s.read = true
+	return s.m, nil
+}
+
+func (s *oneStream) Close() error { return nil }
