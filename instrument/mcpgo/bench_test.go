@@ -267,3 +267,10 @@ func instrumentedServerWith(b *testing.B, tool mcp.Tool, sampler sdktrace.Sample
 	s.AddTool(tool, benchHandler)
 	return s, g
 }
+
+func callReq(tool string, args map[string]any) mcp.CallToolRequest {
+	var r mcp.CallToolRequest
+	r.Params.Name = tool
+	r.Params.Arguments = args
+	return r
+}

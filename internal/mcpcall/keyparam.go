@@ -1,0 +1,162 @@
+package mcpcall
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"strings"
+
+	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/idemkit/idemkit/idemkit"
+)
+
+// KeyDescription is the sentence appended to the description of a tool
+// whose calls are protected, when the key argument is advertised.
+const KeyDescription = "Retries are safe: a repeated identical call returns the first call's result instead of running twice. " +
+	"To make a retry unambiguous, pass the same idempotency_key (for example a UUID chosen once per intended action) on every attempt; use a new key for a new action."
+
+// KeyParameterDescription describes the key argument in an input schema.
+const KeyParameterDescription = "Optional. A stable key (1-255 printable ASCII characters, for example a UUID) identifying this intended action. " +
+	"Send the same key when retrying the same action and a new key for a new action; the call then runs at most once per key."
+
+// KeyParameterSchema returns the JSON Schema of the key argument, a fresh
+// map on every call.
+func KeyParameterSchema() map[string]any {
+	return map[string]any{
+		"type":        "string",
+		"minLength":   1,
+		"maxLength":   idemkit.MaxExplicitKeyLen,
+		"description": KeyParameterDescription,
+	}
+}
+
+// DescribeKey returns description with KeyDescription appended (once).
+func DescribeKey(description string) string {
+	switch {
+	case description == "":
+		return KeyDescription
+	case strings.Contains(description, KeyDescription):
+		return description
+	}
+	return strings.TrimRight(description, " \n") + "\n\n" + KeyDescription
+}
+
+// SchemaWithKey returns a copy of a decoded input schema with the key
+// argument among its properties (and "type": "object" when it had no
+// type). The schema's own maps are not modified.
+func SchemaWithKey(schema map[string]any) map[string]any {
+	out := maps.Clone(schema)
+	if out == nil {
+		out = make(map[string]any, 2)
+	}
+	props, _ := out["properties"].(map[string]any)
+	props = maps.Clone(props)
+	if props == nil {
+		props = make(map[string]any, 1)
+	}
+	props[KeyArgument] = KeyParameterSchema()
+	out["properties"] = props
+	if _, ok := out["type"]; !ok {
+		out["type"] = "object"
+	}
+	return out
+}
+
+// RawSchemaWithKey is SchemaWithKey for a raw JSON schema. A schema that is
+// not a JSON object is returned as it is, with false.
+func RawSchemaWithKey(schema json.RawMessage) (json.RawMessage, bool) {
+	var m map[string]any
+	if len(bytes.TrimSpace(schema)) > 0 {
+		if err := json.Unmarshal(schema, &m); err != nil || m == nil {
+			return schema, false
+		}
+	}
+	b, err := json.Marshal(SchemaWithKey(m))
+	if err != nil {
+		return schema, false
+	}
+	return b, true
+}
+
+// SchemaDeclaresKey reports whether a decoded input schema has the key
+// argument among its properties.
+func SchemaDeclaresKey(schema map[string]any) bool {
+	props, _ := schema["properties"].(map[string]any)
+	_, ok := props[KeyArgument]
+	return ok
+}
+
+// StripKeyArgument returns raw arguments without the key argument, and the
+// key argument's raw value (nil when absent). Arguments that are not a JSON
+// object are returned as they are.
+func StripKeyArgument(args json.RawMessage) (json.RawMessage, json.RawMessage) {
+	if !bytes.Contains(args, []byte(KeyArgument)) {
+		return args, nil
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(args, &fields) != nil {
+		return args, nil
+	}
+	v, ok := fields[KeyArgument]
+	if !ok {
+		return args, nil
+	}
+	delete(fields, KeyArgument)
+	b, err := json.Marshal(fields)
+	if err != nil {
+		return args, nil
+	}
+	return b, v
+}
+
+// SchemaValidator validates tool arguments against an input schema, the
+// way the official Go SDK does (github.com/google/jsonschema-go).
+type SchemaValidator struct {
+	resolved *jsonschema.Resolved
+}
+
+// NewSchemaValidator compiles an input schema: a *jsonschema.Schema, a raw
+// JSON schema, or any value that encodes to one. It returns nil, with the
+// error, for a schema it cannot compile.
+func NewSchemaValidator(schema any) (*SchemaValidator, error) {
+	var s *jsonschema.Schema
+	switch v := schema.(type) {
+	case *jsonschema.Schema:
+		s = v
+	case nil:
+		return nil, fmt.Errorf("mcpcall: no input schema")
+	default:
+		b, ok := v.(json.RawMessage)
+		if !ok {
+			var err error
+			if b, err = json.Marshal(v); err != nil {
+				return nil, err
+			}
+		}
+		s = new(jsonschema.Schema)
+		if err := json.Unmarshal(b, s); err != nil {
+			return nil, err
+		}
+	}
+	r, err := s.Resolve(&jsonschema.ResolveOptions{ValidateDefaults: false})
+	if err != nil {
+		return nil, err
+	}
+	return &SchemaValidator{resolved: r}, nil
+}
+
+// Validate checks raw arguments (absent or null: an empty object).
+func (v *SchemaValidator) Validate(args json.RawMessage) error {
+	var instance any = map[string]any{}
+	if t := bytes.TrimSpace(args); len(t) > 0 && string(t) != "null" {
+		if err := json.Unmarshal(t, &instance); err != nil {
+			return fmt.Errorf("%w: %v", idemkit.ErrInvalidArguments, err)
+		}
+	}
+	if err := v.resolved.Validate(instance); err != nil {
+		return fmt.Errorf("%w: validating \"arguments\": %v", idemkit.ErrInvalidArguments, err)
+	}
+	return nil
+}
