@@ -439,7 +439,9 @@ func TestCallTool_ResponsesTooLargeToKeep(t *testing.T) {
 // lossyStore fails every finish.
 type lossyStore struct{ idemkit.MemoryStore }
 
-func (*lossyStore) Finish(context.Context, idemkit.FinishRequest) error { return errors.New("disk full") }
+func (*lossyStore) Finish(context.Context, idemkit.FinishRequest) error {
+	return errors.New("disk full")
+}
 
 func TestCallTool_AFailedFinishStillDeliversTheResult(t *testing.T) {
 	r := newRig(t, rigConfig{local: true, store: &lossyStore{}})
@@ -533,7 +535,9 @@ func TestCallTool_APanicEndsTheSpanAndReleasesTheClaim(t *testing.T) {
 	if s := r.sr.Ended(); len(s) != 1 || s[0].Status().Code != codes.Error || attrMap(s[0])[sc.ErrorType] != "_OTHER" {
 		t.Fatalf("spans %v", s)
 	}
-	tool.run = func(context.Context, json.RawMessage) (json.RawMessage, error) { return json.RawMessage(refundResult), nil }
+	tool.run = func(context.Context, json.RawMessage) (json.RawMessage, error) {
+		return json.RawMessage(refundResult), nil
+	}
 	if res := result(t, r.call("t", "", nil)); isError(res) {
 		t.Errorf("retry after a panic: %v", res)
 	}
@@ -562,7 +566,7 @@ func TestCallTool_ObserveOnlyRecordsTheHashesOfWriteTools(t *testing.T) {
 }
 
 func TestCallTool_RecordsArgumentsAndResultsOnlyOnRequest(t *testing.T) {
-	r := newRig(t, rigConfig{local: true, cfg: func(c *Config) { c.ArgumentsCap, c.ResultCap = 8, 1 << 10 }})
+	r := newRig(t, rigConfig{local: true, cfg: func(c *Config) { c.ArgumentsCap, c.ResultCap = 8, 1<<10 }})
 	r.tool("t", ToolInfo{}, refundResult)
 	r.call("t", `{"order_id":"o-1"}`, nil)
 	r.call("t", `{"order_id":"o-1"}`, nil)
