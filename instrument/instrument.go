@@ -3,15 +3,16 @@ package instrument
 import (
 	"context"
 
+	"github.com/idemkit/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/mcpcall"
 )
 
 // ScopeName is the instrumentation scope of the tracer and the meter: this
 // package's import path.
-const ScopeName = mcpcall.ScopeName
+const ScopeName = "github.com/idemkit/idemkit/instrument"
 
 // Version is the instrumentation version reported with the scope.
-const Version = mcpcall.Version
+const Version = idemkit.Version
 
 // Names of the request and result fields the instrumentation reads and
 // writes. They follow the MCP rule for _meta keys: a reverse-DNS prefix
@@ -21,19 +22,19 @@ const (
 	// KeyArgument is the optional tool argument that carries a caller's
 	// explicit idempotency key. The instrumentation adds it to the input
 	// schema and description of every tool whose calls are protected.
-	KeyArgument = mcpcall.KeyArgument
+	KeyArgument = "idempotency_key"
 
 	// KeyMetaKey is the params._meta entry that carries an explicit
 	// idempotency key, for clients that send it outside the arguments. The
 	// plain name KeyArgument is accepted in _meta too; when both are present
 	// (or the argument too) they must be equal.
-	KeyMetaKey = mcpcall.KeyMetaKey
+	KeyMetaKey = "io.idemkit/idempotency_key"
 
 	// ReplayMetaKey is the result _meta entry that marks a replayed result.
 	// Its value is an object {"replayed": true, "attempt": N, "write_id":
 	// "…"} (write_id only when the tool recorded one). A replay is the
 	// original result plus this entry, never an error.
-	ReplayMetaKey = mcpcall.ReplayMetaKey
+	ReplayMetaKey = "io.idemkit/replay"
 
 	// RefusalMetaKey is the result _meta entry of an isError result that the
 	// instrumentation produced instead of running the tool, so that a client
@@ -54,16 +55,16 @@ const (
 	//     but its result cannot be replayed.
 	//
 	// In every case but in_progress nothing ran for this request.
-	RefusalMetaKey = mcpcall.RefusalMetaKey
+	RefusalMetaKey = "io.idemkit/refusal"
 
 	// JobMetaKey is the result _meta entry of a job status answer:
 	// {"job_id": "…", "state": "…"}.
-	JobMetaKey = mcpcall.JobMetaKey
+	JobMetaKey = "io.idemkit/job"
 
 	// StatusToolMetaKey is the tool _meta entry (in tools/list) that names
 	// the tool reporting on an in-progress call of the tool; the in-progress
 	// answer names it. Job tools carry it.
-	StatusToolMetaKey = mcpcall.StatusToolMetaKey
+	StatusToolMetaKey = "io.idemkit/status_tool"
 )
 
 // Metric names. Through an OpenTelemetry Prometheus exporter (the Go SDK's
@@ -77,24 +78,24 @@ const (
 	// invalid_key, invalid_arguments, store_unavailable, response_not_kept,
 	// result_unreadable; idemkit.outcome is absent on the calls refused
 	// before a claim). [idemkit_tool_calls_total]
-	MetricToolCalls = mcpcall.MetricToolCalls
+	MetricToolCalls = "idemkit.tool.calls"
 	// MetricClaimDuration is the time from the start of the claim to the
 	// start of the work, or to the answer for a duplicate, in seconds, by
 	// gen_ai.tool.name. [idemkit_claim_duration_seconds_{bucket,sum,count}]
-	MetricClaimDuration = mcpcall.MetricClaimDuration
+	MetricClaimDuration = "idemkit.claim.duration"
 	// MetricReplays counts duplicates answered with a stored result, by
 	// gen_ai.tool.name: MetricToolCalls with outcome replayed, kept as its
 	// own series for dashboards. [idemkit_replays_total]
-	MetricReplays = mcpcall.MetricReplays
+	MetricReplays = "idemkit.replays"
 	// MetricInProgress counts duplicates answered "in progress" (not calls
 	// in flight), by gen_ai.tool.name. [idemkit_in_progress_total]
-	MetricInProgress = mcpcall.MetricInProgress
+	MetricInProgress = "idemkit.in_progress"
 	// MetricFinishErrors counts calls whose work ran and whose result was
 	// delivered, but whose outcome could not be recorded, so that a
 	// duplicate may run the work again; by gen_ai.tool.name and
 	// idemkit.finish.error (store_error, lease_lost, response_too_large,
 	// unencodable). [idemkit_finish_errors_total]
-	MetricFinishErrors = mcpcall.MetricFinishErrors
+	MetricFinishErrors = "idemkit.finish.errors"
 	// MetricOperationDuration is the conventions' mcp.server.operation.duration
 	// (seconds, the conventions' buckets) of every request, by
 	// mcp.method.name, gen_ai.tool.name or gen_ai.prompt.name,

@@ -14,7 +14,7 @@ import (
 // DefaultCaptureBytes is the cap applied to raw arguments and results
 // recorded on spans when WithRecordArguments or WithRecordResults is given a
 // size of zero or less.
-const DefaultCaptureBytes = mcpcall.DefaultCaptureBytes
+const DefaultCaptureBytes = 1 << 10
 
 // UnscopedPolicy decides what happens to a call of a protected tool whose
 // caller cannot be identified: WithSubject named no one, the transport is
@@ -22,7 +22,7 @@ const DefaultCaptureBytes = mcpcall.DefaultCaptureBytes
 // session (one issued and validated by the server). That is the shape of
 // Streamable HTTP without authentication, and of any session a server does
 // not validate.
-type UnscopedPolicy = mcpcall.UnscopedPolicy
+type UnscopedPolicy uint8
 
 const (
 	// UnscopedRefuse answers such a call with an isError result that tells
@@ -31,16 +31,16 @@ const (
 	// The tool's description does not claim that retries are safe for such
 	// callers. This is the default: a protected tool never runs unprotected,
 	// and two callers never share a stored result.
-	UnscopedRefuse = mcpcall.UnscopedRefuse
+	UnscopedRefuse UnscopedPolicy = iota
 	// UnscopedShare protects such calls in one namespace that every
 	// unidentified caller shares: a caller may be answered with another
 	// caller's stored result. Choose it only for a server whose callers may
 	// all see each other's results, such as a single-tenant internal service.
-	UnscopedShare = mcpcall.UnscopedShare
+	UnscopedShare
 	// UnscopedBypass runs such calls unprotected (outcome "bypassed",
 	// idemkit.bypass.reason "unscoped"); their spans still carry the key
 	// hashes, so the Collector sees the duplicates that leak.
-	UnscopedBypass = mcpcall.UnscopedBypass
+	UnscopedBypass
 )
 
 // Option configures the instrumentation of an MCP server (see the mcpgo
@@ -181,7 +181,7 @@ func WithExclude(tool string, fields ...string) Option {
 // WithUnscopedCalls sets the policy for protected calls whose caller cannot
 // be identified (see WithSubject). Defaults to UnscopedRefuse.
 func WithUnscopedCalls(p UnscopedPolicy) Option {
-	return optionFunc(func(c *mcpcall.Config) { c.Unscoped = p })
+	return optionFunc(func(c *mcpcall.Config) { c.Unscoped = mcpcall.UnscopedPolicy(p) })
 }
 
 // WithRecordArguments records the raw tool arguments on spans
