@@ -206,7 +206,9 @@ func TestRequestIDs_ThroughTheWire(t *testing.T) {
 
 func TestToolsList_FollowsReRegistration(t *testing.T) {
 	r := newRig(t, nil, nil)
-	h := func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) { return mcp.NewToolResultText("x"), nil }
+	h := func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText("x"), nil
+	}
 	r.srv.AddTool(mcp.NewTool("send", mcp.WithDescription("First.")), h)
 	c := r.client(t)
 	list := func() mcp.Tool {
