@@ -34,12 +34,16 @@
 //   - server.WithToolFilter: tools/list advertises the optional
 //     idempotency_key argument on the tools whose calls the listing caller
 //     would get protected.
-//   - server.WithInputSchemaValidation (with a Guard): arguments are
-//     validated against the tool's inputSchema before the key is derived,
-//     so that a retry that types an argument differently ("100" for 100) is
-//     rejected instead of running as a new call. The idempotency_key
-//     argument is removed from the arguments before validation, so tools
-//     with strict schemas (additionalProperties false) accept it.
+//
+// The arguments of a protected call are validated against the tool's
+// inputSchema (compiled once per registration) before its key is derived,
+// so that a retry that types an argument differently ("100" for 100, 12.5
+// for 12) is rejected, with nothing run or claimed, instead of running as a
+// new call; other tools' arguments are left to mcp-go
+// (server.WithInputSchemaValidation validates every tool's). The
+// idempotency_key argument is removed from the arguments first, also before
+// mcp-go's own validation, so that tools with strict schemas
+// (additionalProperties false) accept it.
 //
 // Over Streamable HTTP, serve the server with NewStreamableHTTPHandler (or
 // wrap your own handler with HTTPHandler): it records the transport
@@ -86,7 +90,8 @@ type Instrumentation struct {
 
 	sessions sync.Map // session ID -> *sessionStart
 
-	decorated sync.Map // tool name -> *decoration
+	decorated  sync.Map // tool name -> *decoration
+	validators sync.Map // tool name -> *validator
 }
 
 // hookSet says which of the Instrumentation's hooks a Hooks holds.
@@ -113,17 +118,13 @@ func ServerOptions(guard *idemkit.Guard, opts ...instrument.Option) []server.Ser
 // ServerOptions returns the options that install the instrumentation on a
 // server (see the package documentation).
 func (m *Instrumentation) ServerOptions() []server.ServerOption {
-	opts := []server.ServerOption{
+	return []server.ServerOption{
 		server.WithTracer(tracerAdapter{m}),
 		server.WithMetaPropagator(metaPropagator{m}),
 		m.installHooks,
 		server.WithToolHandlerMiddleware(m.middleware),
 		server.WithToolFilter(m.filterTools),
 	}
-	if m.in.Guard() != nil {
-		opts = append(opts, server.WithInputSchemaValidation())
-	}
-	return opts
 }
 
 // Install applies ServerOptions to a server built already. Call it before
@@ -408,18 +409,49 @@ func toolInfoOf(t *mcp.Tool) mcpcall.ToolInfo {
 // tools first, then the server's. An unknown tool (mcp-go rejects its calls
 // before the middleware) gets the MCP defaults.
 func lookupTool(ctx context.Context, name string) mcpcall.ToolInfo {
+	if t := findTool(ctx, name); t != nil {
+		return toolInfoOf(t)
+	}
+	return mcpcall.ToolInfo{}
+}
+
+func findTool(ctx context.Context, name string) *mcp.Tool {
 	session := server.ClientSessionFromContext(ctx)
 	if st, ok := session.(server.SessionWithTools); ok {
 		if t, ok := st.GetSessionTools()[name]; ok {
-			return toolInfoOf(&t.Tool)
+			return &t.Tool
 		}
 	}
 	if s := server.ServerFromContext(ctx); s != nil {
 		if t := s.GetTool(name); t != nil {
-			return toolInfoOf(&t.Tool)
+			return &t.Tool
 		}
 	}
-	return mcpcall.ToolInfo{}
+	return nil
+}
+
+// validator is a tool's compiled input schema.
+type validator struct {
+	schemaID uintptr
+	v        *mcpcall.SchemaValidator // nil: the schema does not compile
+}
+
+// validatorOf returns the compiled input schema of tool, compiled once per
+// registration, or nil when it has none that compiles.
+func (m *Instrumentation) validatorOf(tool *mcp.Tool) *mcpcall.SchemaValidator {
+	id := schemaID(tool)
+	if v, ok := m.validators.Load(tool.Name); ok && v.(*validator).schemaID == id {
+		return v.(*validator).v
+	}
+	var schema json.RawMessage
+	if len(tool.RawInputSchema) > 0 {
+		schema = tool.RawInputSchema
+	} else if b, err := json.Marshal(tool.InputSchema); err == nil {
+		schema = b
+	}
+	v, _ := mcpcall.NewSchemaValidator(schema)
+	m.validators.Store(tool.Name, &validator{schemaID: id, v: v})
+	return v
 }
 
 func (m *Instrumentation) middleware(next server.ToolHandlerFunc) server.ToolHandlerFunc {
@@ -438,7 +470,11 @@ func (m *Instrumentation) middleware(next server.ToolHandlerFunc) server.ToolHan
 // serve runs a tools/call through the protection.
 func (m *Instrumentation) serve(op *mcpcall.Op, req mcp.CallToolRequest, next server.ToolHandlerFunc) (*mcp.CallToolResult, error) {
 	name := req.Params.Name
-	info := lookupTool(op, name)
+	tool := findTool(op, name)
+	var info mcpcall.ToolInfo
+	if tool != nil {
+		info = toolInfoOf(tool)
+	}
 	call := mcpcall.ToolCall{
 		Tool:         name,
 		Arguments:    req.Params.RawArguments,
@@ -459,6 +495,20 @@ func (m *Instrumentation) serve(op *mcpcall.Op, req mcp.CallToolRequest, next se
 	r := req
 	if m.in.StripsKey(name, info) {
 		stripKeyArgument(&r)
+	}
+	if tool != nil {
+		// Validate what the handler will receive, once the call is known to
+		// be protected (CallTool calls Validate only then).
+		call.Validate = func() error {
+			v := m.validatorOf(tool)
+			if v == nil {
+				return nil
+			}
+			if args, ok := r.Params.Arguments.(map[string]any); ok {
+				return v.ValidateValue(args) // decoded by mcp-go already
+			}
+			return v.Validate(r.Params.RawArguments)
+		}
 	}
 	return mcpcall.CallTool(op, &call, codec{}, func(ctx context.Context) (*mcp.CallToolResult, error) {
 		res, err := next(ctx, r)

@@ -3,11 +3,8 @@ package mcpcall
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"maps"
 	"strings"
-
-	"github.com/google/jsonschema-go/jsonschema"
 
 	"github.com/idemkit/idemkit/idemkit"
 )
@@ -109,54 +106,4 @@ func StripKeyArgument(args json.RawMessage) (json.RawMessage, json.RawMessage) {
 		return args, nil
 	}
 	return b, v
-}
-
-// SchemaValidator validates tool arguments against an input schema, the
-// way the official Go SDK does (github.com/google/jsonschema-go).
-type SchemaValidator struct {
-	resolved *jsonschema.Resolved
-}
-
-// NewSchemaValidator compiles an input schema: a *jsonschema.Schema, a raw
-// JSON schema, or any value that encodes to one. It returns nil, with the
-// error, for a schema it cannot compile.
-func NewSchemaValidator(schema any) (*SchemaValidator, error) {
-	var s *jsonschema.Schema
-	switch v := schema.(type) {
-	case *jsonschema.Schema:
-		s = v
-	case nil:
-		return nil, fmt.Errorf("mcpcall: no input schema")
-	default:
-		b, ok := v.(json.RawMessage)
-		if !ok {
-			var err error
-			if b, err = json.Marshal(v); err != nil {
-				return nil, err
-			}
-		}
-		s = new(jsonschema.Schema)
-		if err := json.Unmarshal(b, s); err != nil {
-			return nil, err
-		}
-	}
-	r, err := s.Resolve(&jsonschema.ResolveOptions{ValidateDefaults: false})
-	if err != nil {
-		return nil, err
-	}
-	return &SchemaValidator{resolved: r}, nil
-}
-
-// Validate checks raw arguments (absent or null: an empty object).
-func (v *SchemaValidator) Validate(args json.RawMessage) error {
-	var instance any = map[string]any{}
-	if t := bytes.TrimSpace(args); len(t) > 0 && string(t) != "null" {
-		if err := json.Unmarshal(t, &instance); err != nil {
-			return fmt.Errorf("%w: %v", idemkit.ErrInvalidArguments, err)
-		}
-	}
-	if err := v.resolved.Validate(instance); err != nil {
-		return fmt.Errorf("%w: validating \"arguments\": %v", idemkit.ErrInvalidArguments, err)
-	}
-	return nil
 }

@@ -69,7 +69,8 @@ type Op struct {
 	start time.Time
 	span  trace.Span
 	rec   bool
-	ta    *targetAttrs
+	ta    *targetAttrs // the request's target's attributes
+	ta0   *targetAttrs // those the span started with
 
 	req       Request
 	toolError bool     // RecordToolError
@@ -131,6 +132,7 @@ func (in *Instrumenter) Start(ctx context.Context, r *Request) (context.Context,
 		ctx = in.Extract(ctx, r.Meta)
 	}
 	op.ta = in.targetAttrs(r.Method, r.Target)
+	op.ta0 = op.ta
 	opts := op.ta.startOpts
 	if link, ok := ctx.Value(linkKey{}).(trace.SpanContext); ok {
 		opts = append(opts[:len(opts):len(opts)], trace.WithLinks(trace.Link{SpanContext: link}))
@@ -175,8 +177,8 @@ func (op *Op) Transport() *Transport { return &op.req.Transport }
 func (op *Op) SessionID() string { return op.req.SessionID }
 
 // SetTarget records the tool or prompt a request is about, for front ends
-// that learn it after Start: the span is renamed and gets the target's
-// attributes.
+// that learn it after Start: the span is renamed now and gets the target's
+// attributes when it ends.
 func (op *Op) SetTarget(target string) {
 	if target == op.req.Target || op.ended {
 		return
@@ -185,7 +187,6 @@ func (op *Op) SetTarget(target string) {
 	op.ta = op.in.targetAttrs(op.req.Method, target)
 	if op.rec {
 		op.span.SetName(op.ta.spanName)
-		op.span.SetAttributes(op.ta.base...)
 	}
 }
 
@@ -263,7 +264,11 @@ func (op *Op) End(res Response) {
 
 	if op.rec {
 		buf := attrPool.Get().(*[]attribute.KeyValue)
-		attrs := op.requestAttributes((*buf)[:0])
+		attrs := (*buf)[:0]
+		if op.ta != op.ta0 {
+			attrs = append(attrs, op.ta.base[1:]...) // the method is there since the start
+		}
+		attrs = op.requestAttributes(attrs)
 		if c.ran {
 			attrs = op.callAttributes(attrs)
 		}

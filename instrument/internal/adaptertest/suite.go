@@ -731,7 +731,7 @@ func testMalformed(t *testing.T, h Harness) {
 	for _, tc := range []struct {
 		args   map[string]any
 		meta   map[string]any
-		reason string // the refusal reason, or "" for the SDK's own rejection
+		reason string
 	}{
 		{map[string]any{"order_id": "o-1", "amount_cents": "100"}, nil, "invalid_arguments"},
 		{map[string]any{"order_id": "o-1", "amount_cents": 12.5}, nil, "invalid_arguments"},
@@ -745,8 +745,8 @@ func testMalformed(t *testing.T, h Harness) {
 			t.Errorf("%v %v accepted: %v", tc.args, tc.meta, res)
 			continue
 		}
-		if m := marker(res, instrument.RefusalMetaKey); m != nil && m["reason"] != tc.reason {
-			t.Errorf("%v: refusal reason %v, want %s", tc.args, m["reason"], tc.reason)
+		if m := marker(res, instrument.RefusalMetaKey); m["reason"] != tc.reason || !strings.Contains(text(res), "nothing was done") {
+			t.Errorf("%v %v: refusal %v (%q), want reason %s", tc.args, tc.meta, m, text(res), tc.reason)
 		}
 	}
 	if runs.get() != 0 {
@@ -755,7 +755,7 @@ func testMalformed(t *testing.T, h Harness) {
 	spans := r.waitSpans("tools/call refund", 6)
 	for i, s := range spans {
 		a := attrs(s)
-		if a[sc.ErrorType] != "tool_error" || a[sc.Outcome] != nil || s.Status().Code != codes.Error {
+		if a[sc.ErrorType] != "tool_error" || a[sc.Outcome] != nil || a[sc.RefusalReason] == nil || s.Status().Code != codes.Error {
 			t.Errorf("span %d: %v %v", i, a, s.Status())
 		}
 	}
