@@ -42,7 +42,11 @@ trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
 step "publishing the modules at $version to a file-system proxy ($tmp/proxy)"
 env_lines="$(cd internal/devtools && go run ./cmd/modpublish -root "$root" -proxy "$tmp/proxy" -purge-cache)"
 eval "$env_lines"
-export GOWORK=off GOFLAGS="-mod=mod" GOBIN="$tmp/bin"
+# The go command indexes a module version's files once and reuses the index
+# (GOCACHE), trusting that a version's content never changes; republishing
+# the working tree at the same version does change it, so a stale index would
+# list files that are gone ("open …/handle.go: no such file"). No index here.
+export GOWORK=off GOFLAGS="-mod=mod" GOBIN="$tmp/bin" GODEBUG="${GODEBUG:+$GODEBUG,}goindex=0"
 echo "$env_lines"
 
 no_replace() { # no_replace FILE: a go.mod or builder config must not need a replace
