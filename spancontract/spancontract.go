@@ -10,7 +10,8 @@
 //
 // Keys borrowed from the OpenTelemetry semantic conventions carry exactly the
 // values of go.opentelemetry.io/otel/semconv/v1.41.0 (a test in the
-// instrument package asserts it). The idemkit.* keys are this project's own.
+// instrumentation, internal/mcpcall, asserts it). The idemkit.* keys are
+// this project's own.
 package spancontract
 
 // OpenTelemetry GenAI, MCP and JSON-RPC keys (semconv v1.41.0, Development stability).
