@@ -290,10 +290,11 @@ func (m *Instrumentation) callTool(op *mcpcall.Op, next mcp.MethodHandler, r *mc
 	if m.in.StripsKey(name, tool.info) {
 		pass = stripKeyArgument(r)
 	}
-	if v := tool.validator(); v != nil {
-		// Validate what the handler will receive.
-		args := pass.Params.Arguments
-		call.Validate = func() error { return v.Validate(args) }
+	if m.in.WriteTool(name, tool.info) {
+		// Validate what the handler will receive; CallTool does so only for
+		// a protected call.
+		call.Validator = tool.validator()
+		call.ValidatedArguments = pass.Params.Arguments
 	}
 	res, err := mcpcall.CallTool(op, &call, codec{}, func(ctx context.Context) (*mcp.CallToolResult, error) {
 		out, err := next(ctx, methodCallTool, pass)

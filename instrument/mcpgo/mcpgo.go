@@ -23,17 +23,16 @@
 //     not used; do not pass another server.WithTracer.)
 //   - hooks, added to the server's Hooks: they record the JSON-RPC request
 //     ID, the error code of an error response, the tool of a tools/call, and
-//     the session start and end for mcp.server.session.duration. When a
-//     later server.WithHooks replaces the Hooks, the request hooks are added
-//     to the new Hooks at the first request; the session hooks cannot be,
-//     safely, so session durations are then not recorded (a warning says
-//     so): pass ServerOptions after server.WithHooks to keep them.
+//     the session start and end for mcp.server.session.duration, and they
+//     advertise the optional idempotency_key argument in tools/list on the
+//     tools whose calls the listing caller would get protected. When a later
+//     server.WithHooks replaces the Hooks, the request hooks are added to the
+//     new Hooks at the first request; the session hooks cannot be, safely,
+//     so session durations are then not recorded (a warning says so): pass
+//     ServerOptions after server.WithHooks to keep them.
 //   - server.WithToolHandlerMiddleware: the claim-and-replay of tools/call.
 //     Put ServerOptions before your own tool middleware so that the
 //     protection covers it.
-//   - server.WithToolFilter: tools/list advertises the optional
-//     idempotency_key argument on the tools whose calls the listing caller
-//     would get protected.
 //
 // The arguments of a protected call are validated against the tool's
 // inputSchema (compiled once per registration) before its key is derived,
@@ -123,7 +122,6 @@ func (m *Instrumentation) ServerOptions() []server.ServerOption {
 		server.WithMetaPropagator(metaPropagator{m}),
 		m.installHooks,
 		server.WithToolHandlerMiddleware(m.middleware),
-		server.WithToolFilter(m.filterTools),
 	}
 }
 
@@ -183,6 +181,7 @@ func (m *Instrumentation) addRequestHooks(h *server.Hooks) {
 	h.AddBeforeCallTool(m.beforeCallTool)
 	h.AddAfterCallTool(m.afterCallTool)
 	h.AddAfterInitialize(m.afterInitialize)
+	h.AddAfterListTools(m.afterListTools)
 	h.AddBeforeGetPrompt(func(ctx context.Context, _ any, req *mcp.GetPromptRequest) {
 		if op := mcpcall.FromContext(ctx); op != nil && req != nil {
 			op.SetTarget(req.Params.Name)
@@ -496,18 +495,14 @@ func (m *Instrumentation) serve(op *mcpcall.Op, req mcp.CallToolRequest, next se
 	if m.in.StripsKey(name, info) {
 		stripKeyArgument(&r)
 	}
-	if tool != nil {
-		// Validate what the handler will receive, once the call is known to
-		// be protected (CallTool calls Validate only then).
-		call.Validate = func() error {
-			v := m.validatorOf(tool)
-			if v == nil {
-				return nil
-			}
-			if args, ok := r.Params.Arguments.(map[string]any); ok {
-				return v.ValidateValue(args) // decoded by mcp-go already
-			}
-			return v.Validate(r.Params.RawArguments)
+	if tool != nil && m.in.WriteTool(name, info) {
+		// Validate what the handler will receive (decoded by mcp-go
+		// already); CallTool does so only for a protected call.
+		call.Validator = m.validatorOf(tool)
+		if args, ok := r.Params.Arguments.(map[string]any); ok {
+			call.Decoded = args
+		} else {
+			call.ValidatedArguments = r.Params.RawArguments
 		}
 	}
 	return mcpcall.CallTool(op, &call, codec{}, func(ctx context.Context) (*mcp.CallToolResult, error) {
@@ -593,38 +588,27 @@ type decoration struct {
 	tool        mcp.Tool
 }
 
-// filterTools advertises the idempotency_key argument in tools/list on the
-// tools whose calls the listing caller would get protected. It is a
-// server.ToolFilterFunc; mcp-go also runs it on every tools/call, where it
-// changes nothing.
-func (m *Instrumentation) filterTools(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
-	op := mcpcall.FromContext(ctx)
-	if op != nil && op.Method() != spancontract.MethodToolsList {
-		return tools
+// afterListTools advertises the idempotency_key argument in a tools/list
+// answer on the tools whose calls the listing caller would get protected,
+// replacing them with decorated copies.
+func (m *Instrumentation) afterListTools(ctx context.Context, _ any, _ *mcp.ListToolsRequest, res *mcp.ListToolsResult) {
+	if res == nil {
+		return
 	}
 	var sc mcpcall.Scope
-	if op != nil {
+	if op := mcpcall.FromContext(ctx); op != nil {
 		sc = op.Scope()
 	} else {
 		session := server.ClientSessionFromContext(ctx)
 		t := transportOf(ctx, session)
 		sc = m.in.ScopeOf(ctx, sessionIDOf(session), &t)
 	}
-	var out []mcp.Tool
-	for i := range tools {
-		t := &tools[i]
-		if !m.in.AdvertisesKey(t.Name, toolInfoOf(t), sc) {
-			continue
+	for i := range res.Tools {
+		t := &res.Tools[i]
+		if m.in.AdvertisesKey(t.Name, toolInfoOf(t), sc) {
+			res.Tools[i] = m.decorate(t)
 		}
-		if out == nil {
-			out = append([]mcp.Tool(nil), tools...)
-		}
-		out[i] = m.decorate(t)
 	}
-	if out == nil {
-		return tools
-	}
-	return out
 }
 
 func (m *Instrumentation) decorate(t *mcp.Tool) mcp.Tool {

@@ -269,3 +269,36 @@ func TestRequireBearerToken(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyArgument_PassesMCPGosOwnStrictValidation: with mcp-go's own
+// argument validation on and a strict schema, a call that carries the
+// advertised idempotency_key is accepted (the hook removes it from the
+// arguments mcp-go validates), and a mistyped one is still rejected.
+func TestKeyArgument_PassesMCPGosOwnStrictValidation(t *testing.T) {
+	r := newRig(t, []server.ServerOption{server.WithInputSchemaValidation()}, nil)
+	var runs int
+	r.srv.AddTool(mcp.NewTool("send", mcp.WithInteger("n", mcp.Required()), mcp.WithSchemaAdditionalProperties(false)),
+		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			runs++
+			if _, ok := req.GetArguments()[instrument.KeyArgument]; ok {
+				return nil, errors.New("the handler saw the key")
+			}
+			return mcp.NewToolResultText("sent"), nil
+		})
+	c := r.client(t)
+	var req mcp.CallToolRequest
+	req.Params.Name = "send"
+	for _, args := range []map[string]any{{"n": 1, instrument.KeyArgument: "k"}, {"n": 1, instrument.KeyArgument: "k"}, {"n": "1"}} {
+		req.Params.Arguments = args
+		res, err := c.CallTool(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, isStr := args["n"].(string); isStr != res.IsError {
+			t.Errorf("%v: %+v", args, res)
+		}
+	}
+	if runs != 1 {
+		t.Errorf("runs %d", runs)
+	}
+}

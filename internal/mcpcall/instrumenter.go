@@ -36,6 +36,9 @@ type Instrumenter struct {
 	subjects  sync.Map     // scope -> subject hash
 	nsubjects atomic.Int32 // entries in subjects
 
+	sessions  sync.Map     // session ID -> scope
+	nsessions atomic.Int32 // entries in sessions
+
 	refusedMu sync.Mutex      // protects refused
 	refused   map[string]bool // tools whose unscoped refusal was logged
 }

@@ -121,7 +121,7 @@ func (s *rawServer) handle(ctx context.Context, msg string) (resp map[string]any
 		if err != nil {
 			panic(err)
 		}
-		call.Validate = func() error { return v.Validate(args) }
+		call.Validator = v
 	}
 	out, err := CallTool(op, call, RawCodec{}, func(ctx context.Context) (json.RawMessage, error) {
 		tool.mu.Lock()

@@ -83,7 +83,7 @@ func (in *Instrumenter) ScopeOf(ctx context.Context, sessionID string, t *Transp
 	case t.Local:
 		return Scope{Kind: ScopeLocal}
 	case sessionID != "" && t.AuthenticSessions:
-		return Scope{Kind: ScopeSession, Value: sessionScopePrefix + sessionID}
+		return Scope{Kind: ScopeSession, Value: in.sessionScope(sessionID)}
 	case t.ConnectionID != "":
 		return Scope{Kind: ScopeSession, Value: connectionScopePrefix + t.ConnectionID}
 	}
@@ -139,4 +139,22 @@ func explicitKey(meta map[string]any, stripped json.RawMessage) (string, error) 
 		}
 	}
 	return key, nil
+}
+
+// maxCachedSessions bounds the session scope cache; past it, scopes are
+// built per call.
+const maxCachedSessions = 8192
+
+// sessionScope returns the scope of a session ID, built once per session.
+func (in *Instrumenter) sessionScope(id string) string {
+	if v, ok := in.sessions.Load(id); ok {
+		return v.(string)
+	}
+	s := sessionScopePrefix + id
+	if in.nsessions.Load() < maxCachedSessions {
+		if _, loaded := in.sessions.LoadOrStore(id, s); !loaded {
+			in.nsessions.Add(1)
+		}
+	}
+	return s
 }

@@ -30,11 +30,18 @@ type ToolCall struct {
 	Continuation bool
 	// Progress sends notifications/progress for this request, or is nil.
 	Progress ProgressSender
-	// Validate checks Arguments against the tool's input schema, or is nil
-	// when the front end's SDK validated them already. A protected call
-	// whose arguments fail is answered with an isError result and nothing
-	// is claimed.
-	Validate func() error
+	// Validator checks the arguments against the tool's input schema, or is
+	// nil when the front end's SDK validated them already (or the tool has
+	// none). A protected call whose arguments fail is answered with an
+	// isError result and nothing is claimed.
+	Validator *SchemaValidator
+	// Decoded, when not nil, is the arguments the handler receives, decoded
+	// already by the SDK (as encoding/json decodes into an any); Validator
+	// checks it instead of decoding ValidatedArguments.
+	Decoded any
+	// ValidatedArguments is the raw JSON Validator checks when Decoded is
+	// nil: the arguments the handler receives. Defaults to Arguments.
+	ValidatedArguments []byte
 }
 
 // ProgressSender sends MCP progress notifications for one request.
@@ -144,8 +151,17 @@ func CallTool[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.C
 func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Context) (R, error)) (R, error) {
 	in := op.in
 	c := &op.call
-	if call.Validate != nil {
-		if err := call.Validate(); err != nil {
+	if v := call.Validator; v != nil {
+		var err error
+		switch {
+		case call.Decoded != nil:
+			err = v.ValidateValue(call.Decoded)
+		case call.ValidatedArguments != nil:
+			err = v.Validate(call.ValidatedArguments)
+		default:
+			err = v.Validate(call.Arguments)
+		}
+		if err != nil {
 			return refuse(op, codec, spancontract.RefusalInvalidArguments, rejectedText(call.Tool, err), nil), nil
 		}
 	}
