@@ -186,6 +186,12 @@ func BenchmarkCallTool(b *testing.B) {
 // without the instrumentation, in-process, spans recording.
 func BenchmarkListTools(b *testing.B) {
 	b.Run("paired", func(b *testing.B) { runPaired(b, sdktrace.AlwaysSample(), inProcess, listOp) })
+	// paired-without-key: the same without the idempotency_key argument in
+	// the listing, which makes the answer larger to encode and to decode:
+	// the cost of the span alone.
+	b.Run("paired-without-key", func(b *testing.B) {
+		runPaired(b, sdktrace.AlwaysSample(), inProcess, listOp, instrument.WithoutKeyParameter())
+	})
 }
 
 // BenchmarkInitialize compares initialize with and without the
@@ -213,8 +219,8 @@ func initOp(ctx context.Context, c *client.Client, _ int) error {
 	return err
 }
 
-func runPaired(b *testing.B, sampler sdktrace.Sampler, connect connector, do op) {
-	si, g := instrumentedServer(b, sampler)
+func runPaired(b *testing.B, sampler sdktrace.Sampler, connect connector, do op, opts ...instrument.Option) {
+	si, g := instrumentedServer(b, sampler, opts...)
 	// The tracing floor: the same requests with one SERVER span per
 	// tools/call carrying as many attributes as idemkit's and the operation
 	// duration, written by hand with the same SDK and no protection. It is
@@ -223,17 +229,18 @@ func runPaired(b *testing.B, sampler sdktrace.Sampler, connect connector, do op)
 	sf := floorServer(b, sampler)
 	clients := [numKinds]*client.Client{connect(b, bareServer(), false), connect(b, si, true), connect(b, sf, false)}
 	ctx := context.Background()
-	var d [numKinds]time.Duration
+	var d, cpu [numKinds]time.Duration
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		for j := range numKinds { // rotate the order too
 			k := (i + j) % numKinds
-			t0 := time.Now()
+			c0, t0 := cpuTime(), time.Now()
 			if err := do(ctx, clients[k], i); err != nil {
 				b.Fatal(err)
 			}
 			d[k] += time.Since(t0)
+			cpu[k] += cpuTime() - c0
 		}
 		if i%sweepEvery == sweepEvery-1 {
 			t2 := time.Now()
@@ -250,6 +257,12 @@ func runPaired(b *testing.B, sampler sdktrace.Sampler, connect connector, do op)
 	b.ReportMetric(float64(d[instrumented])/float64(d[bare]), "ratio")
 	b.ReportMetric(float64(d[floor])/float64(d[bare]), "floor-ratio")
 	b.ReportMetric(float64(d[instrumented]-d[floor])/float64(d[bare]), "idemkit-share")
+	// The same ratios in CPU time (the process's, user and system, around
+	// each request): with -cpu 1 it is the request's own work plus the GC's,
+	// and it does not count the time the process waited for a CPU, which on
+	// a loaded machine dominates wall time.
+	b.ReportMetric(float64(cpu[instrumented])/float64(cpu[bare]), "cpu-ratio")
+	b.ReportMetric(float64(cpu[floor])/float64(cpu[bare]), "cpu-floor-ratio")
 }
 
 func addTools(s *server.MCPServer) {
@@ -319,7 +332,7 @@ func floorServer(b *testing.B, sampler sdktrace.Sampler) *server.MCPServer {
 	return s
 }
 
-func instrumentedServer(b *testing.B, sampler sdktrace.Sampler) (*server.MCPServer, *idemkit.Guard) {
+func instrumentedServer(b *testing.B, sampler sdktrace.Sampler, opts ...instrument.Option) (*server.MCPServer, *idemkit.Guard) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler), sdktrace.WithSpanProcessor(nopProcessor{}))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	b.Cleanup(func() {
@@ -331,7 +344,7 @@ func instrumentedServer(b *testing.B, sampler sdktrace.Sampler) (*server.MCPServ
 		b.Fatal(err)
 	}
 	s := server.NewMCPServer("bench", "1", ServerOptions(g,
-		instrument.WithTracerProvider(tp), instrument.WithMeterProvider(mp))...)
+		append([]instrument.Option{instrument.WithTracerProvider(tp), instrument.WithMeterProvider(mp)}, opts...)...)...)
 	addTools(s)
 	return s, g
 }

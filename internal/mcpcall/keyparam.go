@@ -11,19 +11,18 @@ import (
 
 // KeyDescription is the sentence appended to the description of a tool
 // whose calls are protected, when the key argument is advertised.
-const KeyDescription = "Retries are safe: a repeated identical call returns the first call's result instead of running twice. " +
-	"To make a retry unambiguous, pass the same idempotency_key (for example a UUID chosen once per intended action) on every attempt; use a new key for a new action."
+const KeyDescription = "Retries are safe: a repeated identical call returns the first call's result instead of running again. " +
+	"Send the same idempotency_key (for example a UUID chosen once per intended action) on every retry, and a new one for a new action."
 
 // KeyParameterDescription describes the key argument in an input schema.
-const KeyParameterDescription = "Optional. A stable key (1-255 printable ASCII characters, for example a UUID) identifying this intended action. " +
-	"Send the same key when retrying the same action and a new key for a new action; the call then runs at most once per key."
+const KeyParameterDescription = "Optional. A stable key of up to 255 printable ASCII characters (for example a UUID) for this intended action: " +
+	"the same on every retry, a new one for a new action."
 
 // KeyParameterSchema returns the JSON Schema of the key argument, a fresh
-// map on every call.
+// map on every call. (An empty key is rejected by the key's own rules.)
 func KeyParameterSchema() map[string]any {
 	return map[string]any{
 		"type":        "string",
-		"minLength":   1,
 		"maxLength":   idemkit.MaxExplicitKeyLen,
 		"description": KeyParameterDescription,
 	}
