@@ -11,6 +11,22 @@
 // results cross the package as an SDK's own type through a Codec; RawCodec
 // handles results as raw JSON bytes.
 //
+// A front end that handles raw JSON-RPC (the gateway) serves each request
+// so (raw_test.go does exactly this, and runs the protection through it):
+//
+//	ctx, op := in.Start(ctx, &mcpcall.Request{Method: method, ID: id, HasID: ok,
+//		Meta: params.Meta, Target: params.Name, SessionID: sid, ProtocolVersion: v, Transport: t})
+//	defer op.End(resp) // resp: the JSON-RPC error code and message, if any
+//	switch method {
+//	case "tools/list": // relay, then advertise the key where op's caller is protected
+//		result, tools, err = in.DecorateRawToolsList(upstreamResult, op.Scope())
+//	case "tools/call":
+//		args, key := mcpcall.StripKeyArgument(params.Arguments) // when in.StripsKey
+//		result, err = mcpcall.CallTool(op, &mcpcall.ToolCall{Tool: name, Arguments: args,
+//			StrippedKey: key, Meta: params.Meta, Info: tools[name].Info, Validator: v},
+//			mcpcall.RawCodec{}, forward) // forward sends the call upstream
+//	}
+//
 // Nothing here imports an MCP SDK.
 package mcpcall
 
