@@ -145,7 +145,7 @@ func (m *Instrumentation) receive(next mcp.MethodHandler) mcp.MethodHandler {
 				ctx = context.WithValue(ctx, requestKey{}, ctr)
 			}
 		}
-		ctx, op := m.in.Start(ctx, &r)
+		_, op := m.in.Start(ctx, &r) // op is the request's context
 		ended := false
 		defer func() {
 			if !ended {

@@ -128,7 +128,6 @@ func indexOf(list []string, s string) int {
 var (
 	attrExecuteTool = attribute.String(spancontract.GenAIOperationName, spancontract.OperationExecuteTool)
 	attrToolsCall   = attribute.String(spancontract.MCPMethodName, spancontract.MethodToolsCall)
-	attrToolError   = attribute.String(spancontract.ErrorType, spancontract.ErrorTypeToolError)
 )
 
 // knownMethods are the request methods whose name is their own

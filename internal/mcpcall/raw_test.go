@@ -85,7 +85,7 @@ func (s *rawServer) handle(ctx context.Context, msg string) (resp map[string]any
 	case "resources/read":
 		r.ResourceURI = params.URI
 	}
-	ctx, op := s.in.Start(ctx, &r)
+	_, op := s.in.Start(ctx, &r) // op is the request's context
 	var end Response
 	defer func() {
 		if p := recover(); p != nil {

@@ -984,8 +984,7 @@ func testSessionDuration(t *testing.T, h Harness) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var n uint64
-		var points []histPoint
-		points = histPoints(t, r.metrics()[instrument.MetricSessionDuration])
+		points := histPoints(t, r.metrics()[instrument.MetricSessionDuration])
 		for _, p := range points {
 			n += p.count
 		}
