@@ -458,11 +458,26 @@ func (m *Instrumentation) middleware(next server.ToolHandlerFunc) server.ToolHan
 		op := mcpcall.FromContext(ctx)
 		if op == nil || op.Ended() || op.Method() != spancontract.MethodToolsCall {
 			// No request span: another server.WithTracer replaced idemkit's,
-			// or the call runs after its request ended (a task). The call
-			// gets a span of its own.
+			// or the call runs after its request ended (mcp-go runs a
+			// task-augmented call in the background, on the request's
+			// context, cancelled by then). The call gets a span of its own.
+			if op != nil && op.Ended() {
+				ctx = context.WithoutCancel(ctx)
+			}
 			return m.serveDetached(ctx, req, next)
 		}
-		return m.serve(op, req, next)
+		// mcp-go ends the request's span itself, also while a panic
+		// unwinds (without server.WithRecovery): mark it, without
+		// recovering.
+		returned := false
+		defer func() {
+			if !returned {
+				op.RecordPanic()
+			}
+		}()
+		res, err = m.serve(op, req, next)
+		returned = true
+		return res, err
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/mark3labs/mcp-go/tracing"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -300,5 +301,41 @@ func TestKeyArgument_PassesMCPGosOwnStrictValidation(t *testing.T) {
 	}
 	if runs != 1 {
 		t.Errorf("runs %d", runs)
+	}
+}
+
+// TestPanic_TheSpanSaysSoAndTheClaimIsReleased: mcp-go without
+// server.WithRecovery lets a handler's panic unwind through the
+// dispatcher, which ends the request span on its way.
+func TestPanic_TheSpanSaysSoAndTheClaimIsReleased(t *testing.T) {
+	r := newRig(t, nil, nil)
+	boom := true
+	r.srv.AddTool(mcp.NewTool("send"), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if boom {
+			panic("boom")
+		}
+		return mcp.NewToolResultText("sent"), nil
+	})
+	c := r.client(t)
+	var req mcp.CallToolRequest
+	req.Params.Name = "send"
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the panic was swallowed")
+			}
+		}()
+		_, _ = c.CallTool(context.Background(), req) // the in-process transport calls the server in this goroutine
+	}()
+	spans := r.spans("tools/call send")
+	if len(spans) != 1 || spans[0].Status().Code != codes.Error || attrOf(spans[0], sc.ErrorType) != "_OTHER" || attrOf(spans[0], sc.Outcome) != "executed" {
+		t.Fatalf("spans %v %v %v", spans, spans[0].Status(), spans[0].Attributes())
+	}
+	boom = false
+	if res, err := c.CallTool(context.Background(), req); err != nil || res.IsError {
+		t.Fatalf("%v %+v", err, res)
+	}
+	if s := r.spans("tools/call send"); attrOf(s[len(s)-1], sc.Outcome) == "replayed" {
+		t.Error("a panicked call was stored")
 	}
 }

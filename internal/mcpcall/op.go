@@ -74,6 +74,7 @@ type Op struct {
 
 	req       Request
 	toolError bool     // RecordToolError
+	panicked  bool     // RecordPanic
 	errSet    bool     // RecordError
 	errRes    Response // RecordError
 
@@ -205,6 +206,10 @@ func (op *Op) RecordError(code int64, message string, err error) {
 // ErrorRecorded reports whether RecordError was called.
 func (op *Op) ErrorRecorded() bool { return op.errSet }
 
+// RecordPanic records that a handler of the request panicked, for front
+// ends whose SDK ends the span itself while the panic unwinds.
+func (op *Op) RecordPanic() { op.panicked = true }
+
 // RecordToolError records that a tools/call ends with an isError result
 // that CallTool did not produce (an SDK rejected the arguments).
 func (op *Op) RecordToolError() { op.toolError = true }
@@ -235,6 +240,7 @@ func (op *Op) End(res Response) {
 	op.ended = true
 	in := op.in
 	c := &op.call
+	res.Panicked = res.Panicked || op.panicked
 	if !res.HasCode && op.errSet {
 		res.HasCode, res.Code, res.Message = true, op.errRes.Code, op.errRes.Message
 		if res.Err == nil {

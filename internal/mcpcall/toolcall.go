@@ -187,6 +187,12 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 	r, derr := in.guard.Do(op, key, func(wctx context.Context) (idemkit.Response, error) {
 		workStart, ran = time.Now(), true
 		attempt = idemkit.CallFromContext(wctx).Attempt()
+		// Known now, in case the handler panics: the span then still says
+		// that the work ran.
+		c.attempt, c.outcome = attempt, outcomeExecuted
+		if attempt > 1 {
+			c.outcome = outcomeTakeover
+		}
 		handlerRes, handlerErr = next(wctx)
 		if handlerErr != nil {
 			return idemkit.Response{}, handlerErr
