@@ -106,11 +106,12 @@ func (m *Instrumentation) Install(s *mcp.Server) {
 
 type requestKey struct{}
 
-// RequestFrom returns the tools/call request being handled in ctx, or nil.
-// A WithSubject function can use it to read the request's Extra (auth token
-// information, HTTP headers).
-func RequestFrom(ctx context.Context) *mcp.CallToolRequest {
-	r, _ := ctx.Value(requestKey{}).(*mcp.CallToolRequest)
+// RequestFrom returns the request being handled in ctx (a
+// *mcp.CallToolRequest for tools/call), or nil. A WithSubject function can
+// use it to read the request's Extra (auth token information, HTTP
+// headers).
+func RequestFrom(ctx context.Context) mcp.Request {
+	r, _ := ctx.Value(requestKey{}).(mcp.Request)
 	return r
 }
 
@@ -119,10 +120,13 @@ func RequestFrom(ctx context.Context) *mcp.CallToolRequest {
 // for the request, or "".
 func TokenSubject(ctx context.Context) string {
 	r := RequestFrom(ctx)
-	if r == nil || r.Extra == nil || r.Extra.TokenInfo == nil {
+	if r == nil {
 		return ""
 	}
-	return r.Extra.TokenInfo.UserID
+	if e := r.GetExtra(); e != nil && e.TokenInfo != nil {
+		return e.TokenInfo.UserID
+	}
+	return ""
 }
 
 func (m *Instrumentation) send(next mcp.MethodHandler) mcp.MethodHandler {
@@ -140,11 +144,9 @@ func (m *Instrumentation) receive(next mcp.MethodHandler) mcp.MethodHandler {
 			return next(ctx, method, req)
 		}
 		r := m.describe(method, req)
-		if method == methodCallTool {
-			if ctr, ok := req.(*mcp.CallToolRequest); ok {
-				ctx = context.WithValue(ctx, requestKey{}, ctr)
-			}
-		}
+		// The Subject function reads the request (its token, its headers)
+		// on every method: tools/list too decides on its caller.
+		ctx = context.WithValue(ctx, requestKey{}, req)
 		_, op := m.in.Start(ctx, &r) // op is the request's context
 		ended := false
 		defer func() {

@@ -33,6 +33,7 @@ func Run(t *testing.T, h Harness) {
 		{"ConcurrentDuplicates_RunOnceAndTheOthersAreToldItIsInProgress", testConcurrentDuplicates},
 		{"ExplicitKey_ReusedWithOtherArgumentsIsRejected", testMismatch},
 		{"Subjects_TwoBearerTokensNeverShareAResult", testSubjects},
+		{"Subjects_ProtectCallsWithoutValidatedSessions", testSubjectsWithoutSessions},
 		{"Sessions_ScopeCallsWithoutASubject", testSessions},
 		{"Sessions_AStrangerWithAnotherClientsSessionIDGetsNoStoredResult", testStranger},
 		{"FailClosed_UnidentifiedCallersAreRefusedWithALogLinePerTool", testUnscopedRefused},
@@ -311,6 +312,29 @@ func testSubjects(t *testing.T, h Harness) {
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("unknown token: %s", resp.Status)
+	}
+}
+
+// testSubjectsWithoutSessions: a subject is enough; calls are protected,
+// and the listing says so, on a server whose sessions are not validated
+// and for a client without a session.
+func testSubjectsWithoutSessions(t *testing.T, h Harness) {
+	var runs counter
+	r := start(t, h, setup{transport: HTTPUnvalidated, bearer: true, tools: []Tool{refundTool(&runs)}})
+	c := r.connect(ClientConfig{Token: "token-alice"})
+	tools, err := c.ListTools(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !advertisesKey(tools, "refund") {
+		t.Errorf("tools/list does not offer the key to an authenticated caller: %v", tools)
+	}
+	call(t, c, "refund", map[string]any{"order_id": "o-1"}, nil)
+	if res := call(t, c, "refund", map[string]any{"order_id": "o-1"}, nil); marker(res, instrument.ReplayMetaKey) == nil {
+		t.Errorf("%v", res)
+	}
+	if runs.get() != 1 || strings.Contains(r.log.String(), "refused") {
+		t.Errorf("runs %d, log %s", runs.get(), r.log.String())
 	}
 }
 
