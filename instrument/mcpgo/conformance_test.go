@@ -17,7 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idemkit/instrument"
-	"github.com/idemkit/idemkit/instrument/internal/adaptertest"
+	"github.com/idemkit/idemkit/internal/adaptertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

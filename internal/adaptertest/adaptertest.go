@@ -1,9 +1,9 @@
-// Package adaptertest is the conformance suite every idemkit SDK adapter
-// runs (instrument/mcpgo, instrument/gosdk), as every store runs
-// idemkit/storetest: the same behaviours, checked the same way, against a
-// real server of the adapter's SDK and a real client of the same SDK, over
-// real transports. An adapter's test package implements Harness and calls
-// Run.
+// Package adaptertest is the conformance suite every idemkit MCP front end
+// runs (the SDK adapters instrument/mcpgo and instrument/gosdk; the idemkit
+// gateway can, with a harness that puts it in front of a server of these
+// tools), as every store runs idemkit/storetest: the same behaviours,
+// checked the same way, against a real server and a real client over real
+// transports. A front end's test package implements Harness and calls Run.
 package adaptertest
 
 import (
