@@ -769,6 +769,19 @@ func TestRawCodec(t *testing.T) {
 	if !c.IsError(e) || c.IsError(in) || c.NeedsInput(in) || !c.NeedsInput(json.RawMessage(`{"resultType":"input_required"}`)) {
 		t.Error("flags")
 	}
+	for doc, want := range map[string]bool{
+		`{"content":[],"isError":true}`:                  true,
+		`{"content":[],"isError":false}`:                 false,
+		`{"content":[],"\u0069sError":true}`:             true, // an escaped member name
+		`{"content":[{"type":"text","text":"isError"}]}`: false,
+	} {
+		if c.IsError(json.RawMessage(doc)) != want {
+			t.Errorf("IsError(%s) = %v", doc, !want)
+		}
+	}
+	if !c.NeedsInput(json.RawMessage(`{"inputRequests":{"a":{}}}`)) || c.NeedsInput(json.RawMessage(`{"inputRequests":null}`)) {
+		t.Error("NeedsInput with inputRequests")
+	}
 	if _, err := c.Unmarshal([]byte(`[1]`)); err == nil {
 		t.Error("a non-object result decoded")
 	}

@@ -67,13 +67,25 @@ func rawFlagsOf(r json.RawMessage) rawFlags {
 	return f
 }
 
+var escape = []byte(`\u`)
+
+// mentions reports whether a result may have a member named name: false
+// only when the name appears nowhere and nothing is \u-escaped (a member
+// name could hide behind an escape), so that most results are never
+// decoded.
+func mentions(r json.RawMessage, name string) bool {
+	return bytes.Contains(r, []byte(name)) || bytes.Contains(r, escape)
+}
+
 // IsError implements Codec.
-func (RawCodec) IsError(r json.RawMessage) bool { return len(r) > 0 && rawFlagsOf(r).IsError }
+func (RawCodec) IsError(r json.RawMessage) bool {
+	return len(r) > 0 && mentions(r, "isError") && rawFlagsOf(r).IsError
+}
 
 // NeedsInput implements Codec: a result of resultType "input_required" or
 // with inputRequests.
 func (RawCodec) NeedsInput(r json.RawMessage) bool {
-	if len(r) == 0 {
+	if len(r) == 0 || (!mentions(r, "resultType") && !mentions(r, "inputRequests")) {
 		return false
 	}
 	f := rawFlagsOf(r)
