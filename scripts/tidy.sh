@@ -18,5 +18,5 @@ for dir in $(sed -n 's/^\t\(\.[^ ]*\)$/\1/p' go.work); do
   echo "==> go mod tidy in $dir"
   env="$("$proxy/modpublish" -root "$root" -proxy "$proxy/mods" -all -purge-cache 2>/dev/null)"
   (eval "$env" && cd "$dir" && GOWORK=off go mod tidy)
-  [[ -f "$dir/go.sum" ]] && sed -i '\#^github.com/idemkit/idemkit[/ ]#d' "$dir/go.sum"
+  if [[ -f "$dir/go.sum" ]]; then sed -i '\#^github.com/idemkit/idemkit[/ ]#d' "$dir/go.sum"; fi
 done

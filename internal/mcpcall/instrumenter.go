@@ -30,8 +30,9 @@ type Instrumenter struct {
 	tracer trace.Tracer
 	m      instruments
 
-	targets  sync.Map     // targetKey -> *targetAttrs
-	ntargets atomic.Int32 // entries in targets
+	methods  map[string]*targetAttrs // method without a target -> attributes; read-only
+	targets  sync.Map                // targetKey -> *targetAttrs
+	ntargets atomic.Int32            // entries in targets
 
 	subjects  sync.Map     // scope -> subject hash
 	nsubjects atomic.Int32 // entries in subjects
@@ -50,7 +51,7 @@ type Instrumenter struct {
 // replaced by no-ops.
 func New(guard *idemkit.Guard, cfg Config) *Instrumenter {
 	cfg.complete()
-	in := &Instrumenter{cfg: cfg, guard: guard}
+	in := &Instrumenter{cfg: cfg, guard: guard, methods: methodAttrs()}
 	in.tracer = cfg.TracerProvider.Tracer(ScopeName,
 		trace.WithInstrumentationVersion(Version), trace.WithSchemaURL(semconv.SchemaURL))
 	if err := in.m.init(cfg.MeterProvider); err != nil {

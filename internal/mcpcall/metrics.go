@@ -144,6 +144,17 @@ var knownMethods = map[string]bool{
 	"server/discover": true, "subscriptions/listen": true,
 }
 
+// methodAttrs returns the attributes of every known method without a
+// target, and of "_OTHER": a map that is never written after New.
+func methodAttrs() map[string]*targetAttrs {
+	m := make(map[string]*targetAttrs, len(knownMethods)+1)
+	for method := range knownMethods {
+		m[method] = newTargetAttrs(method, "")
+	}
+	m[spancontract.ErrorTypeOther] = newTargetAttrs(spancontract.ErrorTypeOther, "")
+	return m
+}
+
 // methodName returns the low-cardinality name of a method.
 func methodName(m string) string {
 	if knownMethods[m] {
@@ -189,6 +200,14 @@ type opKey struct {
 const maxCachedTargets = 4096
 
 func (in *Instrumenter) targetAttrs(method, target string) *targetAttrs {
+	if target == "" {
+		if ta, ok := in.methods[method]; ok {
+			return ta
+		}
+		if !knownMethods[method] {
+			return in.methods[spancontract.ErrorTypeOther]
+		}
+	}
 	k := targetKey{method, target}
 	if v, ok := in.targets.Load(k); ok {
 		return v.(*targetAttrs)
