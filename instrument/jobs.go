@@ -7,10 +7,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idemkit/internal/mcpcall"
 )
 
 // JobState is the state of a background job.
@@ -188,14 +188,14 @@ type JobsConfig struct {
 // type), or a Go error.
 type JobWork func(ctx context.Context) (body []byte, isError bool, err error)
 
-// Jobs runs job-and-poll tools: a start call returns a job ID at once and
-// the work runs in a worker that outlives the request, whose state a status
-// tool reports. The start tool is an ordinary protected tool, so the Guard
-// stores its answer and a duplicate start call gets the same job ID instead
-// of starting the work twice. Build Jobs with NewJobs and Close them on
-// shutdown; they are safe for concurrent use.
+// Jobs runs job-and-poll tools (see mcpgo.AddJobTool and gosdk.AddJobTool):
+// a start call returns a job ID at once and the work runs in a worker that
+// outlives the request, whose state a status tool reports. The start tool
+// is an ordinary protected tool, so the Guard stores its answer and a
+// duplicate start call gets the same job ID instead of starting the work
+// twice. Build Jobs with NewJobs and Close them on shutdown; they are safe
+// for concurrent use.
 type Jobs struct {
-	in         *Instrumenter
 	store      JobStore
 	heartbeat  time.Duration
 	staleAfter time.Duration
@@ -209,14 +209,13 @@ type Jobs struct {
 	closed bool
 }
 
-// NewJobs returns Jobs that register their status tools with in (so that
-// in-progress answers name them) and keep records as cfg says.
-func NewJobs(in *Instrumenter, cfg *JobsConfig) *Jobs {
+// NewJobs returns Jobs that keep records as cfg says (nil: all defaults).
+func NewJobs(cfg *JobsConfig) *Jobs {
 	var c JobsConfig
 	if cfg != nil {
 		c = *cfg
 	}
-	j := &Jobs{in: in, store: c.Store, heartbeat: c.Heartbeat, staleAfter: c.StaleAfter, timeout: c.Timeout}
+	j := &Jobs{store: c.Store, heartbeat: c.Heartbeat, staleAfter: c.StaleAfter, timeout: c.Timeout}
 	if j.store == nil {
 		j.store = &MemoryJobStore{}
 	}
@@ -229,9 +228,6 @@ func NewJobs(in *Instrumenter, cfg *JobsConfig) *Jobs {
 	j.ctx, j.cancel = context.WithCancel(context.Background())
 	return j
 }
-
-// Instrumenter returns the Instrumenter the jobs belong to.
-func (j *Jobs) Instrumenter() *Instrumenter { return j.in }
 
 // StatusToolName returns the name of the status tool of a job tool: tool
 // with "_status" appended.
@@ -258,11 +254,8 @@ func (j *Jobs) Start(ctx context.Context, tool string, work JobWork) (*Job, erro
 		return nil, err
 	}
 	run := &jobRun{jobs: j, job: job.clone()}
-	st := &callState{Context: context.WithoutCancel(ctx), job: run}
-	if parent := stateFrom(ctx); parent != nil {
-		st.scope, st.scoped, st.hasSubject = parent.scope, parent.scoped, parent.hasSubject
-	}
-	wctx, cancel := context.WithCancel(st)
+	jctx, written := mcpcall.JobContext(ctx, run)
+	wctx, cancel := context.WithCancel(jctx)
 	if j.timeout > 0 {
 		var cancelT context.CancelFunc
 		wctx, cancelT = context.WithTimeout(wctx, j.timeout)
@@ -274,7 +267,7 @@ func (j *Jobs) Start(ctx context.Context, tool string, work JobWork) (*Job, erro
 		defer j.wg.Done()
 		defer cancel()
 		defer stop()
-		run.run(wctx, st, work)
+		run.run(wctx, written, work)
 	}()
 	return job.clone(), nil
 }
@@ -329,11 +322,11 @@ func newJobID() string {
 
 // jobOwner returns the owner hash of the subject in ctx, or "".
 func jobOwner(ctx context.Context) string {
-	st := stateFrom(ctx)
-	if st == nil || !st.hasSubject {
+	subject, ok := mcpcall.CallerSubject(ctx)
+	if !ok {
 		return ""
 	}
-	sum := sha256.Sum256([]byte("idemkit/job-owner\x00" + st.scope))
+	sum := sha256.Sum256([]byte("idemkit/job-owner\x00" + subject))
 	return hex.EncodeToString(sum[:])
 }
 
@@ -353,14 +346,15 @@ func (r *jobRun) update(ctx context.Context, mut func(*Job)) error {
 	return r.jobs.store.Update(ctx, r.job)
 }
 
-func (r *jobRun) report(ctx context.Context, progress, total float64, message string) error {
+// Report records the progress the work reported (see Progress).
+func (r *jobRun) Report(ctx context.Context, progress, total float64, message string) error {
 	return r.update(ctx, func(j *Job) {
 		j.Progress, j.Total, j.Message = progress, total, message
 		j.Heartbeat = time.Now()
 	})
 }
 
-func (r *jobRun) run(ctx context.Context, st *callState, work JobWork) {
+func (r *jobRun) run(ctx context.Context, written func() string, work JobWork) {
 	hbDone := make(chan struct{})
 	hbExited := make(chan struct{})
 	go func() {
@@ -385,7 +379,7 @@ func (r *jobRun) run(ctx context.Context, st *callState, work JobWork) {
 	defer cancel()
 	_ = r.update(fctx, func(j *Job) {
 		j.Heartbeat = time.Now()
-		j.WriteID = st.recordedWrite()
+		j.WriteID = written()
 		switch {
 		case err != nil:
 			j.State, j.Error = JobFailed, err.Error()
@@ -404,63 +398,4 @@ func safeWork(ctx context.Context, work JobWork) (body []byte, isError bool, err
 		}
 	}()
 	return work(ctx)
-}
-
-// StartedText is the model-facing text of a start call's answer.
-func StartedText(tool, statusTool, jobID string) string {
-	return "Started job " + jobID + " for " + tool + ". The work runs in the background and has not finished yet. " +
-		"Do not call " + tool + " again for this request: call " + statusTool + " with job_id \"" + jobID + "\" to check on it and get its result."
-}
-
-// StatusText is the model-facing text of a job status answer for a job that
-// has no result to return yet (running or abandoned), or that failed with a
-// Go error.
-func StatusText(job *Job, statusTool string) string {
-	var b strings.Builder
-	b.WriteString("Job ")
-	b.WriteString(job.ID)
-	b.WriteString(" (")
-	b.WriteString(job.Tool)
-	b.WriteString(") ")
-	switch job.State {
-	case JobRunning:
-		b.WriteString("is still running")
-		if job.Total > 0 {
-			b.WriteString(": ")
-			b.WriteString(strconv.FormatFloat(job.Progress, 'f', -1, 64))
-			b.WriteString(" of ")
-			b.WriteString(strconv.FormatFloat(job.Total, 'f', -1, 64))
-		} else if job.Progress > 0 {
-			b.WriteString(": progress ")
-			b.WriteString(strconv.FormatFloat(job.Progress, 'f', -1, 64))
-		}
-		if job.Message != "" {
-			b.WriteString(" (")
-			b.WriteString(job.Message)
-			b.WriteString(")")
-		}
-		b.WriteString(". It has not failed. Do not start it again; call ")
-		b.WriteString(statusTool)
-		b.WriteString(" again in a few seconds.")
-	case JobAbandoned:
-		b.WriteString("stopped reporting: the server running it went away, and it may or may not have completed its work. " +
-			"Check the effect before starting it again.")
-	case JobFailed:
-		b.WriteString("failed: ")
-		b.WriteString(job.Error)
-		b.WriteString(".")
-	case JobSucceeded:
-		b.WriteString("succeeded.")
-	}
-	return b.String()
-}
-
-// NotFoundText is the model-facing text for an unknown job ID.
-func NotFoundText(jobID string) string {
-	return "No job " + strconv.Quote(jobID) + " was found for this caller. Job IDs are returned by the tool that starts the job; finished jobs are kept for a limited time."
-}
-
-// JobMeta returns the JobMetaKey value of a status answer.
-func JobMeta(job *Job) map[string]any {
-	return map[string]any{"job_id": job.ID, "state": string(job.State)}
 }

@@ -2,11 +2,13 @@ package instrument
 
 import (
 	"context"
+	"log/slog"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemkit/idemkit/internal/mcpcall"
 )
 
 // DefaultCaptureBytes is the cap applied to raw arguments and results
@@ -14,158 +16,153 @@ import (
 // size of zero or less.
 const DefaultCaptureBytes = 1 << 10
 
-// UnscopedPolicy decides what happens to a call of a protected tool that
-// cannot be scoped to a caller: no subject (WithSubject returned "" or was
-// not set), not a single-client local transport, and no session ID. That is
-// the shape of stateless Streamable HTTP without authentication.
+// UnscopedPolicy decides what happens to a call of a protected tool whose
+// caller cannot be identified: WithSubject named no one, the transport is
+// not a single-client local one (stdio), and the request has no authentic
+// session (one issued and validated by the server). That is the shape of
+// Streamable HTTP without authentication, and of any session a server does
+// not validate.
 type UnscopedPolicy uint8
 
 const (
-	// UnscopedBypass runs an unscoped call unprotected (outcome "bypassed",
-	// idemkit.bypass.reason "unscoped") rather than let unknown callers share
-	// one namespace, where a caller could be answered with another caller's
-	// stored response. Its span still carries the key and argument hashes, so
-	// the Collector can see duplicates that leaked. This is the default.
-	UnscopedBypass UnscopedPolicy = iota
-	// UnscopedShare protects unscoped calls in one shared namespace (the
-	// empty subject). Choose it only for a server whose every caller may see
-	// every other caller's results, such as a single-tenant internal service.
+	// UnscopedRefuse answers such a call with an isError result that tells
+	// the model nothing was done (with the RefusalMetaKey marker, reason
+	// "unscoped"), and logs once per tool what the operator can configure.
+	// The tool's description does not claim that retries are safe for such
+	// callers. This is the default: a protected tool never runs unprotected,
+	// and two callers never share a stored result.
+	UnscopedRefuse UnscopedPolicy = iota
+	// UnscopedShare protects such calls in one namespace that every
+	// unidentified caller shares: a caller may be answered with another
+	// caller's stored result. Choose it only for a server whose callers may
+	// all see each other's results, such as a single-tenant internal service.
 	UnscopedShare
+	// UnscopedBypass runs such calls unprotected (outcome "bypassed",
+	// idemkit.bypass.reason "unscoped"); their spans still carry the key
+	// hashes, so the Collector sees the duplicates that leak.
+	UnscopedBypass
 )
 
-// Option configures an Instrumenter. Options are applied in order; for the
-// per-tool options a later one overrides an earlier one for the same tool.
+// Option configures the instrumentation of an MCP server (see the mcpgo
+// and gosdk packages). Options are applied in order; for the per-tool
+// options a later one overrides an earlier one for the same tool.
 type Option interface {
-	apply(*config)
+	apply(*mcpcall.Config)
 }
 
-type optionFunc func(*config)
+type optionFunc func(*mcpcall.Config)
 
-func (f optionFunc) apply(c *config) { f(c) }
+func (f optionFunc) apply(c *mcpcall.Config) { f(c) }
 
-type config struct {
-	tp         trace.TracerProvider
-	mp         metric.MeterProvider
-	prop       propagation.TextMapPropagator
-	subject    func(context.Context) string
-	subjectKey []byte
-	rawSubject bool
-	protect    map[string]bool // tool -> true protect, false bypass
-	statusTool map[string]string
-	exclude    map[string][]string
-	unscoped   UnscopedPolicy
-	argsCap    int // 0: do not record
-	resultCap  int // 0: do not record
-	keyParam   bool
-	stripKey   bool
-	opDuration bool
-}
-
-func newConfig(opts []Option) config {
-	c := config{keyParam: true, stripKey: true}
-	for _, o := range opts {
-		if o != nil {
-			o.apply(&c)
+func init() {
+	mcpcall.SetConfigure(func(c *mcpcall.Config, opts any) {
+		for _, o := range opts.([]Option) {
+			if o != nil {
+				o.apply(c)
+			}
 		}
-	}
-	if c.tp == nil {
-		c.tp = otel.GetTracerProvider()
-	}
-	if c.mp == nil {
-		c.mp = otel.GetMeterProvider()
-	}
-	if c.prop == nil {
-		c.prop = otel.GetTextMapPropagator()
-	}
-	return c
+	})
 }
 
-// WithTracerProvider sets the TracerProvider that creates the tool-call
-// spans. Defaults to the global provider (otel.GetTracerProvider) at New.
+// WithTracerProvider sets the TracerProvider of the request spans. Defaults
+// to the global provider (otel.GetTracerProvider) when the instrumentation
+// is built.
 func WithTracerProvider(tp trace.TracerProvider) Option {
-	return optionFunc(func(c *config) { c.tp = tp })
+	return optionFunc(func(c *mcpcall.Config) { c.TracerProvider = tp })
 }
 
-// WithMeterProvider sets the MeterProvider of the idemkit metrics. Defaults
-// to the global provider (otel.GetMeterProvider) at New.
+// WithMeterProvider sets the MeterProvider of the metrics. Defaults to the
+// global provider (otel.GetMeterProvider) when the instrumentation is built.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return optionFunc(func(c *config) { c.mp = mp })
+	return optionFunc(func(c *mcpcall.Config) { c.MeterProvider = mp })
 }
 
 // WithPropagator sets the propagator that extracts the caller's trace
 // context from a request's params._meta (traceparent, tracestate). Defaults
-// to the global propagator (otel.GetTextMapPropagator) at New.
+// to the global propagator (otel.GetTextMapPropagator) when the
+// instrumentation is built.
 func WithPropagator(p propagation.TextMapPropagator) Option {
-	return optionFunc(func(c *config) { c.prop = p })
+	return optionFunc(func(c *mcpcall.Config) { c.Propagator = p })
+}
+
+// WithLogger sets the logger of the operator-facing messages, such as the
+// one logged once per tool whose calls are refused because their caller
+// cannot be identified. Defaults to slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *mcpcall.Config) { c.Logger = l })
 }
 
 // WithSubject sets the function that names the authenticated caller of a
-// request, from its context (a user ID, a tenant, an OAuth subject). Keys are
-// scoped by it: two callers never share a stored response. It must be fast
-// and safe for concurrent use; it is called once per tool call.
+// request, from its context: a user ID, a tenant, an OAuth subject (see
+// mcpgo.TokenSubject and gosdk.TokenSubject for bearer tokens). Keys are
+// scoped by it, so two callers never share a stored response. It must be
+// fast and safe for concurrent use; it is called once per tool call, and
+// once per tools/list (to decide which tools are advertised as safe to
+// retry).
 //
-// When it is not set or returns "", the call is scoped as follows:
+// When it is not set or returns "", a call is scoped as follows:
 //
-//   - On a single-client local transport (stdio), by nothing: the process
-//     serves one client.
-//   - Otherwise, when the transport has a session ID, by the session. A
-//     duplicate sent on a new session after a reconnect is then not caught;
-//     set WithSubject to catch it.
-//   - Otherwise (stateless HTTP without a subject) the caller is unknown and
-//     the call is handled by the UnscopedPolicy (WithUnscopedCalls), by
-//     default run unprotected.
+//   - on a single-client local transport (stdio), by nothing: the process
+//     serves one client;
+//   - otherwise, by the MCP session, when the server issued and validates
+//     the session ID (stateful Streamable HTTP served through
+//     mcpgo.NewStreamableHTTPHandler or gosdk.NewStreamableHTTPHandler, or
+//     an in-process session). A duplicate sent on a new session after a
+//     reconnect is then not caught; set WithSubject to catch it;
+//   - otherwise the caller cannot be identified, and the UnscopedPolicy
+//     decides (WithUnscopedCalls; by default the call is refused).
 func WithSubject(fn func(ctx context.Context) string) Option {
-	return optionFunc(func(c *config) { c.subject = fn })
+	return optionFunc(func(c *mcpcall.Config) { c.Subject = fn })
 }
 
 // WithSubjectHashKey makes idemkit.subject.hash an HMAC-SHA-256 of the
 // subject under key instead of a plain SHA-256, so that a span reader cannot
 // confirm a guessed subject (an e-mail address) by hashing it. For the same
-// reason idemkit.key.hash becomes an HMAC of the key ID under key (it is
-// derived from the subject). Every replica must use the same key for their
-// hashes, and the Collector's duplicate groups, to agree. Defaults to no key.
+// reason idemkit.key.hash becomes an HMAC of the key ID. Every replica must
+// use the same key for their hashes, and the Collector's duplicate groups,
+// to agree. Defaults to no key.
 func WithSubjectHashKey(key []byte) Option {
 	k := append([]byte(nil), key...)
-	return optionFunc(func(c *config) { c.subjectKey = k })
+	return optionFunc(func(c *mcpcall.Config) { c.SubjectHashKey = k })
 }
 
 // WithRawSubject also records the raw subject on spans (idemkit.subject).
 // Subjects are personal data: opt in only where your tracing backend may
 // hold them. Defaults to off.
 func WithRawSubject() Option {
-	return optionFunc(func(c *config) { c.rawSubject = true })
+	return optionFunc(func(c *mcpcall.Config) { c.RawSubject = true })
 }
 
 // WithProtect protects tools whatever their annotations say.
 func WithProtect(tools ...string) Option {
-	return optionFunc(func(c *config) { c.setProtect(tools, true) })
+	return optionFunc(func(c *mcpcall.Config) { setProtect(c, tools, true) })
 }
 
 // WithBypass leaves tools unprotected (they still get spans and metrics)
 // whatever their annotations say.
 func WithBypass(tools ...string) Option {
-	return optionFunc(func(c *config) { c.setProtect(tools, false) })
+	return optionFunc(func(c *mcpcall.Config) { setProtect(c, tools, false) })
 }
 
-func (c *config) setProtect(tools []string, v bool) {
-	if c.protect == nil {
-		c.protect = make(map[string]bool, len(tools))
+func setProtect(c *mcpcall.Config, tools []string, v bool) {
+	if c.Protect == nil {
+		c.Protect = make(map[string]bool, len(tools))
 	}
 	for _, t := range tools {
-		c.protect[t] = v
+		c.Protect[t] = v
 	}
 }
 
 // WithStatusTool names the tool a model should call to check on an
 // in-progress call of tool; the in-progress answer names it. A StatusTool
-// set in the Guard's idemkit.ToolConfig takes precedence. Job tools register
-// theirs automatically.
+// set in the Guard's idemkit.ToolConfig takes precedence; a tool may also
+// name its own in its _meta under StatusToolMetaKey (job tools do).
 func WithStatusTool(tool, statusTool string) Option {
-	return optionFunc(func(c *config) {
-		if c.statusTool == nil {
-			c.statusTool = make(map[string]string)
+	return optionFunc(func(c *mcpcall.Config) {
+		if c.StatusTools == nil {
+			c.StatusTools = make(map[string]string)
 		}
-		c.statusTool[tool] = statusTool
+		c.StatusTools[tool] = statusTool
 	})
 }
 
@@ -173,18 +170,18 @@ func WithStatusTool(tool, statusTool string) Option {
 // hash: client timestamps, nonces, request IDs that differ on every retry and
 // would otherwise make every duplicate look new.
 func WithExclude(tool string, fields ...string) Option {
-	return optionFunc(func(c *config) {
-		if c.exclude == nil {
-			c.exclude = make(map[string][]string)
+	return optionFunc(func(c *mcpcall.Config) {
+		if c.Exclude == nil {
+			c.Exclude = make(map[string][]string)
 		}
-		c.exclude[tool] = append([]string(nil), fields...)
+		c.Exclude[tool] = append([]string(nil), fields...)
 	})
 }
 
-// WithUnscopedCalls sets the policy for protected calls that cannot be
-// scoped to a caller (see WithSubject). Defaults to UnscopedBypass.
+// WithUnscopedCalls sets the policy for protected calls whose caller cannot
+// be identified (see WithSubject). Defaults to UnscopedRefuse.
 func WithUnscopedCalls(p UnscopedPolicy) Option {
-	return optionFunc(func(c *config) { c.unscoped = p })
+	return optionFunc(func(c *mcpcall.Config) { c.Unscoped = mcpcall.UnscopedPolicy(p) })
 }
 
 // WithRecordArguments records the raw tool arguments on spans
@@ -192,14 +189,14 @@ func WithUnscopedCalls(p UnscopedPolicy) Option {
 // maxBytes <= 0). Arguments may hold personal or secret data: opt in only
 // where your tracing backend may hold them. Defaults to off.
 func WithRecordArguments(maxBytes int) Option {
-	return optionFunc(func(c *config) { c.argsCap = captureCap(maxBytes) })
+	return optionFunc(func(c *mcpcall.Config) { c.ArgumentsCap = captureCap(maxBytes) })
 }
 
 // WithRecordResults records the raw tool results on spans
 // (gen_ai.tool.call.result), cut to maxBytes (DefaultCaptureBytes when
 // maxBytes <= 0). Defaults to off.
 func WithRecordResults(maxBytes int) Option {
-	return optionFunc(func(c *config) { c.resultCap = captureCap(maxBytes) })
+	return optionFunc(func(c *mcpcall.Config) { c.ResultCap = captureCap(maxBytes) })
 }
 
 func captureCap(n int) int {
@@ -209,28 +206,19 @@ func captureCap(n int) int {
 	return n
 }
 
-// WithoutKeyParameter stops the SDK wiring from advertising the optional
-// idempotency_key argument in protected tools' input schemas and
+// WithoutKeyParameter stops the instrumentation from advertising the
+// optional idempotency_key argument in protected tools' input schemas and
 // descriptions. Keys sent anyway (in the arguments or in params._meta) are
 // still honoured. Defaults to advertising it.
 func WithoutKeyParameter() Option {
-	return optionFunc(func(c *config) { c.keyParam = false })
+	return optionFunc(func(c *mcpcall.Config) { c.AdvertiseKey = false })
 }
 
 // WithKeyArgumentPassedThrough hands the idempotency_key argument to the
 // tool handler instead of removing it from the arguments first. Tools whose
 // own input schema declares idempotency_key always receive it. Defaults to
-// removing it, so that handlers with strict argument decoding do not fail on
-// a field they never declared.
+// removing it, so that handlers with strict argument decoding (and strict
+// input schemas) do not fail on a field they never declared.
 func WithKeyArgumentPassedThrough() Option {
-	return optionFunc(func(c *config) { c.stripKey = false })
-}
-
-// WithOperationDuration also records the semantic-convention histogram
-// mcp.server.operation.duration (seconds, by mcp.method.name,
-// gen_ai.tool.name and error.type) for every tools/call. Defaults to off:
-// it adds a histogram measurement to every call, and an MCP server
-// instrumented for all methods may record it already.
-func WithOperationDuration() Option {
-	return optionFunc(func(c *config) { c.opDuration = true })
+	return optionFunc(func(c *mcpcall.Config) { c.StripKey = false })
 }

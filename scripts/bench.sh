@@ -16,7 +16,7 @@ run() { go test -run '^$' -benchmem -count "$count" "$@" 2>&1 | tee -a "$out" | 
 run -bench 'BenchmarkMemoryStore|BenchmarkNewKey' ./idemkit
 run -bench 'BenchmarkPostgres' -benchtime 3000x ./idemkit/pgstore
 run -bench 'BenchmarkDoVsBaselineRawSQL' -benchtime 3000x ./idemkit/sqlitestore
-run -bench 'BenchmarkCallTool/paired' -benchtime 20000x -cpu 1 ./instrument/mcpgo
+run -bench 'BenchmarkCallTool/paired|BenchmarkListTools/paired|BenchmarkInitialize/paired' -benchtime 20000x -cpu 1 ./instrument/mcpgo
 # The gateway's added latency: the idemkit command is its own module, in
 # go.work, so the root names its packages.
 run -bench 'BenchmarkGateway$' -benchtime 2000x ./cmd/idemkit/internal/gateway

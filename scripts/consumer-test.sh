@@ -42,13 +42,10 @@ trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
 step "publishing the modules at $version to a file-system proxy ($tmp/proxy)"
 env_lines="$(cd internal/devtools && go run ./cmd/modpublish -root "$root" -proxy "$tmp/proxy" -purge-cache)"
 eval "$env_lines"
-# GODEBUG=goindex=0: the go command indexes module cache directories in
-# GOCACHE and takes them to be immutable, so after the version is
-# republished with other files it would still build the package from the
-# files it indexed the first time (seen: cmd/idemkit built from main.go
-# alone). Purging the module cache does not reach that index; not using it
-# does.
-export GOWORK=off GOFLAGS="-mod=mod" GOBIN="$tmp/bin" GODEBUG=goindex=0
+# modpublish's environment includes GODEBUG=goindex=0: the go command's
+# index of a module-cache directory trusts path@version never to change,
+# and republishing the working tree at the same version does change it.
+export GOWORK=off GOFLAGS="-mod=mod" GOBIN="$tmp/bin"
 echo "$env_lines"
 
 no_replace() { # no_replace FILE: a go.mod or builder config must not need a replace

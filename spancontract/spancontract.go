@@ -10,7 +10,8 @@
 //
 // Keys borrowed from the OpenTelemetry semantic conventions carry exactly the
 // values of go.opentelemetry.io/otel/semconv/v1.41.0 (a test in the
-// instrument package asserts it). The idemkit.* keys are this project's own.
+// instrumentation, internal/mcpcall, asserts it). The idemkit.* keys are
+// this project's own.
 package spancontract
 
 // OpenTelemetry GenAI, MCP and JSON-RPC keys (semconv v1.41.0, Development stability).
@@ -39,6 +40,25 @@ const (
 	JSONRPCRequestID = "jsonrpc.request.id"
 	// ErrorType is error.type.
 	ErrorType = "error.type"
+	// GenAIPromptName is gen_ai.prompt.name: the prompt of prompts/get.
+	GenAIPromptName = "gen_ai.prompt.name"
+	// MCPResourceURI is mcp.resource.uri: the resource of resources/read,
+	// resources/subscribe and resources/unsubscribe.
+	MCPResourceURI = "mcp.resource.uri"
+	// RPCResponseStatusCode is rpc.response.status_code: the JSON-RPC error
+	// code of an error response, as a string.
+	RPCResponseStatusCode = "rpc.response.status_code"
+	// NetworkTransport is network.transport: TransportTCP over HTTP,
+	// TransportPipe on stdio.
+	NetworkTransport = "network.transport"
+	// NetworkProtocolName is network.protocol.name ("http").
+	NetworkProtocolName = "network.protocol.name"
+	// NetworkProtocolVersion is network.protocol.version ("1.1", "2").
+	NetworkProtocolVersion = "network.protocol.version"
+	// ClientAddress is client.address: the peer's address over HTTP.
+	ClientAddress = "client.address"
+	// ClientPort is client.port (int).
+	ClientPort = "client.port"
 )
 
 // Values of the borrowed keys that the contract relies on.
@@ -52,6 +72,34 @@ const (
 	MethodToolsCall = "tools/call"
 	// ErrorTypeToolError is the error.type of a call whose result had isError set.
 	ErrorTypeToolError = "tool_error"
+	// ErrorTypeOther is the conventions' fallback error.type.
+	ErrorTypeOther = "_OTHER"
+	// TransportTCP and TransportPipe are the network.transport values of
+	// Streamable HTTP and stdio.
+	TransportTCP  = "tcp"
+	TransportPipe = "pipe"
+)
+
+// mcp.method.name values of the requests an MCP server handles, besides
+// MethodToolsCall (semconv v1.41.0 names them all but the task methods,
+// which come from the MCP specification 2025-11-25).
+const (
+	MethodInitialize             = "initialize"
+	MethodPing                   = "ping"
+	MethodToolsList              = "tools/list"
+	MethodPromptsList            = "prompts/list"
+	MethodPromptsGet             = "prompts/get"
+	MethodResourcesList          = "resources/list"
+	MethodResourcesTemplatesList = "resources/templates/list"
+	MethodResourcesRead          = "resources/read"
+	MethodResourcesSubscribe     = "resources/subscribe"
+	MethodResourcesUnsubscribe   = "resources/unsubscribe"
+	MethodLoggingSetLevel        = "logging/setLevel"
+	MethodCompletionComplete     = "completion/complete"
+	MethodTasksGet               = "tasks/get"
+	MethodTasksResult            = "tasks/result"
+	MethodTasksList              = "tasks/list"
+	MethodTasksCancel            = "tasks/cancel"
 )
 
 // idemkit attributes written by the instrumentation on every tool-call span.
@@ -89,6 +137,54 @@ const (
 	// and the client's input responses). It is never a duplicate of the
 	// round it continues.
 	InputContinuation = "idemkit.input.continuation"
+	// RefusalReason (string) is set on a tools/call that idemkit answered
+	// itself instead of running the tool (an isError result carrying the
+	// "io.idemkit/refusal" _meta marker): one of the Refusal* values.
+	RefusalReason = "idemkit.refusal.reason"
+	// FinishError (string) is set on a call whose work ran and whose result
+	// was delivered, but whose outcome could not be recorded (so a duplicate
+	// may run the work again): one of the Finish* values.
+	FinishError = "idemkit.finish.error"
+)
+
+// Values of RefusalReason.
+const (
+	// RefusalInProgress: a duplicate arrived while the first call runs
+	// (outcome in_progress).
+	RefusalInProgress = OutcomeInProgress
+	// RefusalMismatch: an explicit key reused with other arguments (outcome
+	// mismatch).
+	RefusalMismatch = OutcomeMismatch
+	// RefusalUnscoped: the caller could not be identified (no subject, no
+	// authentic session), so the call was refused rather than run
+	// unprotected or in a namespace shared with other callers.
+	RefusalUnscoped = "unscoped"
+	// RefusalInvalidKey: the explicit idempotency key was malformed.
+	RefusalInvalidKey = "invalid_key"
+	// RefusalInvalidArguments: the arguments failed the tool's input schema
+	// or could not be canonicalised.
+	RefusalInvalidArguments = "invalid_arguments"
+	// RefusalStoreUnavailable: the claim failed; nothing ran.
+	RefusalStoreUnavailable = "store_unavailable"
+	// RefusalResponseNotKept: a duplicate of a call that completed but whose
+	// response was too large to keep.
+	RefusalResponseNotKept = "response_not_kept"
+	// RefusalResultUnreadable: a duplicate whose stored result could not be
+	// decoded.
+	RefusalResultUnreadable = "result_unreadable"
+)
+
+// Values of FinishError.
+const (
+	// FinishStoreError: the store failed to record the outcome.
+	FinishStoreError = "store_error"
+	// FinishLeaseLost: another caller took the claim over first (fencing).
+	FinishLeaseLost = "lease_lost"
+	// FinishResponseTooLarge: the response exceeded the store's limit and
+	// was not kept; the work is recorded as done.
+	FinishResponseTooLarge = "response_too_large"
+	// FinishUnencodable: the result could not be encoded for storage.
+	FinishUnencodable = "unencodable"
 )
 
 // Values of BypassReason.
@@ -168,13 +264,27 @@ const (
 // HashLen is the number of hex characters kept of a SHA-256 in span attributes.
 const HashLen = 32
 
-// SpanNamePrefix starts the name of every tool-call span; SpanName appends the tool.
+// SpanNamePrefix starts the name of every span of the older INTERNAL
+// "execute_tool {tool}" shape; SpanName appends the tool.
 const SpanNamePrefix = OperationExecuteTool + " "
 
-// SpanName returns the span name of a call to tool: "execute_tool {tool}".
+// SpanName returns the name of the older INTERNAL tool-call span shape,
+// "execute_tool {tool}", which idemkit wrote before it followed the MCP
+// server span conventions and which the dup processor still accepts. New
+// spans are named by ServerSpanName.
 func SpanName(tool string) string {
 	if tool == "" {
 		return OperationExecuteTool
 	}
 	return SpanNamePrefix + tool
+}
+
+// ServerSpanName returns the name of the SERVER span of an MCP request:
+// "{mcp.method.name} {target}", where target is the tool (tools/call) or the
+// prompt (prompts/get), or just the method when there is no target.
+func ServerSpanName(method, target string) string {
+	if target == "" {
+		return method
+	}
+	return method + " " + target
 }

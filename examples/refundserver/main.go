@@ -1,11 +1,13 @@
 // Command refundserver is the demo's MCP server: a refund desk served over
-// Streamable HTTP by mcp-go, whose issue_refund tool writes a refund row to
-// an SQLite orders database. idemkit protects issue_refund (claim before the
-// work, replay the stored result to every duplicate), every tools/call gets
-// an execute_tool span, and traces and metrics go to a Collector over
-// OTLP/gRPC.
+// Streamable HTTP (stateful sessions) by mcp-go or, with -sdk gosdk, by the
+// official Go SDK, whose issue_refund tool writes a refund row to an SQLite
+// orders database. idemkit protects issue_refund (arguments validated, claim
+// before the work, replay the stored result to every duplicate), every MCP
+// request gets a SERVER span ("tools/call issue_refund"), and traces and
+// metrics go to a Collector over OTLP/gRPC.
 //
-//	refundserver -addr 127.0.0.1:8080 -db refunds.db               # protected, SQLite store
+//	refundserver -addr 127.0.0.1:8080 -db refunds.db               # protected, mcp-go, SQLite store
+//	refundserver -sdk gosdk -addr 127.0.0.1:8082                   # the same tools, auth and store on the go-sdk
 //	refundserver -store postgres -postgres-dsn postgres://…         # protected, shared Postgres store
 //	refundserver -unprotected -addr 127.0.0.1:8081 -db before.db   # "before idemkit": every duplicate refunds again
 //
@@ -13,7 +15,7 @@
 // tokens to subjects; the defaults are demo-token-alice and demo-token-bob).
 // The subject scopes the idempotency keys, so a client that reconnects on a
 // new MCP session still gets its first call's result. Without the header
-// the keys are scoped by session.
+// the keys are scoped by the (server-validated) session.
 //
 // SIGINT or SIGTERM stops it gracefully: in-flight calls finish, then the
 // stores close and the telemetry is flushed.
@@ -40,6 +42,7 @@ import (
 // options are the command-line flags.
 type options struct {
 	addr, readyFile          string
+	sdk                      string
 	dbPath                   string
 	store, storeDB, pgDSN    string
 	window                   time.Duration
@@ -54,6 +57,7 @@ func parseFlags() options {
 	var o options
 	flag.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen address (port 0: any free port; see -ready-file)")
 	flag.StringVar(&o.readyFile, "ready-file", "", "once listening, write the server's MCP URL to this file")
+	flag.StringVar(&o.sdk, "sdk", refunds.SDKMCPGo, "MCP SDK serving the tools: mcpgo (github.com/mark3labs/mcp-go) or gosdk (the official Go SDK)")
 	flag.StringVar(&o.dbPath, "db", "refunds.db", "SQLite orders database (created and seeded when missing)")
 	flag.StringVar(&o.store, "store", "sqlite", "idemkit store: sqlite, memory or postgres (ignored with -unprotected)")
 	flag.StringVar(&o.storeDB, "store-db", "", "SQLite file of the idemkit store (default: idemkit.db beside -db)")
@@ -122,7 +126,7 @@ func run(o options, log *slog.Logger) error {
 	defer db.Close()
 
 	cfg := refunds.Config{
-		DB: db, TracerProvider: tel.Tracer, MeterProvider: tel.Meter, Tokens: tokens,
+		DB: db, SDK: o.sdk, TracerProvider: tel.Tracer, MeterProvider: tel.Meter, Tokens: tokens,
 		FastLatency: o.fastLatency, SlowLatency: o.slowLatency,
 	}
 	storeDesc := "none (unprotected)"
@@ -150,7 +154,7 @@ func run(o options, log *slog.Logger) error {
 	url := fmt.Sprintf("http://%s/mcp", ln.Addr())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	log.Info("refund desk listening", "url", url, "protected", !o.unprotected, "store", storeDesc, "db", o.dbPath, "otlp", o.otlpEndpoint)
+	log.Info("refund desk listening", "url", url, "sdk", o.sdk, "protected", !o.unprotected, "store", storeDesc, "db", o.dbPath, "otlp", o.otlpEndpoint)
 	if o.readyFile != "" {
 		if err := writeAtomically(o.readyFile, url+"\n"); err != nil {
 			return err

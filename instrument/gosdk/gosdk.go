@@ -1,72 +1,90 @@
-// Package gosdk wires idemkit's instrumentation into a server of the
-// official MCP Go SDK, github.com/modelcontextprotocol/go-sdk (v1.8.0),
-// through its receiving middleware: one execute_tool span per tools/call
-// and claim-and-replay for the protected tools.
+// Package gosdk instruments a server of the official MCP Go SDK,
+// github.com/modelcontextprotocol/go-sdk (v1.8.0), through its receiving
+// middleware: one OpenTelemetry SERVER span per MCP request, the MCP
+// server metrics, and claim-and-replay for the tools whose calls need it.
 //
-//	guard, _ := idemkit.NewGuard(&idemkit.MemoryStore{}, nil)
+//	guard, err := idemkit.NewGuard(store, nil)
+//	…
 //	s := mcp.NewServer(&mcp.Implementation{Name: "billing", Version: "1"}, nil)
 //	gosdk.Instrument(s, guard, instrument.WithSubject(gosdk.TokenSubject))
 //	mcp.AddTool(s, refundTool, refund) // unannotated: protected
 //	mcp.AddTool(s, lookupTool, lookup) // ReadOnlyHint: traced, not protected
+//	h := gosdk.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
+//	http.Handle("/mcp", auth.RequireBearerToken(verify, nil)(h))
 //
-// Differences from the mcp-go wiring, all forced by the SDK:
+// See package instrument for the spans, the metrics and the protection.
 //
-//   - No jsonrpc.request.id. The SDK keeps the JSON-RPC request ID in an
-//     unexported context key and exposes it nowhere (open proposal
-//     modelcontextprotocol/go-sdk#1264), so the span leaves the attribute
-//     off rather than invent one. The Collector then cannot tell a
-//     transport retry (same request ID) from a harness retry for these
-//     spans and reports "unknown" where that is the only evidence.
-//   - No session ID on stdio and in-memory transports (Session.ID() is "");
-//     a request without HTTP headers (req.Extra == nil) is treated as the
-//     single local client.
-//   - The middleware sees tools/call before the SDK looks the tool up, and
-//     the SDK has no public tool lookup. Tool annotations are learned from
-//     tools/list: from every listing that passes through the middleware and,
-//     on a call of a tool it has not seen, from one listing it requests
-//     itself (through the handlers below this middleware). They are
-//     forgotten when the server sends notifications/tools/list_changed. A
-//     call of a tool that is not listed is passed on untouched (the SDK
-//     answers it with an error) and gets no span.
-//   - Arguments arrive as raw JSON; the idempotency_key argument is removed
-//     before the handler sees it (tools added with mcp.AddTool reject
-//     unknown arguments), unless the tool's own schema declares it.
+// # What the SDK leaves to this package
+//
+//   - The JSON-RPC request ID. The SDK hands it to no middleware (open
+//     proposal modelcontextprotocol/go-sdk#1264). Serve Streamable HTTP
+//     through NewStreamableHTTPHandler (or wrap your handler with
+//     HTTPHandler), and wrap other transports with Transport
+//     (server.Run(ctx, gosdk.Transport(&mcp.StdioTransport{}))): each
+//     request's jsonrpc.request.id is then recorded, as are the network.*
+//     and client.* attributes. Without them the span leaves the ID off.
+//   - Which sessions are authentic. A stateful StreamableHTTPHandler only
+//     accepts the session IDs it issued (404 otherwise); a stateless one
+//     accepts any. NewStreamableHTTPHandler knows which it built; only then
+//     may calls without a subject be scoped by their session. A request
+//     without HTTP headers and without a session ID is taken to come from
+//     a transport that serves one client (stdio, in-memory).
+//   - Tool annotations. The middleware sees tools/call before the SDK looks
+//     the tool up, and the SDK has no public tool lookup: annotations and
+//     input schemas are learned from tools/list, from every listing that
+//     passes through the middleware and, on a call of a tool it has not
+//     seen, from one listing it requests itself (through the handlers below
+//     this middleware). They are forgotten when the server sends
+//     notifications/tools/list_changed. A call of a tool that is not listed
+//     is passed on (the SDK answers it with an error).
+//   - Validation before the key. The arguments of a protected call are
+//     validated against the tool's inputSchema (with the SDK's own schema
+//     library) before its key is derived; the SDK validates them again for
+//     tools added with mcp.AddTool.
+//
+// The SDK has no MCP Tasks; task methods pass through (with spans).
 package gosdk
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemkit/idemkit/idemkit"
 	"github.com/idemkit/idemkit/instrument"
+	"github.com/idemkit/idemkit/internal/mcpcall"
+	"github.com/idemkit/idemkit/spancontract"
 )
 
 const (
 	methodCallTool        = "tools/call"
 	methodListTools       = "tools/list"
+	methodInitialize      = "initialize"
 	notificationToolsList = "notifications/tools/list_changed"
 )
 
-// Instrumentation connects an instrument.Instrumenter to go-sdk servers.
-// Build it with New or Instrument; it is safe for concurrent use.
+// Instrumentation instruments go-sdk servers. Build it with New or
+// Instrument; it is safe for concurrent use. An Instrumentation serves one
+// server (its tool index is that server's).
 type Instrumentation struct {
-	in  *instrument.Instrumenter
+	in  *mcpcall.Instrumenter
 	idx toolIndex
+
+	sessions sync.Map // *mcp.ServerSession -> struct{}: sessions whose end is awaited
 }
 
 // New returns an Instrumentation that protects calls with guard (nil: spans
 // and metrics only) configured by opts. Install it on a server.
 func New(guard *idemkit.Guard, opts ...instrument.Option) *Instrumentation {
-	return &Instrumentation{in: instrument.New(guard, opts...)}
+	return &Instrumentation{in: mcpcall.New(guard, mcpcall.ConfigFrom(opts))}
 }
 
 // Instrument installs a new Instrumentation on s and returns it: the one
@@ -77,36 +95,38 @@ func Instrument(s *mcp.Server, guard *idemkit.Guard, opts ...instrument.Option) 
 	return m
 }
 
-// Install adds the receiving middleware (tracing and protection) and a
+// Install adds the receiving middleware (spans and protection) and a
 // sending middleware (which notices tool list changes) to s. Middleware
 // added to s later runs outside it; add it last so that its span covers the
-// other middleware. An Instrumentation serves one server.
+// other middleware.
 func (m *Instrumentation) Install(s *mcp.Server) {
 	s.AddReceivingMiddleware(m.receive)
 	s.AddSendingMiddleware(m.send)
 }
 
-// Instrumenter returns the SDK-agnostic Instrumenter, for instrument.NewJobs.
-func (m *Instrumentation) Instrumenter() *instrument.Instrumenter { return m.in }
-
 type requestKey struct{}
 
-// RequestFrom returns the tools/call request being handled in ctx, or nil.
-// A WithSubject function can use it to read the request's Extra (auth token
-// information, HTTP headers).
-func RequestFrom(ctx context.Context) *mcp.CallToolRequest {
-	r, _ := ctx.Value(requestKey{}).(*mcp.CallToolRequest)
+// RequestFrom returns the request being handled in ctx (a
+// *mcp.CallToolRequest for tools/call), or nil. A WithSubject function can
+// use it to read the request's Extra (auth token information, HTTP
+// headers).
+func RequestFrom(ctx context.Context) mcp.Request {
+	r, _ := ctx.Value(requestKey{}).(mcp.Request)
 	return r
 }
 
-// TokenSubject is a WithSubject function: the UserID of the bearer token
-// the SDK's auth middleware verified for the request, or "".
+// TokenSubject is an instrument.WithSubject function: the UserID of the
+// bearer token the SDK's auth middleware (auth.RequireBearerToken) verified
+// for the request, or "".
 func TokenSubject(ctx context.Context) string {
 	r := RequestFrom(ctx)
-	if r == nil || r.Extra == nil || r.Extra.TokenInfo == nil {
+	if r == nil {
 		return ""
 	}
-	return r.Extra.TokenInfo.UserID
+	if e := r.GetExtra(); e != nil && e.TokenInfo != nil {
+		return e.TokenInfo.UserID
+	}
+	return ""
 }
 
 func (m *Instrumentation) send(next mcp.MethodHandler) mcp.MethodHandler {
@@ -119,65 +139,176 @@ func (m *Instrumentation) send(next mcp.MethodHandler) mcp.MethodHandler {
 }
 
 func (m *Instrumentation) receive(next mcp.MethodHandler) mcp.MethodHandler {
-	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+	return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
+		if strings.HasPrefix(method, "notifications/") {
+			return next(ctx, method, req)
+		}
+		r := m.describe(method, req)
+		// The Subject function reads the request (its token, its headers)
+		// on every method: tools/list too decides on its caller.
+		ctx = context.WithValue(ctx, requestKey{}, req)
+		_, op := m.in.Start(ctx, &r) // op is the request's context
+		ended := false
+		defer func() {
+			if !ended {
+				op.End(mcpcall.Response{Panicked: true})
+			}
+		}()
 		switch method {
 		case methodCallTool:
-			if r, ok := req.(*mcp.CallToolRequest); ok && r.Params != nil {
-				return m.callTool(ctx, next, r)
+			if ctr, ok := req.(*mcp.CallToolRequest); ok && ctr.Params != nil {
+				res, err = m.callTool(op, next, ctr)
+				break
 			}
+			res, err = next(op, method, req)
 		case methodListTools:
-			res, err := next(ctx, method, req)
+			res, err = next(op, method, req)
 			if lr, ok := res.(*mcp.ListToolsResult); ok && err == nil {
 				m.idx.observe(lr.Tools)
-				m.decorate(lr)
+				m.decorate(op, lr)
 			}
-			return res, err
+		default:
+			res, err = next(op, method, req)
+			if ir, ok := res.(*mcp.InitializeResult); ok && err == nil {
+				op.SetSession(op.SessionID(), ir.ProtocolVersion)
+				m.awaitSessionEnd(op, req.GetSession(), ir.ProtocolVersion)
+			}
 		}
-		return next(ctx, method, req)
+		ended = true
+		op.End(response(err))
+		return res, err
 	}
 }
 
-func (m *Instrumentation) callTool(ctx context.Context, next mcp.MethodHandler, r *mcp.CallToolRequest) (mcp.Result, error) {
+// response describes how a request ended: a Go error becomes the JSON-RPC
+// error the SDK sends (a *jsonrpc.Error's code, or 0, as the SDK encodes
+// other errors).
+func response(err error) mcpcall.Response {
+	if err == nil {
+		return mcpcall.Response{}
+	}
+	var we *jsonrpc.Error
+	code := int64(0)
+	if errors.As(err, &we) {
+		code = we.Code
+	}
+	return mcpcall.Response{HasCode: true, Code: code, Message: err.Error(), Err: err}
+}
+
+// describe builds the Request of a receiving method call.
+func (m *Instrumentation) describe(method string, req mcp.Request) mcpcall.Request {
+	r := mcpcall.Request{Method: method}
+	if p := req.GetParams(); p != nil && !isNilParams(p) {
+		r.Meta = p.GetMeta()
+		switch p := p.(type) {
+		case *mcp.CallToolParamsRaw:
+			r.Target = p.Name
+		case *mcp.GetPromptParams:
+			r.Target = p.Name
+		case *mcp.ReadResourceParams:
+			r.ResourceURI = p.URI
+		case *mcp.SubscribeParams:
+			r.ResourceURI = p.URI
+		case *mcp.UnsubscribeParams:
+			r.ResourceURI = p.URI
+		case *mcp.InitializeParams:
+			r.ProtocolVersion = p.ProtocolVersion
+		}
+	}
+	extra := req.GetExtra()
+	info := lookupRequest(extra)
+	r.ID, r.HasID = info.id, info.hasID
+	r.Transport = info.transport
+	if ss, ok := req.GetSession().(*mcp.ServerSession); ok && ss != nil {
+		r.SessionID = ss.ID()
+		if r.ProtocolVersion == "" {
+			if ip := ss.InitializeParams(); ip != nil {
+				r.ProtocolVersion = ip.ProtocolVersion
+			}
+		}
+	}
+	if !info.known {
+		// No wrapper recorded the transport: HTTP headers mean HTTP, whose
+		// sessions are not known to be validated; no headers and no
+		// session mean a transport that serves one client.
+		switch {
+		case extra != nil && extra.Header != nil:
+			r.Transport = mcpcall.Transport{Network: spancontract.TransportTCP, ProtocolName: "http"}
+		case r.SessionID == "":
+			r.Transport = mcpcall.Transport{Local: true}
+		}
+	}
+	return r
+}
+
+// isNilParams reports a typed-nil Params (the SDK passes them for requests
+// without params).
+func isNilParams(p mcp.Params) bool {
+	v := reflect.ValueOf(p)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// awaitSessionEnd records mcp.server.session.duration when an initialized
+// session ends.
+func (m *Instrumentation) awaitSessionEnd(op *mcpcall.Op, s mcp.Session, protocol string) {
+	ss, ok := s.(*mcp.ServerSession)
+	if !ok || ss == nil {
+		return
+	}
+	if _, loaded := m.sessions.LoadOrStore(ss, struct{}{}); loaded {
+		return
+	}
+	start, t := time.Now(), *op.Transport()
+	go func() {
+		_ = ss.Wait()
+		m.sessions.Delete(ss)
+		m.in.RecordSession(context.Background(), start, protocol, &t, "")
+	}()
+}
+
+func (m *Instrumentation) callTool(op *mcpcall.Op, next mcp.MethodHandler, r *mcp.CallToolRequest) (mcp.Result, error) {
 	name := r.Params.Name
-	info, ok := m.idx.get(name)
+	tool, ok := m.idx.get(name)
 	if !ok && m.idx.mayRefresh() {
-		m.refresh(ctx, next, r.Session)
-		info, ok = m.idx.get(name)
+		m.refresh(op, next, r.Session)
+		tool, ok = m.idx.get(name)
 	}
 	if !ok {
-		return next(ctx, methodCallTool, r)
+		return next(op, methodCallTool, r)
 	}
-	call := instrument.ToolCall{
-		Tool:            name,
-		Arguments:       r.Params.Arguments,
-		Meta:            r.Params.Meta,
-		ProtocolVersion: r.ProtocolVersion(),
-		Local:           r.Extra == nil || r.Extra.Header == nil,
-		ReadOnlyHint:    info.readOnly,
-		IdempotentHint:  info.idempotent,
+	call := mcpcall.ToolCall{
+		Tool:         name,
+		Arguments:    r.Params.Arguments,
+		Meta:         r.Params.Meta,
+		Info:         tool.info,
+		Continuation: r.Params.RequestState != "" || len(r.Params.InputResponses) > 0,
 	}
 	if r.Session != nil {
-		call.SessionID = r.Session.ID()
 		if tok := r.Params.GetProgressToken(); tok != nil {
 			call.Progress = progressSender{session: r.Session, token: tok}
 		}
 	}
 	pass := r
-	if !info.declaresKey && m.in.StripsKey() {
+	if m.in.StripsKey(name, tool.info) {
 		pass = stripKeyArgument(r)
 	}
-	res, err := instrument.Handle(context.WithValue(ctx, requestKey{}, r), m.in, &call, codec{},
-		func(ctx context.Context) (*mcp.CallToolResult, error) {
-			out, err := next(ctx, methodCallTool, pass)
-			if err != nil {
-				return nil, err
-			}
-			ctr, ok := out.(*mcp.CallToolResult)
-			if !ok || ctr == nil {
-				return nil, fmt.Errorf("gosdk: tools/call returned %T, not a *mcp.CallToolResult", out)
-			}
-			return ctr, nil
-		})
+	if m.in.WriteTool(name, tool.info) {
+		// Validate what the handler will receive; CallTool does so only for
+		// a protected call.
+		call.Validator = tool.validator()
+		call.ValidatedArguments = pass.Params.Arguments
+	}
+	res, err := mcpcall.CallTool(op, &call, codec{}, func(ctx context.Context) (*mcp.CallToolResult, error) {
+		out, err := next(ctx, methodCallTool, pass)
+		if err != nil {
+			return nil, err
+		}
+		ctr, ok := out.(*mcp.CallToolResult)
+		if !ok || ctr == nil {
+			return nil, fmt.Errorf("gosdk: tools/call returned %T, not a *mcp.CallToolResult", out)
+		}
+		return ctr, nil
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -187,26 +318,15 @@ func (m *Instrumentation) callTool(ctx context.Context, next mcp.MethodHandler, 
 	return res, nil
 }
 
-// stripKeyArgument returns r, or a copy without the KeyArgument.
+// stripKeyArgument returns r, or a copy without the idempotency_key
+// argument.
 func stripKeyArgument(r *mcp.CallToolRequest) *mcp.CallToolRequest {
-	args := r.Params.Arguments
-	if !bytes.Contains(args, []byte(instrument.KeyArgument)) {
-		return r
-	}
-	var fields map[string]json.RawMessage
-	if json.Unmarshal(args, &fields) != nil {
-		return r
-	}
-	if _, ok := fields[instrument.KeyArgument]; !ok {
-		return r
-	}
-	delete(fields, instrument.KeyArgument)
-	b, err := json.Marshal(fields)
-	if err != nil {
+	args, key := mcpcall.StripKeyArgument(r.Params.Arguments)
+	if key == nil {
 		return r
 	}
 	params := *r.Params
-	params.Arguments = b
+	params.Arguments = args
 	c := *r
 	c.Params = &params
 	return &c
@@ -215,7 +335,7 @@ func stripKeyArgument(r *mcp.CallToolRequest) *mcp.CallToolRequest {
 // refresh lists the server's tools through the handlers below this
 // middleware and replaces the index with them.
 func (m *Instrumentation) refresh(ctx context.Context, next mcp.MethodHandler, session *mcp.ServerSession) {
-	tools := make(map[string]toolInfo)
+	tools := make(map[string]*toolEntry)
 	cursor := ""
 	for range 1000 { // pages; bounded against a cursor that never ends
 		res, err := next(ctx, methodListTools, &mcp.ListToolsRequest{Session: session, Params: &mcp.ListToolsParams{Cursor: cursor}})
@@ -228,7 +348,7 @@ func (m *Instrumentation) refresh(ctx context.Context, next mcp.MethodHandler, s
 		}
 		for _, t := range lr.Tools {
 			if t != nil {
-				tools[t.Name] = infoOf(t)
+				tools[t.Name] = newToolEntry(t)
 			}
 		}
 		if lr.NextCursor == "" {
@@ -239,58 +359,33 @@ func (m *Instrumentation) refresh(ctx context.Context, next mcp.MethodHandler, s
 	m.idx.replace(tools)
 }
 
-// decorate advertises the KeyArgument on the protected tools of a listing,
-// on copies of the tools.
-func (m *Instrumentation) decorate(lr *mcp.ListToolsResult) {
-	if !m.in.AdvertisesKey() {
-		return
-	}
+// decorate advertises the idempotency_key argument, in a listing, on the
+// tools whose calls the listing caller would get protected, on copies of
+// the tools.
+func (m *Instrumentation) decorate(op *mcpcall.Op, lr *mcp.ListToolsResult) {
+	sc := op.Scope()
 	var out []*mcp.Tool
 	for i, t := range lr.Tools {
-		if t == nil {
-			continue
-		}
-		info := infoOf(t)
-		if info.declaresKey || !m.in.Protects(t.Name, info.readOnly, info.idempotent) {
+		if t == nil || !m.in.AdvertisesKey(t.Name, toolInfoOf(t), sc) {
 			continue
 		}
 		if out == nil {
 			out = append([]*mcp.Tool(nil), lr.Tools...)
 		}
-		out[i] = KeyParameter(t)
+		out[i] = m.idx.decorated(t)
 	}
 	if out != nil {
 		lr.Tools = out
 	}
 }
 
-// KeyParameter returns a copy of tool with the optional idempotency_key
+// withKeyParameter returns a copy of tool with the optional idempotency_key
 // argument added to its input schema and a sentence about it appended to
-// its description; a tool that declares the argument already is returned as
-// it is. The middleware does this to protected tools in tools/list answers
-// by itself.
-func KeyParameter(tool *mcp.Tool) *mcp.Tool {
-	if schemaHasKey(tool.InputSchema) {
-		return tool
-	}
-	schema := schemaMap(tool.InputSchema)
-	props, _ := schema["properties"].(map[string]any)
-	props = maps.Clone(props)
-	if props == nil {
-		props = make(map[string]any, 1)
-	}
-	props[instrument.KeyArgument] = instrument.KeyParameterSchema()
-	schema["properties"] = props
-	if _, ok := schema["type"]; !ok {
-		schema["type"] = "object"
-	}
+// its description.
+func withKeyParameter(tool *mcp.Tool) *mcp.Tool {
 	c := *tool
-	c.InputSchema = schema
-	if c.Description == "" {
-		c.Description = instrument.KeyDescription
-	} else if !strings.Contains(c.Description, instrument.KeyDescription) {
-		c.Description = strings.TrimRight(c.Description, " \n") + "\n\n" + instrument.KeyDescription
-	}
+	c.InputSchema = mcpcall.SchemaWithKey(schemaMap(tool.InputSchema))
+	c.Description = mcpcall.DescribeKey(c.Description)
 	return &c
 }
 
@@ -306,27 +401,43 @@ func schemaMap(schema any) map[string]any {
 	return m
 }
 
-func schemaHasKey(schema any) bool {
-	if schema == nil {
-		return false
+func toolInfoOf(t *mcp.Tool) mcpcall.ToolInfo {
+	info := mcpcall.ToolInfo{}
+	if t.InputSchema != nil {
+		info.DeclaresKey = mcpcall.SchemaDeclaresKey(schemaMap(t.InputSchema))
 	}
-	props, _ := schemaMap(schema)["properties"].(map[string]any)
-	_, ok := props[instrument.KeyArgument]
-	return ok
-}
-
-// toolInfo is what the middleware needs to know about a listed tool.
-type toolInfo struct {
-	readOnly, idempotent bool
-	declaresKey          bool
-}
-
-func infoOf(t *mcp.Tool) toolInfo {
-	info := toolInfo{declaresKey: schemaHasKey(t.InputSchema)}
 	if a := t.Annotations; a != nil {
-		info.readOnly, info.idempotent = a.ReadOnlyHint, a.IdempotentHint
+		info.ReadOnlyHint, info.IdempotentHint = a.ReadOnlyHint, a.IdempotentHint
 	}
+	info.StatusTool, _ = t.Meta[instrument.StatusToolMetaKey].(string)
 	return info
+}
+
+// toolEntry is what the middleware knows about a listed tool.
+type toolEntry struct {
+	tool *mcp.Tool
+	info mcpcall.ToolInfo
+
+	once sync.Once // builds v
+	v    *mcpcall.SchemaValidator
+
+	decoOnce sync.Once // builds deco
+	deco     *mcp.Tool
+}
+
+func newToolEntry(t *mcp.Tool) *toolEntry {
+	return &toolEntry{tool: t, info: toolInfoOf(t)}
+}
+
+// validator returns the tool's input schema validator, or nil when the
+// tool has no schema the SDK's schema library compiles.
+func (e *toolEntry) validator() *mcpcall.SchemaValidator {
+	e.once.Do(func() {
+		if e.tool.InputSchema != nil {
+			e.v, _ = mcpcall.NewSchemaValidator(e.tool.InputSchema)
+		}
+	})
+	return e.v
 }
 
 // minRefreshInterval bounds how often calls of unlisted tools make the
@@ -336,16 +447,28 @@ const minRefreshInterval = time.Second
 // toolIndex holds the tools learned from listings.
 type toolIndex struct {
 	mu          sync.RWMutex // protects the fields below
-	tools       map[string]toolInfo
+	tools       map[string]*toolEntry
 	fresh       bool // tools holds a full listing made since the last change
 	lastRefresh time.Time
 }
 
-func (x *toolIndex) get(name string) (toolInfo, bool) {
+func (x *toolIndex) get(name string) (*toolEntry, bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	info, ok := x.tools[name]
-	return info, ok
+	e, ok := x.tools[name]
+	return e, ok
+}
+
+// decorated returns the listing form of t, built once per listed tool.
+func (x *toolIndex) decorated(t *mcp.Tool) *mcp.Tool {
+	x.mu.RLock()
+	e, ok := x.tools[t.Name]
+	x.mu.RUnlock()
+	if !ok || e.tool != t {
+		return withKeyParameter(t)
+	}
+	e.decoOnce.Do(func() { e.deco = withKeyParameter(t) })
+	return e.deco
 }
 
 // mayRefresh reports whether a listing may be requested now, and if so
@@ -360,7 +483,7 @@ func (x *toolIndex) mayRefresh() bool {
 	return true
 }
 
-func (x *toolIndex) replace(tools map[string]toolInfo) {
+func (x *toolIndex) replace(tools map[string]*toolEntry) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.tools = tools
@@ -371,12 +494,16 @@ func (x *toolIndex) observe(tools []*mcp.Tool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.tools == nil {
-		x.tools = make(map[string]toolInfo, len(tools))
+		x.tools = make(map[string]*toolEntry, len(tools))
 	}
 	for _, t := range tools {
-		if t != nil {
-			x.tools[t.Name] = infoOf(t)
+		if t == nil {
+			continue
 		}
+		if e, ok := x.tools[t.Name]; ok && e.tool == t {
+			continue
+		}
+		x.tools[t.Name] = newToolEntry(t)
 	}
 }
 
@@ -396,48 +523,4 @@ func (p progressSender) SendProgress(ctx context.Context, progress, total float6
 	return p.session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
 		ProgressToken: p.token, Progress: progress, Total: total, Message: message,
 	})
-}
-
-// codec is instrument.Codec for go-sdk results, in the SDK's own JSON form.
-type codec struct{}
-
-var errNoResult = errors.New("gosdk: the tool handler returned neither a result nor an error")
-
-func (codec) Marshal(r *mcp.CallToolResult) ([]byte, error) {
-	if r == nil {
-		return nil, errNoResult
-	}
-	return json.Marshal(r)
-}
-
-func (codec) Unmarshal(b []byte) (*mcp.CallToolResult, error) {
-	var r mcp.CallToolResult
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, err
-	}
-	if r.Content == nil {
-		r.Content = []mcp.Content{} // the SDK never sends "content": null
-	}
-	return &r, nil
-}
-
-func (codec) IsError(r *mcp.CallToolResult) bool    { return r != nil && r.IsError }
-func (codec) NeedsInput(r *mcp.CallToolResult) bool { return r != nil && r.NeedsInput() }
-
-func (codec) ErrorResult(text string) *mcp.CallToolResult {
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, IsError: true}
-}
-
-func (codec) WithMeta(r *mcp.CallToolResult, key string, value any) *mcp.CallToolResult {
-	var c mcp.CallToolResult
-	if r != nil {
-		c = *r
-	}
-	meta := maps.Clone(c.Meta)
-	if meta == nil {
-		meta = make(mcp.Meta, 1)
-	}
-	meta[key] = value
-	c.Meta = meta
-	return &c
 }

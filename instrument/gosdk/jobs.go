@@ -3,10 +3,12 @@ package gosdk
 import (
 	"context"
 	"encoding/json"
+	"maps"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemkit/idemkit/instrument"
+	"github.com/idemkit/idemkit/instrument/internal/jobtool"
 )
 
 // AddJobTool registers tool on s in the job-and-poll shape; see
@@ -18,14 +20,18 @@ import (
 func AddJobTool(s *mcp.Server, jobs *instrument.Jobs, tool *mcp.Tool, work mcp.ToolHandler) {
 	name := tool.Name
 	status := instrument.StatusToolName(name)
-	jobs.Instrumenter().SetStatusTool(name, status)
 	t := *tool
-	t.Description = instrument.JobToolDescription(t.Description, name)
+	t.Description = jobtool.Description(t.Description, name)
 	if t.InputSchema == nil {
 		t.InputSchema = map[string]any{"type": "object"}
 	}
+	t.Meta = maps.Clone(t.Meta)
+	if t.Meta == nil {
+		t.Meta = mcp.Meta{}
+	}
+	t.Meta[instrument.StatusToolMetaKey] = status
 	s.AddTool(&t, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return instrument.StartJob(ctx, jobs, codec{}, name, func(ctx context.Context) (*mcp.CallToolResult, error) {
+		return jobtool.Start(ctx, jobs, codec{}, name, func(ctx context.Context) (*mcp.CallToolResult, error) {
 			return work(ctx, req)
 		}), nil
 	})
@@ -33,11 +39,11 @@ func AddJobTool(s *mcp.Server, jobs *instrument.Jobs, tool *mcp.Tool, work mcp.T
 	f := false
 	s.AddTool(&mcp.Tool{
 		Name:        status,
-		Description: instrument.StatusToolDescription(name),
+		Description: jobtool.StatusDescription(name),
 		InputSchema: map[string]any{
 			"type": "object",
 			"properties": map[string]any{
-				"job_id": map[string]any{"type": "string", "description": instrument.JobIDDescription(name)},
+				"job_id": map[string]any{"type": "string", "description": jobtool.JobIDDescription(name)},
 			},
 			"required": []string{"job_id"},
 		},
@@ -47,6 +53,6 @@ func AddJobTool(s *mcp.Server, jobs *instrument.Jobs, tool *mcp.Tool, work mcp.T
 			JobID string `json:"job_id"`
 		}
 		_ = json.Unmarshal(req.Params.Arguments, &args)
-		return instrument.JobStatus(ctx, jobs, codec{}, name, args.JobID), nil
+		return jobtool.Status(ctx, jobs, codec{}, name, args.JobID), nil
 	})
 }

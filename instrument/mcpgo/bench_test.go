@@ -2,6 +2,7 @@ package mcpgo
 
 import (
 	"context"
+	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"syscall"
@@ -38,9 +39,51 @@ func benchHandler(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolRe
 	}, nil
 }
 
-func benchClient(b *testing.B, s *server.MCPServer) *client.Client {
+func readHandler(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	return mcp.NewToolResultText("order o-1"), nil
+}
+
+var (
+	benchTool = mcp.NewTool("refund", mcp.WithDescription("Refunds an order."),
+		mcp.WithString("order_id", mcp.Required()), mcp.WithNumber("amount_cents", mcp.Required()))
+	benchReadTool = mcp.NewTool("lookup", mcp.WithDescription("Looks an order up."),
+		mcp.WithString("order_id", mcp.Required()), mcp.WithReadOnlyHintAnnotation(true))
+)
+
+// server kinds of a paired benchmark.
+const (
+	bare = iota
+	instrumented
+	floor
+	numKinds
+)
+
+// connector serves s over a transport and returns an initialized client;
+// instrumented says whether s carries idemkit's options.
+type connector func(b *testing.B, s *server.MCPServer, instrumented bool) *client.Client
+
+// inProcess connects an in-process client.
+func inProcess(b *testing.B, s *server.MCPServer, _ bool) *client.Client {
 	b.Helper()
 	c, err := client.NewInProcessClient(s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return startClient(b, c)
+}
+
+// overHTTP serves s over Streamable HTTP on loopback with stateful
+// sessions (through NewStreamableHTTPHandler when instrumented, as a user
+// would) and returns an initialized client of it.
+func overHTTP(b *testing.B, s *server.MCPServer, inst bool) *client.Client {
+	b.Helper()
+	var h http.Handler = server.NewStreamableHTTPServer(s, server.WithStateful(true))
+	if inst {
+		h = NewStreamableHTTPHandler(s)
+	}
+	hs := httptest.NewServer(h)
+	b.Cleanup(hs.Close)
+	c, err := client.NewStreamableHttpClient(hs.URL)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -54,13 +97,24 @@ func startClient(b *testing.B, c *client.Client) *client.Client {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = c.Close() })
-	var init mcp.InitializeRequest
-	init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
-	init.Params.ClientInfo = mcp.Implementation{Name: "bench", Version: "1"}
-	if _, err := c.Initialize(ctx, init); err != nil {
+	if _, err := c.Initialize(ctx, initRequest()); err != nil {
 		b.Fatal(err)
 	}
 	return c
+}
+
+func initRequest() mcp.InitializeRequest {
+	var init mcp.InitializeRequest
+	init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
+	init.Params.ClientInfo = mcp.Implementation{Name: "bench", Version: "1"}
+	return init
+}
+
+func callReq(tool string, args map[string]any) mcp.CallToolRequest {
+	var r mcp.CallToolRequest
+	r.Params.Name = tool
+	r.Params.Arguments = args
+	return r
 }
 
 // sweepEvery is how many calls pass between two sweeps of the benchmark's
@@ -70,6 +124,12 @@ func startClient(b *testing.B, c *client.Client) *client.Client {
 const sweepEvery = 1024
 
 var benchGuardConfig = &idemkit.Config{Window: 10 * time.Millisecond}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 func runCalls(b *testing.B, c *client.Client, g *idemkit.Guard) {
 	ctx := context.Background()
@@ -96,108 +156,133 @@ func runCalls(b *testing.B, c *client.Client, g *idemkit.Guard) {
 	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
 
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // BenchmarkCallTool compares a bare mcp-go tools/call (in-process client and
 // server) with the same call through the instrumentation: a protected tool,
-// a memory store, spans sampled and recorded, metrics recorded.
+// a memory store, the request's SERVER span sampled and recorded, every
+// metric (mcp.server.operation.duration included) recorded.
 func BenchmarkCallTool(b *testing.B) {
-	tool := mcp.NewTool("refund", mcp.WithString("order_id"), mcp.WithNumber("amount_cents"))
 	b.Run("bare", func(b *testing.B) {
-		s := server.NewMCPServer("bench", "1")
-		s.AddTool(tool, benchHandler)
-		runCalls(b, benchClient(b, s), nil)
+		runCalls(b, inProcess(b, bareServer(), false), nil)
 	})
 	b.Run("instrumented", func(b *testing.B) {
-		s, g := instrumentedServer(b, tool)
-		runCalls(b, benchClient(b, s), g)
+		s, g := instrumentedServer(b, sdktrace.AlwaysSample())
+		runCalls(b, inProcess(b, s, true), g)
 	})
-	// instrumented-unsampled: the same with spans sampled out (what most
-	// calls cost under a ratio sampler): protection and metrics only.
-	b.Run("instrumented-unsampled", func(b *testing.B) {
-		s, g := instrumentedServerWith(b, tool, sdktrace.NeverSample())
-		runCalls(b, benchClient(b, s), g)
+	// paired alternates a bare, an instrumented and a tracing-floor call in
+	// every iteration and times each, so that load from other processes
+	// (this machine is shared) hits them alike; it reports the times and
+	// their ratios.
+	b.Run("paired", func(b *testing.B) { runPaired(b, sdktrace.AlwaysSample(), inProcess, callOp) })
+	// paired-http: the same over Streamable HTTP on loopback, where a call
+	// pays for HTTP and a session, as in production.
+	b.Run("paired-http", func(b *testing.B) { runPaired(b, sdktrace.AlwaysSample(), overHTTP, callOp) })
+	// paired-unsampled: spans sampled out (what most calls cost under a
+	// ratio sampler): protection and metrics only.
+	b.Run("paired-unsampled", func(b *testing.B) { runPaired(b, sdktrace.NeverSample(), inProcess, callOp) })
+}
+
+// BenchmarkListTools compares tools/list (a protected tool, whose listing
+// gains the idempotency_key argument, and a read-only tool) with and
+// without the instrumentation, in-process, spans recording.
+func BenchmarkListTools(b *testing.B) {
+	b.Run("paired", func(b *testing.B) { runPaired(b, sdktrace.AlwaysSample(), inProcess, listOp) })
+	// paired-without-key: the same without the idempotency_key argument in
+	// the listing, which makes the answer larger to encode and to decode:
+	// the cost of the span alone.
+	b.Run("paired-without-key", func(b *testing.B) {
+		runPaired(b, sdktrace.AlwaysSample(), inProcess, listOp, instrument.WithoutKeyParameter())
 	})
-	// paired alternates a bare and an instrumented call in every iteration
-	// and times each, so that load from other processes (this machine is
-	// shared) hits both alike; it reports both times and their ratio.
-	b.Run("paired", func(b *testing.B) { runPaired(b, tool, sdktrace.AlwaysSample()) })
-	// paired-http: the same over mcp-go's Streamable HTTP transport on
-	// loopback, where a call pays for HTTP and a session, as in production.
-	b.Run("paired-http", func(b *testing.B) { runPairedOn(b, tool, sdktrace.AlwaysSample(), httpClient) })
-	b.Run("paired-unsampled", func(b *testing.B) { runPaired(b, tool, sdktrace.NeverSample()) })
 }
 
-func runPaired(b *testing.B, tool mcp.Tool, sampler sdktrace.Sampler) {
-	runPairedOn(b, tool, sampler, benchClient)
+// BenchmarkInitialize compares initialize with and without the
+// instrumentation, in-process, spans recording.
+func BenchmarkInitialize(b *testing.B) {
+	b.Run("paired", func(b *testing.B) { runPaired(b, sdktrace.AlwaysSample(), inProcess, initOp) })
 }
 
-// httpClient serves s over Streamable HTTP on loopback and returns an
-// initialized client of it.
-func httpClient(b *testing.B, s *server.MCPServer) *client.Client {
-	b.Helper()
-	hs := httptest.NewServer(server.NewStreamableHTTPServer(s))
-	b.Cleanup(hs.Close)
-	c, err := client.NewStreamableHttpClient(hs.URL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return startClient(b, c)
+// op performs request number i on c.
+type op func(ctx context.Context, c *client.Client, i int) error
+
+func callOp(ctx context.Context, c *client.Client, i int) error {
+	req := callReq("refund", map[string]any{"order_id": "o-" + strconv.Itoa(i), "amount_cents": 1250})
+	_, err := c.CallTool(ctx, req)
+	return err
 }
 
-func runPairedOn(b *testing.B, tool mcp.Tool, sampler sdktrace.Sampler, connect func(*testing.B, *server.MCPServer) *client.Client) {
-	bare := server.NewMCPServer("bench", "1")
-	bare.AddTool(tool, benchHandler)
-	si, g := instrumentedServerWith(b, tool, sampler)
-	// The tracing floor: the same call with one span carrying as many
-	// attributes as idemkit's and the operation-duration metric, written
-	// by hand with the same SDK and no protection. It is what any GenAI
-	// tool-call instrumentation costs; idemkit's own cost is the gap
-	// between it and the instrumented call.
-	sf := floorServer(b, tool, sampler)
-	clients := [3]*client.Client{connect(b, bare), connect(b, si), connect(b, sf)}
+func listOp(ctx context.Context, c *client.Client, _ int) error {
+	_, err := c.ListTools(ctx, mcp.ListToolsRequest{})
+	return err
+}
+
+func initOp(ctx context.Context, c *client.Client, _ int) error {
+	_, err := c.Initialize(ctx, initRequest())
+	return err
+}
+
+func runPaired(b *testing.B, sampler sdktrace.Sampler, connect connector, do op, opts ...instrument.Option) {
+	si, g := instrumentedServer(b, sampler, opts...)
+	// The tracing floor: the same requests with one SERVER span per
+	// tools/call carrying as many attributes as idemkit's and the operation
+	// duration, written by hand with the same SDK and no protection. It is
+	// what any MCP tool-call instrumentation costs; idemkit's own cost is the
+	// gap between it and the instrumented call.
+	sf := floorServer(b, sampler)
+	clients := [numKinds]*client.Client{connect(b, bareServer(), false), connect(b, si, true), connect(b, sf, false)}
 	ctx := context.Background()
-	req := callReq("refund", nil)
-	var d [3]time.Duration // bare, instrumented, floor
+	var d, cpu [numKinds]time.Duration
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		req.Params.Arguments = map[string]any{"order_id": "o-" + strconv.Itoa(i), "amount_cents": 1250}
-		for j := range 3 { // rotate the order too
-			k := (i + j) % 3
-			t0 := time.Now()
-			if _, err := clients[k].CallTool(ctx, req); err != nil {
+		for j := range numKinds { // rotate the order too
+			k := (i + j) % numKinds
+			c0, t0 := cpuTime(), time.Now()
+			if err := do(ctx, clients[k], i); err != nil {
 				b.Fatal(err)
 			}
 			d[k] += time.Since(t0)
+			cpu[k] += cpuTime() - c0
 		}
 		if i%sweepEvery == sweepEvery-1 {
 			t2 := time.Now()
 			if _, err := g.Sweep(ctx); err != nil {
 				b.Fatal(err)
 			}
-			d[1] += time.Since(t2)
+			d[instrumented] += time.Since(t2)
 		}
 	}
 	n := float64(b.N)
-	b.ReportMetric(float64(d[0].Nanoseconds())/n, "bare-ns/call")
-	b.ReportMetric(float64(d[1].Nanoseconds())/n, "instrumented-ns/call")
-	b.ReportMetric(float64(d[2].Nanoseconds())/n, "floor-ns/call")
-	b.ReportMetric(float64(d[1])/float64(d[0]), "ratio")
-	b.ReportMetric(float64(d[2])/float64(d[0]), "floor-ratio")
-	b.ReportMetric(float64(d[1]-d[2])/float64(d[0]), "idemkit-share")
+	b.ReportMetric(float64(d[bare].Nanoseconds())/n, "bare-ns/call")
+	b.ReportMetric(float64(d[instrumented].Nanoseconds())/n, "instrumented-ns/call")
+	b.ReportMetric(float64(d[floor].Nanoseconds())/n, "floor-ns/call")
+	b.ReportMetric(float64(d[instrumented])/float64(d[bare]), "ratio")
+	b.ReportMetric(float64(d[floor])/float64(d[bare]), "floor-ratio")
+	b.ReportMetric(float64(d[instrumented]-d[floor])/float64(d[bare]), "idemkit-share")
+	// The same ratios in CPU time (the process's, user and system, around
+	// each request): with -cpu 1 it is the request's own work plus the GC's,
+	// and it does not count the time the process waited for a CPU, which on
+	// a loaded machine dominates wall time.
+	b.ReportMetric(float64(cpu[instrumented])/float64(cpu[bare]), "cpu-ratio")
+	b.ReportMetric(float64(cpu[floor])/float64(cpu[bare]), "cpu-floor-ratio")
 }
 
-// floorServer serves tool behind a hand-written tracing middleware: one
-// execute_tool span with the operation, tool and method at its start and
-// ten more attributes of the sizes idemkit sets at its end (session,
-// request ID, protocol version, three hashes, key source, outcome, attempt,
-// write ID), ended, and the operation duration recorded.
-func floorServer(b *testing.B, tool mcp.Tool, sampler sdktrace.Sampler) *server.MCPServer {
+func addTools(s *server.MCPServer) {
+	s.AddTool(benchTool, benchHandler)
+	s.AddTool(benchReadTool, readHandler)
+}
+
+func bareServer() *server.MCPServer {
+	s := server.NewMCPServer("bench", "1")
+	addTools(s)
+	return s
+}
+
+// floorServer serves the tools behind a hand-written tracing middleware:
+// one SERVER span "tools/call {tool}" with the method, operation and tool
+// at its start and ten more attributes of the sizes idemkit sets at its end
+// (request ID, session, protocol version, three hashes, key source,
+// outcome, attempt, write ID), ended, and mcp.server.operation.duration
+// recorded with the attributes idemkit records.
+func floorServer(b *testing.B, sampler sdktrace.Sampler) *server.MCPServer {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler), sdktrace.WithSpanProcessor(nopProcessor{}))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	b.Cleanup(func() {
@@ -205,19 +290,17 @@ func floorServer(b *testing.B, tool mcp.Tool, sampler sdktrace.Sampler) *server.
 		_ = mp.Shutdown(context.Background())
 	})
 	tracer := tp.Tracer("floor")
-	dur, err := mp.Meter("floor").Float64Histogram("gen_ai.server.operation.duration")
+	dur, err := mp.Meter("floor").Float64Histogram("mcp.server.operation.duration")
 	if err != nil {
 		b.Fatal(err)
 	}
-	start := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(
-		attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("gen_ai.tool.name", tool.Name),
-		attribute.String("mcp.method.name", "tools/call"))}
-	recOpts := []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(
-		attribute.String("mcp.method.name", "tools/call"), attribute.String("gen_ai.tool.name", tool.Name)))}
 	mw := func(next server.ToolHandlerFunc) server.ToolHandlerFunc {
 		return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			t0 := time.Now()
-			ctx, span := tracer.Start(ctx, "execute_tool "+tool.Name, start...)
+			tool := req.Params.Name
+			ctx, span := tracer.Start(ctx, "tools/call "+tool, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+				attribute.String("mcp.method.name", "tools/call"), attribute.String("gen_ai.operation.name", "execute_tool"),
+				attribute.String("gen_ai.tool.name", tool)))
 			res, err := next(ctx, req)
 			if span.IsRecording() {
 				sid := ""
@@ -225,33 +308,31 @@ func floorServer(b *testing.B, tool mcp.Tool, sampler sdktrace.Sampler) *server.
 					sid = s.SessionID()
 				}
 				span.SetAttributes(
-					attribute.String("mcp.session.id", sid),
 					attribute.String("jsonrpc.request.id", "12345"),
-					attribute.String("mcp.protocol.version", "2025-06-18"),
-					attribute.String("idemkit.args.hash", "0123456789abcdef"),
-					attribute.String("idemkit.key.hash", "0123456789abcdef"),
-					attribute.String("idemkit.subject.hash", "0123456789abcdef"),
+					attribute.String("mcp.session.id", sid),
+					attribute.String("mcp.protocol.version", "2025-11-25"),
+					attribute.String("idemkit.args.hash", "0123456789abcdef0123456789abcdef"),
+					attribute.String("idemkit.key.hash", "0123456789abcdef0123456789abcdef"),
 					attribute.String("idemkit.key.source", "derived"),
+					attribute.String("idemkit.subject.hash", "0123456789abcdef0123456789abcdef"),
 					attribute.String("idemkit.outcome", "executed"),
 					attribute.Int("idemkit.attempt", 1),
 					attribute.String("idemkit.write.id", "re_1"),
 				)
 			}
 			span.End()
-			dur.Record(ctx, time.Since(t0).Seconds(), recOpts...)
+			dur.Record(ctx, time.Since(t0).Seconds(), metric.WithAttributes(
+				attribute.String("mcp.method.name", "tools/call"), attribute.String("gen_ai.operation.name", "execute_tool"),
+				attribute.String("gen_ai.tool.name", tool), attribute.String("mcp.protocol.version", "2025-11-25")))
 			return res, err
 		}
 	}
 	s := server.NewMCPServer("bench", "1", server.WithToolHandlerMiddleware(mw))
-	s.AddTool(tool, benchHandler)
+	addTools(s)
 	return s
 }
 
-func instrumentedServer(b *testing.B, tool mcp.Tool) (*server.MCPServer, *idemkit.Guard) {
-	return instrumentedServerWith(b, tool, sdktrace.AlwaysSample())
-}
-
-func instrumentedServerWith(b *testing.B, tool mcp.Tool, sampler sdktrace.Sampler) (*server.MCPServer, *idemkit.Guard) {
+func instrumentedServer(b *testing.B, sampler sdktrace.Sampler, opts ...instrument.Option) (*server.MCPServer, *idemkit.Guard) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler), sdktrace.WithSpanProcessor(nopProcessor{}))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	b.Cleanup(func() {
@@ -263,7 +344,7 @@ func instrumentedServerWith(b *testing.B, tool mcp.Tool, sampler sdktrace.Sample
 		b.Fatal(err)
 	}
 	s := server.NewMCPServer("bench", "1", ServerOptions(g,
-		instrument.WithTracerProvider(tp), instrument.WithMeterProvider(mp))...)
-	s.AddTool(tool, benchHandler)
+		append([]instrument.Option{instrument.WithTracerProvider(tp), instrument.WithMeterProvider(mp)}, opts...)...)...)
+	addTools(s)
 	return s, g
 }

@@ -62,6 +62,6 @@ func ExampleServerOptions() {
 	// refunded o-1 false
 	// refunded o-1 true
 	// refunds: 1
-	// execute_tool refund executed
-	// execute_tool refund replayed
+	// tools/call refund executed
+	// tools/call refund replayed
 }

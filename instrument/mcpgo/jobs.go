@@ -7,6 +7,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/idemkit/idemkit/instrument"
+	"github.com/idemkit/idemkit/instrument/internal/jobtool"
 )
 
 // AddJobTool registers tool on s in the job-and-poll shape, for work that
@@ -16,7 +17,9 @@ import (
 //     once with the job ID, as text and as structuredContent {"job_id",
 //     "state", "status_tool"}. Keep it unannotated (or add WithProtect): it is
 //     then protected, its answer is stored, and a duplicate start call gets
-//     the same job ID instead of starting the work twice.
+//     the same job ID instead of starting the work twice. Its _meta names
+//     its status tool (instrument.StatusToolMetaKey), which the in-progress
+//     answer to a concurrent duplicate then names.
 //   - tool.Name+"_status" (read-only, so never protected) takes {"job_id"}
 //     and answers with the work's own result once it has finished (plus an
 //     instrument.JobMetaKey marker), or with the job's state and progress
@@ -28,21 +31,29 @@ import (
 func AddJobTool(s *server.MCPServer, jobs *instrument.Jobs, tool mcp.Tool, work server.ToolHandlerFunc) {
 	name := tool.Name
 	status := instrument.StatusToolName(name)
-	jobs.Instrumenter().SetStatusTool(name, status)
-	tool.Description = instrument.JobToolDescription(tool.Description, name)
+	tool.Description = jobtool.Description(tool.Description, name)
+	meta := &mcp.Meta{AdditionalFields: map[string]any{}}
+	if tool.Meta != nil {
+		meta.ProgressToken = tool.Meta.ProgressToken
+		for k, v := range tool.Meta.AdditionalFields {
+			meta.AdditionalFields[k] = v
+		}
+	}
+	meta.AdditionalFields[instrument.StatusToolMetaKey] = status
+	tool.Meta = meta
 	s.AddTool(tool, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return instrument.StartJob(ctx, jobs, codec{}, name, func(ctx context.Context) (*mcp.CallToolResult, error) {
+		return jobtool.Start(ctx, jobs, codec{}, name, func(ctx context.Context) (*mcp.CallToolResult, error) {
 			return work(ctx, req)
 		}), nil
 	})
 	s.AddTool(mcp.NewTool(status,
-		mcp.WithDescription(instrument.StatusToolDescription(name)),
-		mcp.WithString("job_id", mcp.Required(), mcp.Description(instrument.JobIDDescription(name))),
+		mcp.WithDescription(jobtool.StatusDescription(name)),
+		mcp.WithString("job_id", mcp.Required(), mcp.Description(jobtool.JobIDDescription(name))),
 		mcp.WithReadOnlyHintAnnotation(true),
 		mcp.WithIdempotentHintAnnotation(true),
 		mcp.WithDestructiveHintAnnotation(false),
 		mcp.WithOpenWorldHintAnnotation(false),
 	), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return instrument.JobStatus(ctx, jobs, codec{}, name, req.GetString("job_id", "")), nil
+		return jobtool.Status(ctx, jobs, codec{}, name, req.GetString("job_id", "")), nil
 	})
 }

@@ -1,31 +1,57 @@
-// Package mcpgo wires idemkit's instrumentation into a
-// github.com/mark3labs/mcp-go (v1.2.1) server: one execute_tool span per
-// tools/call with the five diagnostic fields, and claim-and-replay for the
-// protected tools.
+// Package mcpgo instruments a github.com/mark3labs/mcp-go (v1.2.1) server:
+// one OpenTelemetry SERVER span per MCP request, the MCP server metrics,
+// and claim-and-replay for the tools whose calls need it.
 //
-//	guard, _ := idemkit.NewGuard(&idemkit.MemoryStore{}, nil)
-//	opts := mcpgo.ServerOptions(guard, instrument.WithSubject(userID))
-//	s := server.NewMCPServer("billing", "1.0.0", opts...)
+//	guard, err := idemkit.NewGuard(store, nil)
+//	…
+//	s := server.NewMCPServer("billing", "1.0.0",
+//		mcpgo.ServerOptions(guard, instrument.WithSubject(mcpgo.TokenSubject))...)
 //	s.AddTool(refundTool, refund) // unannotated: protected
 //	s.AddTool(lookupTool, lookup) // readOnlyHint: traced, not protected
+//	http.Handle("/mcp", mcpgo.RequireBearerToken(verify, nil)(mcpgo.NewStreamableHTTPHandler(s)))
 //
-// ServerOptions returns three pieces that only work together, which is why
-// they come from one call: a BeforeCallTool hook that captures the JSON-RPC
-// request ID (mcp-go hands it to hooks only), the tool-handler middleware
-// that traces and protects the call, and an AfterListTools hook that adds
-// the optional idempotency_key argument to protected tools' schemas. The
-// hooks are added to the server's existing Hooks, so pass ServerOptions
-// after any server.WithHooks option (which replaces the Hooks), or call
-// Install on a server built already.
+// See package instrument for the spans, the metrics and the protection.
 //
-// Request-ID capture: mcp-go decodes a tools/call into a CallToolRequest,
-// passes a pointer to it to the BeforeCallTool hooks, then hands a copy to
-// the middleware chain. Pointers inside the request survive the copy, so
-// the hook makes sure params._meta is non-nil (allocating an empty Meta when
-// the client sent none) and records the formatted ID under that *mcp.Meta;
-// the middleware finds it there. The entry is deleted by the AfterCallTool
-// or OnError hook, or by the middleware itself when the handler panics. A
-// handler therefore always sees a non-nil req.Params.Meta.
+// # How it hooks into mcp-go
+//
+// ServerOptions returns options that work together and in any order among
+// the server's other options:
+//
+//   - server.WithTracer and server.WithMetaPropagator with adapters that
+//     open the request's span where mcp-go dispatches every request, parented
+//     on the trace context in params._meta. (mcp-go's own span names are
+//     not used; do not pass another server.WithTracer.)
+//   - hooks, added to the server's Hooks: they record the JSON-RPC request
+//     ID, the error code of an error response, the tool of a tools/call, and
+//     the session start and end for mcp.server.session.duration, and they
+//     advertise the optional idempotency_key argument in tools/list on the
+//     tools whose calls the listing caller would get protected. When a later
+//     server.WithHooks replaces the Hooks, the request hooks are added to the
+//     new Hooks at the first request; the session hooks cannot be, safely,
+//     so session durations are then not recorded (a warning says so): pass
+//     ServerOptions after server.WithHooks to keep them.
+//   - server.WithToolHandlerMiddleware: the claim-and-replay of tools/call.
+//     Put ServerOptions before your own tool middleware so that the
+//     protection covers it.
+//
+// The arguments of a protected call are validated against the tool's
+// inputSchema (compiled once per registration) before its key is derived,
+// so that a retry that types an argument differently ("100" for 100, 12.5
+// for 12) is rejected, with nothing run or claimed, instead of running as a
+// new call; other tools' arguments are left to mcp-go
+// (server.WithInputSchemaValidation validates every tool's). The
+// idempotency_key argument is removed from the arguments first, also before
+// mcp-go's own validation, so that tools with strict schemas
+// (additionalProperties false) accept it.
+//
+// Over Streamable HTTP, serve the server with NewStreamableHTTPHandler (or
+// wrap your own handler with HTTPHandler): it records the transport
+// attributes and, with stateful sessions, lets calls without a subject be
+// scoped by their session. Without it such calls cannot be scoped and are
+// refused by default (see instrument.WithSubject).
+//
+// Tools added with AddTaskTool and task-augmented calls are not yet
+// protected.
 package mcpgo
 
 import (
@@ -35,30 +61,51 @@ import (
 	"maps"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+	"github.com/mark3labs/mcp-go/tracing"
 
 	"github.com/idemkit/idemkit/idemkit"
 	"github.com/idemkit/idemkit/instrument"
+	"github.com/idemkit/idemkit/internal/mcpcall"
+	"github.com/idemkit/idemkit/spancontract"
 )
 
 // stdioSessionID is the session ID mcp-go reports for its stdio transport,
 // which serves exactly one client.
 const stdioSessionID = "stdio"
 
-// Instrumentation connects an instrument.Instrumenter to mcp-go servers.
-// Build it with New; it is safe for concurrent use, and one Instrumentation
-// may serve several servers.
+// Instrumentation instruments mcp-go servers. Build it with New; it is safe
+// for concurrent use, and one Instrumentation may serve several servers.
 type Instrumentation struct {
-	in  *instrument.Instrumenter
-	ids sync.Map // *mcp.Meta -> string: request IDs captured by the hook
+	in *mcpcall.Instrumenter
+
+	installMu sync.Mutex // serialises hook installation
+	hooked    sync.Map   // *server.Hooks -> hookSet: the hooks installed into it
+	warned    atomic.Bool
+
+	sessions sync.Map // session ID -> *sessionStart
+
+	decorated  sync.Map // tool name -> *decoration
+	validators sync.Map // tool name -> *validator
 }
 
-// New returns an Instrumentation that protects calls with guard (nil: spans
-// and metrics only) configured by opts.
+// hookSet says which of the Instrumentation's hooks a Hooks holds.
+type hookSet struct{ session bool }
+
+// sessionStart is what the session duration needs from a session's start.
+type sessionStart struct {
+	at        time.Time
+	transport mcpcall.Transport
+}
+
+// New returns an Instrumentation that protects calls with guard (nil:
+// spans and metrics only) configured by opts.
 func New(guard *idemkit.Guard, opts ...instrument.Option) *Instrumentation {
-	return &Instrumentation{in: instrument.New(guard, opts...)}
+	return &Instrumentation{in: mcpcall.New(guard, mcpcall.ConfigFrom(opts))}
 }
 
 // ServerOptions is New(guard, opts...).ServerOptions(): everything to pass
@@ -67,17 +114,12 @@ func ServerOptions(guard *idemkit.Guard, opts ...instrument.Option) []server.Ser
 	return New(guard, opts...).ServerOptions()
 }
 
-// Instrumenter returns the SDK-agnostic Instrumenter, for instrument.NewJobs.
-func (m *Instrumentation) Instrumenter() *instrument.Instrumenter { return m.in }
-
 // ServerOptions returns the options that install the instrumentation on a
-// server: the hooks (added to the server's Hooks, created when it has none)
-// and the tool-handler middleware. Pass them after any server.WithHooks.
-// The middleware is added where the options appear among other
-// WithToolHandlerMiddleware options; put them first so that the span covers
-// the other middleware.
+// server (see the package documentation).
 func (m *Instrumentation) ServerOptions() []server.ServerOption {
 	return []server.ServerOption{
+		server.WithTracer(tracerAdapter{m}),
+		server.WithMetaPropagator(metaPropagator{m}),
 		m.installHooks,
 		server.WithToolHandlerMiddleware(m.middleware),
 	}
@@ -91,161 +133,448 @@ func (m *Instrumentation) Install(s *server.MCPServer) {
 	}
 }
 
+// installHooks adds every hook to the server's Hooks, creating them when
+// the server has none.
 func (m *Instrumentation) installHooks(s *server.MCPServer) {
 	h := s.GetHooks()
 	if h == nil {
 		h = &server.Hooks{}
 		server.WithHooks(h)(s)
 	}
-	h.AddBeforeCallTool(m.beforeCallTool)
-	h.AddAfterCallTool(m.afterCallTool)
-	h.AddOnError(m.onError)
-	h.AddAfterListTools(m.afterListTools)
+	m.installMu.Lock()
+	defer m.installMu.Unlock()
+	if set, ok := m.hooked.Load(h); ok && set.(hookSet).session {
+		return
+	}
+	m.addRequestHooks(h)
+	h.AddOnRegisterSession(m.sessionStarted)
+	h.AddOnUnregisterSession(m.sessionEnded)
+	m.hooked.Store(h, hookSet{session: true})
 }
 
-func (m *Instrumentation) beforeCallTool(_ context.Context, id any, req *mcp.CallToolRequest) {
+// ensureHooks makes sure the request hooks are in the Hooks the server
+// uses, for a server whose Hooks were replaced after ServerOptions. Every
+// request passes here before any hook it fires reads the fields written.
+func (m *Instrumentation) ensureHooks(s *server.MCPServer) {
+	h := s.GetHooks()
+	if h == nil {
+		return
+	}
+	if _, ok := m.hooked.Load(h); ok {
+		return
+	}
+	m.installMu.Lock()
+	defer m.installMu.Unlock()
+	if _, ok := m.hooked.Load(h); ok {
+		return
+	}
+	m.addRequestHooks(h)
+	m.hooked.Store(h, hookSet{})
+	m.in.Config().Logger.Warn("idemkit: server.WithHooks replaced the hooks mcpgo.ServerOptions installed; " +
+		"the request hooks were added to the new Hooks, but mcp.server.session.duration is not recorded for this server. " +
+		"Pass mcpgo.ServerOptions after server.WithHooks to record it.")
+}
+
+func (m *Instrumentation) addRequestHooks(h *server.Hooks) {
+	h.AddBeforeAny(m.beforeAny)
+	h.AddOnError(m.onError)
+	h.AddBeforeCallTool(m.beforeCallTool)
+	h.AddAfterCallTool(m.afterCallTool)
+	h.AddAfterInitialize(m.afterInitialize)
+	h.AddAfterListTools(m.afterListTools)
+	h.AddBeforeGetPrompt(func(ctx context.Context, _ any, req *mcp.GetPromptRequest) {
+		if op := mcpcall.FromContext(ctx); op != nil && req != nil {
+			op.SetTarget(req.Params.Name)
+		}
+	})
+	h.AddBeforeReadResource(func(ctx context.Context, _ any, req *mcp.ReadResourceRequest) {
+		if op := mcpcall.FromContext(ctx); op != nil && req != nil {
+			op.SetResourceURI(req.Params.URI)
+		}
+	})
+	h.AddBeforeSubscribe(func(ctx context.Context, _ any, req *mcp.SubscribeRequest) {
+		if op := mcpcall.FromContext(ctx); op != nil && req != nil {
+			op.SetResourceURI(req.Params.URI)
+		}
+	})
+	h.AddBeforeUnsubscribe(func(ctx context.Context, _ any, req *mcp.UnsubscribeRequest) {
+		if op := mcpcall.FromContext(ctx); op != nil && req != nil {
+			op.SetResourceURI(req.Params.URI)
+		}
+	})
+}
+
+// tracerAdapter opens the span of every request mcp-go dispatches.
+type tracerAdapter struct{ m *Instrumentation }
+
+// Start implements tracing.Tracer. mcp-go names a request's span
+// "mcp.{method}" (kind SERVER); its tool spans ("tool.{name}", INTERNAL)
+// are not created: the request span is the tool call's span.
+func (t tracerAdapter) Start(ctx context.Context, name string, kind tracing.SpanKind, _ ...tracing.Attribute) (context.Context, tracing.Span) {
+	method, ok := strings.CutPrefix(name, "mcp.")
+	if kind != tracing.SpanKindServer || !ok {
+		return ctx, noSpan{}
+	}
+	m := t.m
+	if s := server.ServerFromContext(ctx); s != nil {
+		m.ensureHooks(s)
+	}
+	r := mcpcall.Request{Method: method, ProtocolVersion: server.RequestProtocolVersion(ctx)}
+	session := server.ClientSessionFromContext(ctx)
+	r.Transport = transportOf(ctx, session)
+	r.SessionID = sessionIDOf(session)
+	ctx, op := m.in.Start(ctx, &r)
+	return ctx, opSpan{op}
+}
+
+// opSpan is the tracing.Span mcp-go ends when the request's response is
+// ready.
+type opSpan struct{ op *mcpcall.Op }
+
+func (opSpan) SetAttributes(...tracing.Attribute) {}
+func (opSpan) RecordError(error)                  {}
+
+// SetStatus receives the message of an error response. A response whose
+// code no hook reported is mcp-go's answer to an unknown method.
+func (s opSpan) SetStatus(code tracing.StatusCode, description string) {
+	if code == tracing.StatusError && !s.op.ErrorRecorded() {
+		s.op.RecordError(mcp.METHOD_NOT_FOUND, description, nil)
+	}
+}
+
+func (s opSpan) End() { s.op.End(mcpcall.Response{}) }
+
+type noSpan struct{}
+
+func (noSpan) SetAttributes(...tracing.Attribute)   {}
+func (noSpan) RecordError(error)                    {}
+func (noSpan) SetStatus(tracing.StatusCode, string) {}
+func (noSpan) End()                                 {}
+
+// metaPropagator extracts the trace context of params._meta.
+type metaPropagator struct{ m *Instrumentation }
+
+func (p metaPropagator) InjectMeta(_ context.Context, meta *mcp.Meta) *mcp.Meta { return meta }
+
+func (p metaPropagator) ExtractMeta(ctx context.Context, meta *mcp.Meta) context.Context {
+	if meta == nil {
+		return ctx
+	}
+	return p.m.in.Extract(ctx, meta.AdditionalFields)
+}
+
+// sessionIDOf returns the mcp.session.id of a session: none for mcp-go's
+// stdio placeholder.
+func sessionIDOf(session server.ClientSession) string {
+	if session == nil {
+		return ""
+	}
+	if id := session.SessionID(); id != stdioSessionID {
+		return id
+	}
+	return ""
+}
+
+// transportOf describes the transport of a request: from HTTPHandler's
+// record of the HTTP request, else from the session's kind.
+func transportOf(ctx context.Context, session server.ClientSession) mcpcall.Transport {
+	if hi, ok := ctx.Value(httpInfoKey{}).(*httpInfo); ok {
+		return hi.transport
+	}
+	switch s := session.(type) {
+	case nil:
+	case *server.InProcessSession:
+		// An in-process session cannot be presented by anyone else.
+		return mcpcall.Transport{AuthenticSessions: true}
+	default:
+		if s.SessionID() == stdioSessionID {
+			return mcpcall.Transport{Network: spancontract.TransportPipe, Local: true}
+		}
+	}
+	return mcpcall.Transport{}
+}
+
+func (m *Instrumentation) beforeAny(ctx context.Context, id any, _ mcp.MCPMethod, _ any) {
+	if op := mcpcall.FromContext(ctx); op != nil {
+		op.SetID(id)
+	}
+}
+
+// jsonrpcError is implemented by mcp-go's request errors.
+type jsonrpcError interface {
+	ToJSONRPCError() mcp.JSONRPCError
+}
+
+func (m *Instrumentation) onError(ctx context.Context, id any, _ mcp.MCPMethod, _ any, err error) {
+	op := mcpcall.FromContext(ctx)
+	if op == nil {
+		return
+	}
+	op.SetID(id)
+	if je, ok := err.(jsonrpcError); ok {
+		e := je.ToJSONRPCError()
+		op.RecordError(int64(e.Error.Code), e.Error.Message, err)
+		return
+	}
+	op.RecordError(mcp.INTERNAL_ERROR, err.Error(), err)
+}
+
+func (m *Instrumentation) afterInitialize(ctx context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) {
+	if op := mcpcall.FromContext(ctx); op != nil && res != nil {
+		op.SetSession(op.SessionID(), res.ProtocolVersion)
+	}
+}
+
+// beforeCallTool names the request's tool and, for a tool whose calls
+// are protected, removes the idempotency_key argument from the decoded
+// arguments before mcp-go validates them against the tool's schema (the
+// raw arguments keep it: the middleware derives the key from them).
+func (m *Instrumentation) beforeCallTool(ctx context.Context, _ any, req *mcp.CallToolRequest) {
 	if req == nil {
 		return
 	}
-	if req.Params.Meta == nil {
-		req.Params.Meta = &mcp.Meta{}
+	if op := mcpcall.FromContext(ctx); op != nil {
+		op.SetTarget(req.Params.Name)
 	}
-	if s, ok := instrument.FormatRequestID(id); ok {
-		m.ids.Store(req.Params.Meta, s)
-	}
-}
-
-func (m *Instrumentation) afterCallTool(_ context.Context, _ any, req *mcp.CallToolRequest, _ any) {
-	if req != nil && req.Params.Meta != nil {
-		m.ids.Delete(req.Params.Meta)
-	}
-}
-
-func (m *Instrumentation) onError(_ context.Context, _ any, method mcp.MCPMethod, message any, _ error) {
-	if method != mcp.MethodToolsCall {
+	args, ok := req.Params.Arguments.(map[string]any)
+	if !ok {
 		return
 	}
-	if req, ok := message.(*mcp.CallToolRequest); ok && req.Params.Meta != nil {
-		m.ids.Delete(req.Params.Meta)
+	if _, ok := args[instrument.KeyArgument]; !ok {
+		return
+	}
+	if info := lookupTool(ctx, req.Params.Name); !m.in.StripsKey(req.Params.Name, info) {
+		return
+	}
+	c := maps.Clone(args)
+	delete(c, instrument.KeyArgument)
+	req.Params.Arguments = c
+}
+
+// afterCallTool records an isError result that the middleware did not
+// produce: mcp-go's own argument validation, which answers before the tool
+// middleware runs.
+func (m *Instrumentation) afterCallTool(ctx context.Context, _ any, _ *mcp.CallToolRequest, result any) {
+	op := mcpcall.FromContext(ctx)
+	if op == nil || op.ToolCalled() {
+		return
+	}
+	if r, ok := result.(*mcp.CallToolResult); ok && r != nil && r.IsError {
+		op.RecordToolError()
 	}
 }
 
-// toolInfo is what the middleware needs to know about a registered tool.
-type toolInfo struct {
-	readOnly, idempotent bool
-	declaresKey          bool // the tool's own schema has the KeyArgument
+func (m *Instrumentation) sessionStarted(ctx context.Context, session server.ClientSession) {
+	if session == nil {
+		return
+	}
+	m.sessions.Store(session.SessionID(), &sessionStart{at: time.Now(), transport: transportOf(ctx, session)})
 }
 
-func infoOf(t *mcp.Tool) toolInfo {
-	info := toolInfo{
-		readOnly:   t.Annotations.ReadOnlyHint != nil && *t.Annotations.ReadOnlyHint,
-		idempotent: t.Annotations.IdempotentHint != nil && *t.Annotations.IdempotentHint,
+func (m *Instrumentation) sessionEnded(ctx context.Context, session server.ClientSession) {
+	if session == nil {
+		return
+	}
+	v, ok := m.sessions.LoadAndDelete(session.SessionID())
+	if !ok {
+		return
+	}
+	st := v.(*sessionStart)
+	protocol := ""
+	if vs, ok := session.(server.SessionWithProtocolVersion); ok {
+		protocol = vs.ProtocolVersion()
+	}
+	m.in.RecordSession(context.WithoutCancel(ctx), st.at, protocol, &st.transport, "")
+}
+
+// toolInfoOf is what the instrumentation needs to know about a tool.
+func toolInfoOf(t *mcp.Tool) mcpcall.ToolInfo {
+	info := mcpcall.ToolInfo{
+		ReadOnlyHint:   t.Annotations.ReadOnlyHint != nil && *t.Annotations.ReadOnlyHint,
+		IdempotentHint: t.Annotations.IdempotentHint != nil && *t.Annotations.IdempotentHint,
 	}
 	if t.RawInputSchema != nil {
-		info.declaresKey = bytes.Contains(t.RawInputSchema, []byte(`"`+instrument.KeyArgument+`"`))
+		info.DeclaresKey = bytes.Contains(t.RawInputSchema, []byte(`"`+instrument.KeyArgument+`"`))
 	} else {
-		_, info.declaresKey = t.InputSchema.Properties[instrument.KeyArgument]
+		_, info.DeclaresKey = t.InputSchema.Properties[instrument.KeyArgument]
+	}
+	if t.Meta != nil {
+		info.StatusTool, _ = t.Meta.AdditionalFields[instrument.StatusToolMetaKey].(string)
 	}
 	return info
 }
 
 // lookupTool finds the tool a call is for, as mcp-go does: the session's
-// tools first, then the server's. Unknown tools (never reached: mcp-go
-// rejects them before the middleware) get the MCP defaults.
-func lookupTool(ctx context.Context, name string) toolInfo {
+// tools first, then the server's. An unknown tool (mcp-go rejects its calls
+// before the middleware) gets the MCP defaults.
+func lookupTool(ctx context.Context, name string) mcpcall.ToolInfo {
+	if t := findTool(ctx, name); t != nil {
+		return toolInfoOf(t)
+	}
+	return mcpcall.ToolInfo{}
+}
+
+func findTool(ctx context.Context, name string) *mcp.Tool {
 	session := server.ClientSessionFromContext(ctx)
 	if st, ok := session.(server.SessionWithTools); ok {
 		if t, ok := st.GetSessionTools()[name]; ok {
-			return infoOf(&t.Tool)
+			return &t.Tool
 		}
 	}
 	if s := server.ServerFromContext(ctx); s != nil {
 		if t := s.GetTool(name); t != nil {
-			return infoOf(&t.Tool)
+			return &t.Tool
 		}
 	}
-	return toolInfo{}
+	return nil
+}
+
+// validator is a tool's compiled input schema.
+type validator struct {
+	schemaID uintptr
+	v        *mcpcall.SchemaValidator // nil: the schema does not compile
+}
+
+// validatorOf returns the compiled input schema of tool, compiled once per
+// registration, or nil when it has none that compiles.
+func (m *Instrumentation) validatorOf(tool *mcp.Tool) *mcpcall.SchemaValidator {
+	id := schemaID(tool)
+	if v, ok := m.validators.Load(tool.Name); ok && v.(*validator).schemaID == id {
+		return v.(*validator).v
+	}
+	var schema json.RawMessage
+	if len(tool.RawInputSchema) > 0 {
+		schema = tool.RawInputSchema
+	} else if b, err := json.Marshal(tool.InputSchema); err == nil {
+		schema = b
+	}
+	v, _ := mcpcall.NewSchemaValidator(schema)
+	m.validators.Store(tool.Name, &validator{schemaID: id, v: v})
+	return v
 }
 
 func (m *Instrumentation) middleware(next server.ToolHandlerFunc) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (res *mcp.CallToolResult, err error) {
-		meta := req.Params.Meta
-		call := instrument.ToolCall{Tool: req.Params.Name}
-		if meta == nil {
-			return m.serve(ctx, &call, &req, next)
-		}
-		call.Meta = meta.AdditionalFields
-		if meta.ProgressToken != nil {
-			if s := server.ServerFromContext(ctx); s != nil {
-				call.Progress = progressSender{srv: s, token: meta.ProgressToken}
+		op := mcpcall.FromContext(ctx)
+		if op == nil || op.Ended() || op.Method() != spancontract.MethodToolsCall {
+			// No request span: another server.WithTracer replaced idemkit's,
+			// or the call runs after its request ended (mcp-go runs a
+			// task-augmented call in the background, on the request's
+			// context, cancelled by then). The call gets a span of its own.
+			if op != nil && op.Ended() {
+				ctx = context.WithoutCancel(ctx)
 			}
+			return m.serveDetached(ctx, req, next)
 		}
-		v, ok := m.ids.Load(meta)
-		if !ok {
-			return m.serve(ctx, &call, &req, next)
-		}
-		call.RequestID = v.(string)
+		// mcp-go ends the request's span itself, also while a panic
+		// unwinds (without server.WithRecovery): mark it, without
+		// recovering.
 		returned := false
 		defer func() {
-			if !returned { // the handler panicked: the hooks will not run
-				m.ids.Delete(meta)
+			if !returned {
+				op.RecordPanic()
 			}
 		}()
-		res, err = m.serve(ctx, &call, &req, next)
+		res, err = m.serve(op, req, next)
 		returned = true
 		return res, err
 	}
 }
 
-// serve completes call from the request and runs it through the
-// Instrumenter.
-func (m *Instrumentation) serve(ctx context.Context, call *instrument.ToolCall, req *mcp.CallToolRequest, next server.ToolHandlerFunc) (*mcp.CallToolResult, error) {
-	if session := server.ClientSessionFromContext(ctx); session != nil {
-		call.SessionID = session.SessionID()
-		call.Local = call.SessionID == stdioSessionID
+// serve runs a tools/call through the protection.
+func (m *Instrumentation) serve(op *mcpcall.Op, req mcp.CallToolRequest, next server.ToolHandlerFunc) (*mcp.CallToolResult, error) {
+	name := req.Params.Name
+	tool := findTool(op, name)
+	var info mcpcall.ToolInfo
+	if tool != nil {
+		info = toolInfoOf(tool)
 	}
-	call.ProtocolVersion = server.RequestProtocolVersion(ctx)
-	info := lookupTool(ctx, call.Tool)
-	call.ReadOnlyHint, call.IdempotentHint = info.readOnly, info.idempotent
-
-	call.Arguments = req.Params.RawArguments
+	call := mcpcall.ToolCall{
+		Tool:         name,
+		Arguments:    req.Params.RawArguments,
+		Info:         info,
+		Continuation: req.Params.RequestState != "" || len(req.Params.InputResponses) > 0,
+	}
 	if len(call.Arguments) == 0 && req.Params.Arguments != nil {
 		call.Arguments, _ = json.Marshal(req.Params.Arguments)
 	}
-	r := *req
-	if !info.declaresKey && m.in.StripsKey() {
+	if meta := req.Params.Meta; meta != nil {
+		call.Meta = meta.AdditionalFields
+		if meta.ProgressToken != nil {
+			if s := server.ServerFromContext(op); s != nil {
+				call.Progress = progressSender{srv: s, token: meta.ProgressToken}
+			}
+		}
+	}
+	r := req
+	if m.in.StripsKey(name, info) {
 		stripKeyArgument(&r)
 	}
-	return instrument.Handle(ctx, m.in, call, codec{}, func(ctx context.Context) (*mcp.CallToolResult, error) {
-		return next(ctx, r)
+	if tool != nil && m.in.WriteTool(name, info) {
+		// Validate what the handler will receive (decoded by mcp-go
+		// already); CallTool does so only for a protected call.
+		call.Validator = m.validatorOf(tool)
+		if args, ok := r.Params.Arguments.(map[string]any); ok {
+			call.Decoded = args
+		} else {
+			call.ValidatedArguments = r.Params.RawArguments
+		}
+	}
+	return mcpcall.CallTool(op, &call, codec{}, func(ctx context.Context) (*mcp.CallToolResult, error) {
+		res, err := next(ctx, r)
+		if err == nil && res == nil {
+			err = errNoResult
+		}
+		return res, err
 	})
 }
 
-// stripKeyArgument removes the KeyArgument from the request's arguments, in
-// a copy: the request's maps are shared with the hooks' view of it.
-func stripKeyArgument(req *mcp.CallToolRequest) {
-	raw := req.Params.RawArguments
-	args, isMap := req.Params.Arguments.(map[string]any)
-	if isMap {
-		if _, ok := args[instrument.KeyArgument]; !ok {
-			return
+// serveDetached serves a tools/call that has no request span, with a span
+// of its own.
+func (m *Instrumentation) serveDetached(ctx context.Context, req mcp.CallToolRequest, next server.ToolHandlerFunc) (res *mcp.CallToolResult, err error) {
+	if m.warned.CompareAndSwap(false, true) {
+		if op := mcpcall.FromContext(ctx); op == nil {
+			m.in.Config().Logger.Warn("idemkit: mcp-go dispatched a tools/call without idemkit's request span: " +
+				"another server.WithTracer replaced the one mcpgo.ServerOptions installed. " +
+				"Tool calls are still traced and protected; other requests are not traced.")
 		}
-		c := maps.Clone(args)
-		delete(c, instrument.KeyArgument)
-		req.Params.Arguments = c
-	} else if !bytes.Contains(raw, []byte(instrument.KeyArgument)) {
-		return
 	}
-	if len(raw) > 0 {
-		var fields map[string]json.RawMessage
-		if json.Unmarshal(raw, &fields) == nil {
-			if _, ok := fields[instrument.KeyArgument]; ok {
-				delete(fields, instrument.KeyArgument)
-				if b, err := json.Marshal(fields); err == nil {
-					req.Params.RawArguments = b
-				}
-			}
+	r := mcpcall.Request{Method: spancontract.MethodToolsCall, Target: req.Params.Name, ProtocolVersion: server.RequestProtocolVersion(ctx)}
+	if req.Params.Meta != nil {
+		r.Meta = req.Params.Meta.AdditionalFields
+	}
+	session := server.ClientSessionFromContext(ctx)
+	r.Transport, r.SessionID = transportOf(ctx, session), sessionIDOf(session)
+	_, op := m.in.Start(ctx, &r)
+	ended := false
+	defer func() {
+		if !ended {
+			op.End(mcpcall.Response{Panicked: true})
 		}
+	}()
+	res, err = m.serve(op, req, next)
+	ended = true
+	if err != nil {
+		op.End(mcpcall.Response{HasCode: true, Code: mcp.INTERNAL_ERROR, Message: err.Error(), Err: err})
+	} else {
+		op.End(mcpcall.Response{})
+	}
+	return res, err
+}
+
+// stripKeyArgument removes the idempotency_key argument from the request's
+// arguments, in copies: the request's maps are shared with the hooks' view
+// of it.
+func stripKeyArgument(req *mcp.CallToolRequest) {
+	if args, ok := req.Params.Arguments.(map[string]any); ok {
+		if _, ok := args[instrument.KeyArgument]; ok {
+			c := maps.Clone(args)
+			delete(c, instrument.KeyArgument)
+			req.Params.Arguments = c
+		}
+	}
+	if raw, key := mcpcall.StripKeyArgument(req.Params.RawArguments); key != nil {
+		req.Params.RawArguments = raw
 	}
 }
 
@@ -265,145 +594,74 @@ func (p progressSender) SendProgress(ctx context.Context, progress, total float6
 	return p.srv.SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress), params)
 }
 
-// codec is instrument.Codec for mcp-go results. It writes the JSON that
-// mcp-go's CallToolResult.MarshalJSON writes (members in another order),
-// through a struct rather than a map, which is cheaper on the hot path; it
-// reads with mcp-go's UnmarshalJSON.
-type codec struct{}
-
-// wireResult mirrors CallToolResult.MarshalJSON's output.
-type wireResult struct {
-	Meta              *mcp.Meta         `json:"_meta,omitempty"`
-	ResultType        mcp.ResultType    `json:"resultType,omitempty"`
-	Content           []mcp.Content     `json:"content"`
-	StructuredContent any               `json:"structuredContent,omitempty"`
-	IsError           bool              `json:"isError,omitempty"`
-	InputRequests     mcp.InputRequests `json:"inputRequests,omitempty"`
-	RequestState      string            `json:"requestState,omitempty"`
+// decoration caches the tools/list form of a tool whose calls are
+// protected: it is rebuilt only when the tool's description or schema
+// changes.
+type decoration struct {
+	description string
+	schemaID    uintptr // identity of the input schema's maps or bytes
+	tool        mcp.Tool
 }
 
-var emptyContent = []mcp.Content{}
-
-func (codec) Marshal(r *mcp.CallToolResult) ([]byte, error) {
-	if r == nil {
-		return nil, errNoResult
-	}
-	w := wireResult{
-		Meta:              r.Meta,
-		ResultType:        r.ResultType,
-		Content:           r.Content,
-		StructuredContent: r.StructuredContent,
-		IsError:           r.IsError,
-		InputRequests:     r.InputRequests,
-		RequestState:      r.RequestState,
-	}
-	if w.Content == nil {
-		w.Content = emptyContent
-	}
-	if len(r.RawStructuredContent) > 0 {
-		w.StructuredContent = json.RawMessage(r.RawStructuredContent)
-	}
-	return json.Marshal(&w)
-}
-
-func (codec) Unmarshal(b []byte) (*mcp.CallToolResult, error) {
-	var r mcp.CallToolResult
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, err
-	}
-	return &r, nil
-}
-
-func (codec) IsError(r *mcp.CallToolResult) bool    { return r != nil && r.IsError }
-func (codec) NeedsInput(r *mcp.CallToolResult) bool { return r != nil && r.NeedsInput() }
-
-func (codec) ErrorResult(text string) *mcp.CallToolResult { return mcp.NewToolResultError(text) }
-
-func (codec) WithMeta(r *mcp.CallToolResult, key string, value any) *mcp.CallToolResult {
-	var c mcp.CallToolResult
-	if r != nil {
-		c = *r
-	}
-	meta := &mcp.Meta{}
-	if c.Meta != nil {
-		meta.ProgressToken = c.Meta.ProgressToken
-		meta.AdditionalFields = maps.Clone(c.Meta.AdditionalFields)
-	}
-	if meta.AdditionalFields == nil {
-		meta.AdditionalFields = make(map[string]any, 1)
-	}
-	meta.AdditionalFields[key] = value
-	c.Meta = meta
-	return &c
-}
-
-type constError string
-
-func (e constError) Error() string { return string(e) }
-
-const errNoResult = constError("mcpgo: the tool handler returned neither a result nor an error")
-
-// afterListTools advertises the KeyArgument on protected tools.
-func (m *Instrumentation) afterListTools(_ context.Context, _ any, _ *mcp.ListToolsRequest, res *mcp.ListToolsResult) {
-	if res == nil || !m.in.AdvertisesKey() {
+// afterListTools advertises the idempotency_key argument in a tools/list
+// answer on the tools whose calls the listing caller would get protected,
+// replacing them with decorated copies.
+func (m *Instrumentation) afterListTools(ctx context.Context, _ any, _ *mcp.ListToolsRequest, res *mcp.ListToolsResult) {
+	if res == nil {
 		return
+	}
+	var sc mcpcall.Scope
+	if op := mcpcall.FromContext(ctx); op != nil {
+		sc = op.Scope()
+	} else {
+		session := server.ClientSessionFromContext(ctx)
+		t := transportOf(ctx, session)
+		sc = m.in.ScopeOf(ctx, sessionIDOf(session), &t)
 	}
 	for i := range res.Tools {
 		t := &res.Tools[i]
-		info := infoOf(t)
-		if info.declaresKey || !m.in.Protects(t.Name, info.readOnly, info.idempotent) {
-			continue
+		if m.in.AdvertisesKey(t.Name, toolInfoOf(t), sc) {
+			res.Tools[i] = m.decorate(t)
 		}
-		res.Tools[i] = KeyParameter(*t)
 	}
 }
 
-// KeyParameter returns tool with the optional idempotency_key argument added
-// to its input schema and a sentence about it appended to its description;
-// a tool that already declares the argument is returned unchanged. The
-// instrumentation does this to protected tools in tools/list answers by
-// itself; register a tool through KeyParameter only when the server
-// validates arguments strictly (server.WithInputSchemaValidation with
-// additionalProperties false), so that a call carrying the key passes
-// validation. The tool's maps are copied, never modified.
-func KeyParameter(tool mcp.Tool) mcp.Tool {
-	if infoOf(&tool).declaresKey {
-		return tool
+func (m *Instrumentation) decorate(t *mcp.Tool) mcp.Tool {
+	id := schemaID(t)
+	if v, ok := m.decorated.Load(t.Name); ok {
+		if d := v.(*decoration); d.description == t.Description && d.schemaID == id {
+			return d.tool
+		}
 	}
+	d := &decoration{description: t.Description, schemaID: id, tool: withKeyParameter(*t)}
+	m.decorated.Store(t.Name, d)
+	return d.tool
+}
+
+// withKeyParameter returns tool with the optional idempotency_key argument
+// added to its input schema and a sentence about it appended to its
+// description. The tool's maps are copied, never modified.
+func withKeyParameter(tool mcp.Tool) mcp.Tool {
 	if tool.RawInputSchema != nil {
-		var schema map[string]any
-		if err := json.Unmarshal(tool.RawInputSchema, &schema); err != nil || schema == nil {
+		if b, ok := mcpcall.RawSchemaWithKey(tool.RawInputSchema); ok {
+			tool.RawInputSchema = b
+		} else {
 			return tool
 		}
-		props, _ := schema["properties"].(map[string]any)
-		if props == nil {
-			props = make(map[string]any, 1)
-		}
-		props[instrument.KeyArgument] = instrument.KeyParameterSchema()
-		schema["properties"] = props
-		b, err := json.Marshal(schema)
-		if err != nil {
-			return tool
-		}
-		tool.RawInputSchema = b
 	} else {
 		props := maps.Clone(tool.InputSchema.Properties)
 		if props == nil {
 			props = make(map[string]any, 1)
 		}
-		props[instrument.KeyArgument] = instrument.KeyParameterSchema()
+		props[instrument.KeyArgument] = mcpcall.KeyParameterSchema()
 		tool.InputSchema.Properties = props
-		if tool.InputSchema.PropertyOrder != nil {
-			tool.InputSchema.PropertyOrder = append(tool.InputSchema.PropertyOrder[:len(tool.InputSchema.PropertyOrder):len(tool.InputSchema.PropertyOrder)], instrument.KeyArgument)
+		if order := tool.InputSchema.PropertyOrder; order != nil {
+			tool.InputSchema.PropertyOrder = append(order[:len(order):len(order)], instrument.KeyArgument)
 		}
 		if tool.InputSchema.Type == "" {
 			tool.InputSchema.Type = "object"
 		}
 	}
-	if tool.Description == "" {
-		tool.Description = instrument.KeyDescription
-	} else if !strings.Contains(tool.Description, instrument.KeyDescription) {
-		tool.Description = strings.TrimRight(tool.Description, " \n") + "\n\n" + instrument.KeyDescription
-	}
+	tool.Description = mcpcall.DescribeKey(tool.Description)
 	return tool
 }

@@ -1,7 +1,8 @@
 // Package genaitrace traces an mcp-go server the way a server is traced
-// before idemkit: one execute_tool span per tools/call, following the
-// OpenTelemetry GenAI and MCP semantic conventions, and nothing of idemkit
-// (no Guard, no idempotency key, no idemkit.* attribute).
+// before idemkit: one SERVER span "tools/call {tool}" per tools/call, as the
+// OpenTelemetry MCP semantic conventions define it (with
+// gen_ai.operation.name=execute_tool), and nothing of idemkit (no Guard, no
+// idempotency key, no idemkit.* attribute).
 //
 // The demo's unprotected refund server uses it, for two reasons:
 //
@@ -21,6 +22,8 @@ package genaitrace
 import (
 	"context"
 	"encoding/json"
+	"math"
+	"strconv"
 	"sync"
 	"time"
 
@@ -33,7 +36,6 @@ import (
 	"go.opentelemetry.io/otel/semconv/v1.41.0/mcpconv"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemkit/idemkit/instrument"
 	sc "github.com/idemkit/idemkit/spancontract"
 )
 
@@ -75,7 +77,7 @@ func (t *Tracer) ServerOptions() []server.ServerOption {
 		if req.Params.Meta == nil {
 			req.Params.Meta = &mcp.Meta{}
 		}
-		if s, ok := instrument.FormatRequestID(id); ok {
+		if s, ok := formatID(id); ok {
 			t.ids.Store(req.Params.Meta, s)
 		}
 	})
@@ -111,21 +113,24 @@ func (t *Tracer) middleware(next server.ToolHandlerFunc) server.ToolHandlerFunc 
 		if args := argumentsJSON(req); args != "" {
 			attrs = append(attrs, attribute.String(sc.GenAIToolCallArguments, args))
 		}
-		ctx, span := t.tracer.Start(ctx, sc.SpanName(tool), trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+		ctx, span := t.tracer.Start(ctx, sc.ServerSpanName(sc.MethodToolsCall, tool), trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
 		defer span.End()
 
 		res, err := next(ctx, req)
 		errType := ""
 		switch {
 		case err != nil:
-			errType = "_OTHER"
+			// mcp-go answers a handler's Go error with JSON-RPC -32603.
+			errType = strconv.Itoa(mcp.INTERNAL_ERROR)
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
+			span.SetAttributes(attribute.String(sc.RPCResponseStatusCode, errType))
 		case res != nil && res.IsError:
 			errType = sc.ErrorTypeToolError
 			span.SetStatus(codes.Error, sc.ErrorTypeToolError)
 		}
-		mattrs := []attribute.KeyValue{attribute.String(sc.MCPMethodName, sc.MethodToolsCall), attribute.String(sc.GenAIToolName, tool)}
+		mattrs := []attribute.KeyValue{attribute.String(sc.MCPMethodName, sc.MethodToolsCall), attribute.String(sc.GenAIToolName, tool),
+			attribute.String(sc.GenAIOperationName, sc.OperationExecuteTool)}
 		if errType != "" {
 			span.SetAttributes(attribute.String(sc.ErrorType, errType))
 			mattrs = append(mattrs, attribute.String(sc.ErrorType, errType))
@@ -158,4 +163,23 @@ func (m metaCarrier) Keys() []string {
 		keys = append(keys, k)
 	}
 	return keys
+}
+
+// formatID formats a JSON-RPC request ID as jsonrpc.request.id: a string as
+// it is, a number in full decimal notation.
+func formatID(id any) (string, bool) {
+	switch v := id.(type) {
+	case string:
+		return v, true
+	case float64:
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return "", false
+		}
+		return strconv.FormatFloat(v, 'f', -1, 64), true
+	case int64:
+		return strconv.FormatInt(v, 10), true
+	case json.Number:
+		return string(v), v != ""
+	}
+	return "", false
 }

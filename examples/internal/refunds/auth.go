@@ -6,17 +6,12 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+
+	"github.com/idemkit/idemkit/instrument/mcpgo"
 )
-
-type subjectKey struct{}
-
-// SubjectFromContext returns the subject Authenticate found for the request,
-// or "". It is the instrument.WithSubject function of the protected server:
-// idempotency keys are scoped by it.
-func SubjectFromContext(ctx context.Context) string {
-	s, _ := ctx.Value(subjectKey{}).(string)
-	return s
-}
 
 // DemoTokens are the bearer tokens the demo accepts.
 var DemoTokens = map[string]string{
@@ -24,30 +19,46 @@ var DemoTokens = map[string]string{
 	"demo-token-bob":   "user:bob",
 }
 
-// Authenticate is the HTTP middleware that names the caller. A request
-// with "Authorization: Bearer <token>" for a known token runs with its
-// subject in the context; an unknown token gets 401; a request without the
-// header runs without a subject, so that the protected server falls back to
-// scoping keys by MCP session (see instrument.WithSubject), which does not
-// catch a duplicate replayed on a new session.
-//
-// A real server verifies a signed token (an OAuth access token, a JWT) and
-// uses its sub claim; the static table stands in for that here.
-func Authenticate(tokens map[string]string, next http.Handler) http.Handler {
+// Realm is the realm of the servers' WWW-Authenticate challenge.
+const Realm = "refund-desk"
+
+// The servers authenticate callers with "Authorization: Bearer <token>"
+// against a static table (a real server verifies a signed token, an OAuth
+// access token or a JWT, and uses its sub claim). A known token's subject
+// scopes the idempotency keys (instrument.WithSubject with the SDK
+// adapter's TokenSubject); an unknown token gets 401; a request without the
+// header runs without a subject, and its calls are scoped by their MCP
+// session, which the servers validate (stateful Streamable HTTP): a
+// duplicate replayed on a new session after a reconnect is then not caught.
+
+// mcpgoAuth is the mcp-go server's authentication: mcpgo.RequireBearerToken.
+func mcpgoAuth(tokens map[string]string, next http.Handler) http.Handler {
+	verify := func(_ context.Context, token string, _ *http.Request) (string, error) {
+		if s := tokens[token]; s != "" {
+			return s, nil
+		}
+		return "", mcpgo.ErrInvalidToken
+	}
+	return mcpgo.RequireBearerToken(verify, &mcpgo.BearerOptions{Optional: true, Realm: Realm})(next)
+}
+
+// gosdkAuth is the go-sdk server's authentication: the SDK's own
+// auth.RequireBearerToken for requests that carry a token, none for the
+// others (as mcpgoAuth with Optional).
+func gosdkAuth(tokens map[string]string, next http.Handler) http.Handler {
+	verify := func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+		if s := tokens[token]; s != "" {
+			return &auth.TokenInfo{UserID: s, Expiration: time.Now().Add(time.Hour)}, nil
+		}
+		return nil, auth.ErrInvalidToken
+	}
+	required := auth.RequireBearerToken(verify, nil)(next)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := r.Header.Get("Authorization")
-		if h == "" {
+		if r.Header.Get("Authorization") == "" {
 			next.ServeHTTP(w, r)
 			return
 		}
-		token, ok := strings.CutPrefix(h, "Bearer ")
-		subject := tokens[strings.TrimSpace(token)]
-		if !ok || subject == "" {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="refund-desk"`)
-			http.Error(w, "unknown bearer token", http.StatusUnauthorized)
-			return
-		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), subjectKey{}, subject)))
+		required.ServeHTTP(w, r)
 	})
 }
 

@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mark3labs/mcp-go/server"
-
 	"github.com/idemkit/idemkit/idemkit"
 	"github.com/idemkit/idemkit/instrument"
 )
@@ -20,65 +17,44 @@ const (
 	ToolLookupOrder  = "lookup_order"
 )
 
+// Descriptions shared by both SDKs' tool definitions.
+const (
+	issueRefundDescription = "Refunds part or all of an order to the customer's original payment method. " +
+		"Each successful call moves money: call it once per refund the customer asked for."
+	refundStatusDescription = "Lists the refunds already written for an order. Use it to check whether an issue_refund call went through."
+	lookupOrderDescription  = "Returns an order: customer, total, payment gateway and how much was refunded already."
+	orderIDDescription      = "The order, for example ord_1001."
+	amountDescription       = "The amount to refund, in cents: a positive integer."
+)
+
+// answer is a tool's result, independent of the SDK that sends it.
+type answer struct {
+	text       string
+	structured any
+	isError    bool
+}
+
+func toolError(format string, args ...any) answer {
+	return answer{text: fmt.Sprintf(format, args...), isError: true}
+}
+
 // tools holds the handlers' dependencies.
 type tools struct {
 	db         *DB
 	fast, slow time.Duration
 }
 
-// issueRefundTool is the one non-idempotent write: unannotated, so the MCP
-// defaults (readOnly false, destructive true, idempotent false) apply and
-// idemkit protects it.
-func issueRefundTool() mcp.Tool {
-	return mcp.NewTool(ToolIssueRefund,
-		mcp.WithDescription("Refunds part or all of an order to the customer's original payment method. "+
-			"Each successful call moves money: call it once per refund the customer asked for."),
-		mcp.WithString("order_id", mcp.Required(), mcp.Description("The order to refund, for example ord_1001.")),
-		mcp.WithInteger("amount_cents", mcp.Required(), mcp.Min(1), mcp.Description("The amount to refund, in cents.")),
-	)
-}
-
-func refundStatusTool() mcp.Tool {
-	return mcp.NewTool(ToolRefundStatus,
-		mcp.WithDescription("Lists the refunds already written for an order. Use it to check whether an issue_refund call went through."),
-		mcp.WithString("order_id", mcp.Required(), mcp.Description("The order to look at.")),
-		mcp.WithReadOnlyHintAnnotation(true),
-		mcp.WithIdempotentHintAnnotation(true),
-		mcp.WithDestructiveHintAnnotation(false),
-	)
-}
-
-func lookupOrderTool() mcp.Tool {
-	return mcp.NewTool(ToolLookupOrder,
-		mcp.WithDescription("Returns an order: customer, total, payment gateway and how much was refunded already."),
-		mcp.WithString("order_id", mcp.Required(), mcp.Description("The order to look up.")),
-		mcp.WithReadOnlyHintAnnotation(true),
-		mcp.WithIdempotentHintAnnotation(true),
-		mcp.WithDestructiveHintAnnotation(false),
-	)
-}
-
-// issueRefund refunds an order through the fake payment gateway. It
-// forwards idemkit's per-call idempotency key to the gateway (empty on a
-// server without idemkit), as the seed article recommends: the Guard
-// protects against duplicate tool calls, the gateway's key against the
-// window between the claim and the commit.
-func (t *tools) issueRefund(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	orderID, err := req.RequireString("order_id")
-	if err != nil {
-		return mcp.NewToolResultError("issue_refund needs order_id, a string such as ord_1001. Nothing was refunded."), nil
-	}
-	amount, err := req.RequireInt("amount_cents")
-	if err != nil || amount <= 0 {
-		return mcp.NewToolResultError("issue_refund needs amount_cents, a positive integer. Nothing was refunded."), nil
-	}
+// issueRefund refunds amount cents of an order through the fake payment
+// gateway, for a call on session sessionID. It forwards idemkit's per-call
+// idempotency key to the gateway (empty on a server without idemkit), as
+// the seed article recommends: the Guard protects against duplicate tool
+// calls, the gateway's key against the window between the claim and the
+// commit. The arguments were validated against the tool's schema (amount: a
+// positive integer) before the call was claimed.
+func (t *tools) issueRefund(ctx context.Context, orderID string, amount int64, sessionID string) (answer, error) {
 	order, err := t.db.Order(ctx, orderID)
 	if err != nil {
 		return notFoundOr(err, orderID)
-	}
-	sessionID := ""
-	if s := server.ClientSessionFromContext(ctx); s != nil {
-		sessionID = s.SessionID()
 	}
 	gatewayKey := idemkit.CallFromContext(ctx).IdempotencyKey()
 
@@ -91,63 +67,55 @@ func (t *tools) issueRefund(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 		latency = t.slow
 	}
 	time.Sleep(latency)
-	r, replayedByGateway, err := t.db.writeRefund(work, orderID, int64(amount), gatewayKey, sessionID)
+	r, replayedByGateway, err := t.db.writeRefund(work, orderID, amount, gatewayKey, sessionID)
 	if errors.Is(err, ErrOverRefund) {
-		return mcp.NewToolResultError(fmt.Sprintf("Refund refused by the gateway: %v. Nothing was refunded.", err)), nil
+		return toolError("Refund refused by the gateway: %v. Nothing was refunded.", err), nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("issue_refund: gateway: %w", err)
+		return answer{}, fmt.Errorf("issue_refund: gateway: %w", err)
 	}
 	instrument.RecordWrite(ctx, r.ID)
 	text := fmt.Sprintf("Refunded %s on order %s (refund %s).", money(r.AmountCents), r.OrderID, r.ID)
 	if replayedByGateway {
 		text += " The payment gateway recognised the idempotency key and returned the refund it had already made."
 	}
-	return mcp.NewToolResultStructured(map[string]any{
+	return answer{text: text, structured: map[string]any{
 		"refund_id":    r.ID,
 		"order_id":     r.OrderID,
 		"amount_cents": r.AmountCents,
 		"status":       "succeeded",
-	}, text), nil
+	}}, nil
 }
 
-func (t *tools) refundStatus(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	orderID, err := req.RequireString("order_id")
-	if err != nil {
-		return mcp.NewToolResultError("get_refund_status needs order_id."), nil
-	}
+func (t *tools) refundStatus(ctx context.Context, orderID string) (answer, error) {
 	if _, err := t.db.Order(ctx, orderID); err != nil {
 		return notFoundOr(err, orderID)
 	}
 	list, err := t.db.Refunds(ctx, orderID)
 	if err != nil {
-		return nil, err
+		return answer{}, err
 	}
 	text := fmt.Sprintf("Order %s has %d refund(s).", orderID, len(list))
 	for _, r := range list {
 		text += fmt.Sprintf(" %s: %s.", r.ID, money(r.AmountCents))
 	}
-	return mcp.NewToolResultStructured(map[string]any{"order_id": orderID, "refunds": list}, text), nil
+	return answer{text: text, structured: map[string]any{"order_id": orderID, "refunds": list}}, nil
 }
 
-func (t *tools) lookupOrder(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	orderID, err := req.RequireString("order_id")
-	if err != nil {
-		return mcp.NewToolResultError("lookup_order needs order_id."), nil
-	}
+func (t *tools) lookupOrder(ctx context.Context, orderID string) (answer, error) {
 	o, err := t.db.Order(ctx, orderID)
 	if err != nil {
 		return notFoundOr(err, orderID)
 	}
 	text := fmt.Sprintf("Order %s: %s paid by %s via %s, %s refunded so far.", o.ID, money(o.TotalCents), o.Customer, o.Gateway, money(o.RefundedCts))
-	return mcp.NewToolResultStructured(o, text), nil
+	return answer{text: text, structured: o}, nil
 }
 
-func notFoundOr(err error, orderID string) (*mcp.CallToolResult, error) {
+func notFoundOr(err error, orderID string) (answer, error) {
 	if errors.Is(err, ErrNoOrder) {
-		return mcp.NewToolResultError(fmt.Sprintf("There is no order %s. Check the order ID.", orderID)), nil
+		return toolError("There is no order %s. Check the order ID.", orderID), nil
 	}
-	return nil, err
+	return answer{}, err
 }
 
 func money(cents int64) string { return fmt.Sprintf("$%d.%02d", cents/100, cents%100) }

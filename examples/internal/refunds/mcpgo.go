@@ -1,0 +1,83 @@
+package refunds
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// The refund desk's tools for mcp-go.
+
+// issueRefundTool is the one non-idempotent write: unannotated, so the MCP
+// defaults (readOnly false, destructive true, idempotent false) apply and
+// idemkit protects it. amount_cents is an integer: a retry that sends "100"
+// or 12.5 is rejected before it is claimed, never run as a new refund.
+func issueRefundTool() mcp.Tool {
+	return mcp.NewTool(ToolIssueRefund,
+		mcp.WithDescription(issueRefundDescription),
+		mcp.WithString("order_id", mcp.Required(), mcp.Description(orderIDDescription)),
+		mcp.WithInteger("amount_cents", mcp.Required(), mcp.Min(1), mcp.Description(amountDescription)),
+	)
+}
+
+func readTool(name, description string) mcp.Tool {
+	return mcp.NewTool(name,
+		mcp.WithDescription(description),
+		mcp.WithString("order_id", mcp.Required(), mcp.Description(orderIDDescription)),
+		mcp.WithReadOnlyHintAnnotation(true),
+		mcp.WithIdempotentHintAnnotation(true),
+		mcp.WithDestructiveHintAnnotation(false),
+	)
+}
+
+func addMCPGoTools(s *server.MCPServer, t *tools) {
+	s.AddTool(issueRefundTool(), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var args struct {
+			OrderID     string  `json:"order_id"`
+			AmountCents float64 `json:"amount_cents"`
+		}
+		if err := req.BindArguments(&args); err != nil || args.OrderID == "" ||
+			args.AmountCents < 1 || args.AmountCents != math.Trunc(args.AmountCents) {
+			// Reached only by servers that do not validate arguments
+			// (without idemkit): say what is wrong rather than coerce.
+			return mcp.NewToolResultError("issue_refund needs order_id, a string such as ord_1001, and amount_cents, a positive integer. Nothing was refunded."), nil
+		}
+		sessionID := ""
+		if s := server.ClientSessionFromContext(ctx); s != nil {
+			sessionID = s.SessionID()
+		}
+		return mcpgoResult(t.issueRefund(ctx, args.OrderID, int64(args.AmountCents), sessionID))
+	})
+	s.AddTool(readTool(ToolRefundStatus, refundStatusDescription), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcpgoResult(t.refundStatus(ctx, req.GetString("order_id", "")))
+	})
+	s.AddTool(readTool(ToolLookupOrder, lookupOrderDescription), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcpgoResult(t.lookupOrder(ctx, req.GetString("order_id", "")))
+	})
+}
+
+func mcpgoResult(a answer, err error) (*mcp.CallToolResult, error) {
+	if err != nil {
+		return nil, err
+	}
+	if a.isError {
+		return mcp.NewToolResultError(a.text), nil
+	}
+	return mcp.NewToolResultStructured(jsonValue(a.structured), a.text), nil
+}
+
+// jsonValue returns v as the generic JSON value both SDKs send.
+func jsonValue(v any) any {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return v
+	}
+	var out any
+	if json.Unmarshal(b, &out) != nil {
+		return v
+	}
+	return out
+}

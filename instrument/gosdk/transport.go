@@ -1,0 +1,264 @@
+package gosdk
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"reflect"
+	"strconv"
+	"sync"
+	"unsafe"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idemkit/idemkit/internal/mcpcall"
+	"github.com/idemkit/idemkit/spancontract"
+)
+
+// requestInfo is what a wrapper recorded about one request before the SDK
+// decoded it.
+type requestInfo struct {
+	known     bool // a wrapper recorded it
+	id        string
+	hasID     bool
+	transport mcpcall.Transport
+}
+
+// The SDK carries, from the wire to the middleware, only a request's
+// *mcp.RequestExtra (whose Header is the HTTP request's header map). The
+// wrappers record what the middleware needs under those identities:
+//
+//   - byExtra: Transport gives every call read from its connection a
+//     RequestExtra of its own, recorded until the middleware takes it or
+//     the connection closes;
+//   - byHeader: HTTPHandler records each HTTP request under its header
+//     map while the request is served.
+var (
+	byExtra  sync.Map // *mcp.RequestExtra -> *extraInfo
+	byHeader sync.Map // unsafe.Pointer (header map) -> *requestInfo
+)
+
+type extraInfo struct {
+	info requestInfo
+	conn *idConn
+}
+
+// lookupRequest returns what the wrappers recorded about the request whose
+// Extra is extra.
+func lookupRequest(extra *mcp.RequestExtra) requestInfo {
+	if extra == nil {
+		return requestInfo{}
+	}
+	if v, ok := byExtra.LoadAndDelete(extra); ok {
+		e := v.(*extraInfo)
+		e.conn.forget(extra)
+		return e.info
+	}
+	if extra.Header != nil {
+		if v, ok := byHeader.Load(headerID(extra.Header)); ok {
+			return *v.(*requestInfo)
+		}
+	}
+	return requestInfo{}
+}
+
+func headerID(h http.Header) unsafe.Pointer { return reflect.ValueOf(h).UnsafePointer() }
+
+// Transport wraps a transport that is not HTTP (mcp.StdioTransport,
+// mcp.IOTransport, mcp.InMemoryTransport, or your own), so that the spans
+// of the requests read from it carry their jsonrpc.request.id and, for
+// stdio and IO transports, network.transport "pipe". Calls on a stdio or
+// IO connection need no scope (the process serves one client); calls on
+// any other wrapped connection are scoped by the connection when they have
+// no subject:
+//
+//	err := s.Run(ctx, gosdk.Transport(&mcp.StdioTransport{}))
+//
+// Every call read from the connection gets a RequestExtra of its own (the
+// SDK carries nothing else of a request to the middleware). The wrapped
+// connection does not pass the SDK's session state to the inner one: with
+// an IOTransport that only disables the SDK's rejection of JSON-RPC
+// batches from clients that negotiated protocol 2025-06-18 or later.
+func Transport(t mcp.Transport) mcp.Transport {
+	return &idTransport{inner: t}
+}
+
+type idTransport struct {
+	inner mcp.Transport
+}
+
+// Connect implements mcp.Transport. A stdio or IO connection serves one
+// client for the process's life: its calls need no scope. Any other
+// connection is its own client: its calls are scoped by the connection.
+func (t *idTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := t.inner.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var tr mcpcall.Transport
+	switch t.inner.(type) {
+	case *mcp.StdioTransport, *mcp.IOTransport:
+		tr = mcpcall.Transport{Network: spancontract.TransportPipe, Local: true}
+	default:
+		tr = mcpcall.Transport{ConnectionID: rand.Text()}
+	}
+	return &idConn{Connection: c, transport: tr, pending: map[*mcp.RequestExtra]struct{}{}}, nil
+}
+
+// SupportsProtocolVersion forwards mcp.ProtocolVersionSupporter.
+func (t *idTransport) SupportsProtocolVersion(version string) bool {
+	if pvs, ok := t.inner.(mcp.ProtocolVersionSupporter); ok {
+		return pvs.SupportsProtocolVersion(version)
+	}
+	return true
+}
+
+// idConn records the ID of every call it reads.
+type idConn struct {
+	mcp.Connection
+	transport mcpcall.Transport
+
+	mu      sync.Mutex // protects pending
+	pending map[*mcp.RequestExtra]struct{}
+}
+
+// maxPending bounds the calls recorded on one connection that the
+// middleware never took (the SDK rejects some before the middleware).
+const maxPending = 1024
+
+func (c *idConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	msg, err := c.Connection.Read(ctx)
+	req, ok := msg.(*jsonrpc.Request)
+	if err != nil || !ok || !req.IsCall() {
+		return msg, err
+	}
+	extra := &mcp.RequestExtra{}
+	if e, ok := req.Extra.(*mcp.RequestExtra); ok && e != nil {
+		*extra = *e
+	}
+	req.Extra = extra
+	info := &extraInfo{conn: c, info: requestInfo{known: true, transport: c.transport}}
+	info.info.id, info.info.hasID = mcpcall.FormatRequestID(req.ID.Raw())
+	c.mu.Lock()
+	if len(c.pending) >= maxPending {
+		for e := range c.pending {
+			byExtra.Delete(e)
+			delete(c.pending, e)
+			break
+		}
+	}
+	c.pending[extra] = struct{}{}
+	c.mu.Unlock()
+	byExtra.Store(extra, info)
+	return msg, nil
+}
+
+func (c *idConn) forget(extra *mcp.RequestExtra) {
+	c.mu.Lock()
+	delete(c.pending, extra)
+	c.mu.Unlock()
+}
+
+// Close forgets the calls the middleware never took.
+func (c *idConn) Close() error {
+	c.mu.Lock()
+	for e := range c.pending {
+		byExtra.Delete(e)
+	}
+	clear(c.pending)
+	c.mu.Unlock()
+	return c.Connection.Close()
+}
+
+// NewStreamableHTTPHandler returns the SDK's mcp.NewStreamableHTTPHandler
+// wrapped by HTTPHandler. Unless opts.Stateless, the SDK only accepts the
+// session IDs it issued (404 for an unknown or terminated one), so calls
+// without a subject may be scoped by their session: a stranger presenting
+// another client's session ID is refused before any tool runs.
+func NewStreamableHTTPHandler(getServer func(*http.Request) *mcp.Server, opts *mcp.StreamableHTTPOptions) http.Handler {
+	validated := opts == nil || !opts.Stateless
+	return HTTPHandler(mcp.NewStreamableHTTPHandler(getServer, opts), validated)
+}
+
+// maxParsedBody bounds the request bodies HTTPHandler reads for a request
+// ID; a larger body is passed on unread, and its span lacks the ID.
+const maxParsedBody = 1 << 20
+
+// HTTPHandler returns h, an MCP HTTP handler of an instrumented server,
+// recording for its requests' spans the JSON-RPC request ID (of a POST that
+// carries one request), network.transport, network.protocol.name and
+// version, client.address and client.port. validatedSessions vouches that
+// h accepts only the session IDs it issued (a stateful
+// StreamableHTTPHandler); only then may a session scope the keys of calls
+// without a subject.
+func HTTPHandler(h http.Handler, validatedSessions bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		info := &requestInfo{known: true, transport: mcpcall.Transport{
+			Network:           spancontract.TransportTCP,
+			ProtocolName:      "http",
+			ProtocolVersion:   protocolVersion(r),
+			AuthenticSessions: validatedSessions,
+		}}
+		info.transport.ClientAddress, info.transport.ClientPort = splitHostPort(r.RemoteAddr)
+		if r.Method == http.MethodPost && r.Body != nil {
+			info.id, info.hasID = requestID(r)
+		}
+		if r.Header == nil {
+			r.Header = http.Header{}
+		}
+		key := headerID(r.Header)
+		byHeader.Store(key, info)
+		defer byHeader.Delete(key)
+		h.ServeHTTP(w, r)
+	})
+}
+
+// requestID reads the JSON-RPC ID of a POST body that holds one request,
+// and puts the body back.
+func requestID(r *http.Request) (string, bool) {
+	var buf bytes.Buffer
+	n, err := io.Copy(&buf, io.LimitReader(r.Body, maxParsedBody+1))
+	if err != nil || n > maxParsedBody {
+		r.Body = readCloser{io.MultiReader(&buf, r.Body), r.Body}
+		return "", false
+	}
+	_ = r.Body.Close()
+	r.Body = io.NopCloser(bytes.NewReader(buf.Bytes()))
+	var msg struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+	}
+	if b := bytes.TrimSpace(buf.Bytes()); len(b) == 0 || b[0] != '{' || json.Unmarshal(b, &msg) != nil || msg.Method == "" {
+		return "", false
+	}
+	return mcpcall.FormatRawRequestID(msg.ID)
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+func protocolVersion(r *http.Request) string {
+	switch {
+	case r.ProtoMajor == 1:
+		return "1." + strconv.Itoa(r.ProtoMinor)
+	case r.ProtoMajor > 1:
+		return strconv.Itoa(r.ProtoMajor)
+	}
+	return ""
+}
+
+func splitHostPort(addr string) (string, int) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr, 0
+	}
+	p, _ := strconv.Atoi(port)
+	return host, p
+}

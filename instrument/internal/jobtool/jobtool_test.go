@@ -1,0 +1,24 @@
+package jobtool
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idemkit/instrument"
+)
+
+func TestStatusText_SaysWhatToDo(t *testing.T) {
+	for _, tc := range []struct {
+		job  instrument.Job
+		want string
+	}{
+		{instrument.Job{ID: "x", Tool: "export", State: instrument.JobAbandoned}, "may or may not have completed"},
+		{instrument.Job{ID: "x", Tool: "export", State: instrument.JobRunning, Progress: 2, Total: 5, Message: "copying"},
+			"is still running: 2 of 5 (copying). It has not failed. Do not start it again; call export_status again"},
+		{instrument.Job{ID: "x", Tool: "export", State: instrument.JobFailed, Error: "disk full"}, "failed: disk full."},
+	} {
+		if got := statusText(&tc.job, "export_status"); !strings.Contains(got, tc.want) {
+			t.Errorf("%s: %q does not contain %q", tc.job.State, got, tc.want)
+		}
+	}
+}

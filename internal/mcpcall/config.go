@@ -1,0 +1,148 @@
+// Package mcpcall is the per-request machinery every idemkit MCP front end
+// shares: the SDK adapters (instrument/mcpgo, instrument/gosdk) and the
+// idemkit gateway (cmd/idemkit), which handles raw JSON-RPC.
+//
+// One MCP request is one Op: Instrumenter.Start opens its SERVER span
+// ("{mcp.method.name} {target}", parented on the trace context in
+// params._meta), Op.End closes it and records mcp.server.operation.duration.
+// A tools/call additionally goes through CallTool, which decides, in this
+// order and each in one place, the call's protection, its scope, its key,
+// its outcome and its write ID, and answers duplicates from the Guard. Tool
+// results cross the package as an SDK's own type through a Codec; RawCodec
+// handles results as raw JSON bytes.
+//
+// A front end that handles raw JSON-RPC (the gateway) serves each request
+// so (raw_test.go does exactly this, and runs the protection through it):
+//
+//	ctx, op := in.Start(ctx, &mcpcall.Request{Method: method, ID: id, HasID: ok,
+//		Meta: params.Meta, Target: params.Name, SessionID: sid, ProtocolVersion: v, Transport: t})
+//	defer op.End(resp) // resp: the JSON-RPC error code and message, if any
+//	switch method {
+//	case "tools/list": // relay, then advertise the key where op's caller is protected
+//		result, tools, err = in.DecorateRawToolsList(upstreamResult, op.Scope())
+//	case "tools/call":
+//		args, key := mcpcall.StripKeyArgument(params.Arguments) // when in.StripsKey
+//		result, err = mcpcall.CallTool(op, &mcpcall.ToolCall{Tool: name, Arguments: args,
+//			StrippedKey: key, Meta: params.Meta, Info: tools[name].Info, Validator: v},
+//			mcpcall.RawCodec{}, forward) // forward sends the call upstream
+//	}
+//
+// Nothing here imports an MCP SDK.
+package mcpcall
+
+import (
+	"context"
+	"log/slog"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// UnscopedPolicy decides what happens to a call of a protected tool whose
+// caller cannot be identified: no subject, not a single-client local
+// transport, and no authentic session.
+type UnscopedPolicy uint8
+
+const (
+	// UnscopedRefuse answers such a call with an isError result saying that
+	// nothing was done, and logs once per tool what to configure. It is the
+	// default: the tool never runs unprotected while its description says
+	// retries are safe, and callers never share stored results.
+	UnscopedRefuse UnscopedPolicy = iota
+	// UnscopedShare protects such calls in one namespace shared by every
+	// unidentified caller.
+	UnscopedShare
+	// UnscopedBypass runs such calls unprotected (outcome bypassed, reason
+	// unscoped); their spans still carry the key hashes.
+	UnscopedBypass
+)
+
+// Config configures an Instrumenter. The zero value is not ready: start from
+// DefaultConfig.
+type Config struct {
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
+	Propagator     propagation.TextMapPropagator
+	// Logger receives the operator-facing log lines (one per tool whose
+	// unscoped calls are refused). Never nil after DefaultConfig.
+	Logger *slog.Logger
+
+	// Subject names the authenticated caller of a request, or "".
+	Subject func(ctx context.Context) string
+	// SubjectHashKey makes subject and key hashes HMACs under it.
+	SubjectHashKey []byte
+	// RawSubject records the raw subject on spans.
+	RawSubject bool
+
+	// Protect overrides, per tool, whether calls are protected (true) or
+	// bypassed (false) whatever the tool's annotations say.
+	Protect map[string]bool
+	// StatusTools names, per tool, the tool that reports on an in-progress
+	// call. A status tool set in the Guard's idemkit.ToolConfig wins.
+	StatusTools map[string]string
+	// Exclude lists, per tool, top-level argument fields left out of the
+	// argument hash.
+	Exclude map[string][]string
+	// Unscoped is the policy for calls whose caller cannot be identified.
+	Unscoped UnscopedPolicy
+
+	// ArgumentsCap and ResultCap cap gen_ai.tool.call.arguments and
+	// gen_ai.tool.call.result; 0 records neither.
+	ArgumentsCap, ResultCap int
+
+	// AdvertiseKey adds the optional idempotency_key argument to protected
+	// tools' schemas and descriptions in tools/list.
+	AdvertiseKey bool
+	// StripKey removes the idempotency_key argument before the handler sees
+	// it, unless the tool's own schema declares it.
+	StripKey bool
+}
+
+// DefaultCaptureBytes is the cap of a recorded argument or result when the
+// caller asked for recording without a size.
+const DefaultCaptureBytes = 1 << 10
+
+// DefaultConfig returns the defaults: global OpenTelemetry providers and
+// propagator, slog.Default, no subject, unscoped calls refused, the key
+// advertised and stripped.
+func DefaultConfig() Config {
+	return Config{AdvertiseKey: true, StripKey: true}
+}
+
+// complete fills the unset providers from the globals.
+func (c *Config) complete() {
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
+	}
+	if c.Propagator == nil {
+		c.Propagator = otel.GetTextMapPropagator()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// configure converts the instrument package's options (passed as any, to
+// keep this package free of it) into a Config. Package instrument sets it
+// in its init function.
+var configure func(c *Config, opts any)
+
+// SetConfigure installs the function that applies instrument.Options to a
+// Config. Package instrument calls it once, from init.
+func SetConfigure(f func(c *Config, opts any)) { configure = f }
+
+// ConfigFrom returns DefaultConfig with opts (a []instrument.Option) applied.
+// The SDK adapters call it with the options their users passed.
+func ConfigFrom(opts any) Config {
+	c := DefaultConfig()
+	if configure == nil {
+		panic("mcpcall: ConfigFrom before package instrument was initialised")
+	}
+	configure(&c, opts)
+	return c
+}

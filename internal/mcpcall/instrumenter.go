@@ -1,0 +1,187 @@
+package mcpcall
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"sync"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit/idemkit/spancontract"
+)
+
+// ScopeName is the instrumentation scope of the tracer and the meter: the
+// import path of the package users configure, instrument.
+const ScopeName = "github.com/idemkit/idemkit/instrument"
+
+// Version is the instrumentation version reported with the scope.
+const Version = idemkit.Version
+
+// Instrumenter traces MCP requests and protects the tool calls that need
+// it. Build it with New; it is safe for concurrent use.
+type Instrumenter struct {
+	cfg    Config
+	guard  *idemkit.Guard
+	tracer trace.Tracer
+	m      instruments
+
+	methods  map[string]*targetAttrs // method without a target -> attributes; read-only
+	targets  sync.Map                // targetKey -> *targetAttrs
+	ntargets atomic.Int32            // entries in targets
+
+	subjects  sync.Map     // scope -> subject hash
+	nsubjects atomic.Int32 // entries in subjects
+
+	sessions  sync.Map     // session ID -> scope
+	nsessions atomic.Int32 // entries in sessions
+
+	refusedMu sync.Mutex      // protects refused
+	refused   map[string]bool // tools whose unscoped refusal was logged
+}
+
+// New returns an Instrumenter that protects calls with guard. A nil guard
+// observes only: every call is traced, none is protected, and write tools'
+// spans still carry the key hashes (bypass reason no_guard). Metric
+// instruments that cannot be created are reported to otel.Handle and
+// replaced by no-ops.
+func New(guard *idemkit.Guard, cfg Config) *Instrumenter {
+	cfg.complete()
+	in := &Instrumenter{cfg: cfg, guard: guard, methods: methodAttrs()}
+	in.tracer = cfg.TracerProvider.Tracer(ScopeName,
+		trace.WithInstrumentationVersion(Version), trace.WithSchemaURL(semconv.SchemaURL))
+	if err := in.m.init(cfg.MeterProvider); err != nil {
+		otel.Handle(err)
+	}
+	return in
+}
+
+// Guard returns the Guard, or nil.
+func (in *Instrumenter) Guard() *idemkit.Guard { return in.guard }
+
+// Config returns the configuration (a copy).
+func (in *Instrumenter) Config() Config { return in.cfg }
+
+// ToolInfo is what a front end knows about a tool from its registration or
+// listing.
+type ToolInfo struct {
+	// ReadOnlyHint and IdempotentHint are the tool's MCP annotations. MCP's
+	// defaults (both false) make an unannotated tool a write tool.
+	ReadOnlyHint, IdempotentHint bool
+	// DeclaresKey reports that the tool's own input schema has the
+	// idempotency_key argument: it is then passed to the handler.
+	DeclaresKey bool
+	// StatusTool is the status tool the tool names in its _meta under
+	// StatusToolMetaKey, or "".
+	StatusTool string
+}
+
+// WriteTool reports whether calls of tool need protection, Guard or not:
+// as the Protect overrides say, otherwise unless the tool is annotated
+// read-only or idempotent.
+func (in *Instrumenter) WriteTool(tool string, info ToolInfo) bool {
+	if v, ok := in.cfg.Protect[tool]; ok {
+		return v
+	}
+	return !info.ReadOnlyHint && !info.IdempotentHint
+}
+
+// Protects reports whether calls of tool are claimed and replayed for a
+// caller whose scope is sc: never without a Guard; then for write tools,
+// unless the caller is unidentified and the policy refuses or bypasses
+// such calls.
+func (in *Instrumenter) Protects(tool string, info ToolInfo, sc Scope) bool {
+	if in.guard == nil || !in.WriteTool(tool, info) {
+		return false
+	}
+	return sc.Kind != ScopeNone || in.cfg.Unscoped == UnscopedShare
+}
+
+// AdvertisesKey reports whether tools/list should offer the idempotency_key
+// argument on tool to a caller whose scope is sc: only when that caller's
+// calls of it are protected, so that a description never claims that
+// retries are safe when they are not.
+func (in *Instrumenter) AdvertisesKey(tool string, info ToolInfo, sc Scope) bool {
+	return in.cfg.AdvertiseKey && !info.DeclaresKey && in.Protects(tool, info, sc)
+}
+
+// StripsKey reports whether the idempotency_key argument is removed from
+// the arguments of tool before the handler sees them.
+func (in *Instrumenter) StripsKey(tool string, info ToolInfo) bool {
+	return in.cfg.StripKey && !info.DeclaresKey && in.WriteTool(tool, info)
+}
+
+// statusToolOf returns the tool a model should call to check on an
+// in-progress call of tool: the one configured with WithStatusTool, else the
+// one the tool names in its _meta. (A status tool set in the Guard's
+// idemkit.ToolConfig comes first: it is already in the Guard's answer.)
+func (in *Instrumenter) statusToolOf(tool string, info ToolInfo) string {
+	if s, ok := in.cfg.StatusTools[tool]; ok {
+		return s
+	}
+	return info.StatusTool
+}
+
+// maxCachedSubjects bounds the subject hash cache; past it, hashes are
+// computed per call.
+const maxCachedSubjects = 8192
+
+// hashSubject returns the idemkit.subject.hash of a scope.
+func (in *Instrumenter) hashSubject(scope string) string {
+	if v, ok := in.subjects.Load(scope); ok {
+		return v.(string)
+	}
+	var h string
+	if in.cfg.SubjectHashKey == nil {
+		h = idemkit.ShortHash(scope)
+	} else {
+		h = in.shortMAC(scope)
+	}
+	if in.nsubjects.Load() < maxCachedSubjects {
+		if _, loaded := in.subjects.LoadOrStore(scope, h); !loaded {
+			in.nsubjects.Add(1)
+		}
+	}
+	return h
+}
+
+// keyHash returns the idemkit.key.hash of key: the plain SHA-256 prefix of
+// the key ID or, with a SubjectHashKey, an HMAC of it, so that a span reader
+// who guesses a subject and arguments cannot confirm the guess.
+func (in *Instrumenter) keyHash(key idemkit.Key) string {
+	if in.cfg.SubjectHashKey == nil {
+		return key.Hash()
+	}
+	return in.shortMAC(key.ID())
+}
+
+func (in *Instrumenter) shortMAC(s string) string {
+	mac := hmac.New(sha256.New, in.cfg.SubjectHashKey)
+	mac.Write([]byte(s))
+	return hex.EncodeToString(mac.Sum(nil)[:spancontract.HashLen/2])
+}
+
+// logRefusedOnce logs, once per tool, that unscoped calls of tool are
+// refused and what the operator can configure.
+func (in *Instrumenter) logRefusedOnce(tool string) {
+	in.refusedMu.Lock()
+	if in.refused[tool] {
+		in.refusedMu.Unlock()
+		return
+	}
+	if in.refused == nil {
+		in.refused = make(map[string]bool)
+	}
+	in.refused[tool] = true
+	in.refusedMu.Unlock()
+	in.cfg.Logger.Error("idemkit refused a call of a protected tool because its caller cannot be identified; "+
+		"the tool did not run, and later such calls of it are refused too (logged once per tool)",
+		"tool", tool,
+		"fix", "name the caller with instrument.WithSubject (for example the subject your authentication verified), "+
+			"or serve Streamable HTTP with validated sessions (mcpgo.NewStreamableHTTPHandler, gosdk.NewStreamableHTTPHandler), "+
+			"or, on a single-tenant server, opt in with instrument.WithUnscopedCalls(instrument.UnscopedShare)")
+}

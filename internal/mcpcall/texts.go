@@ -1,0 +1,66 @@
+package mcpcall
+
+import (
+	"strings"
+	"time"
+
+	"github.com/idemkit/idemkit/idemkit"
+)
+
+// Names of the _meta entries idemkit writes on results. They follow the MCP
+// rule for _meta keys: a reverse-DNS prefix, then a name.
+const (
+	// ReplayMetaKey marks a replayed result: {"replayed": true, "attempt":
+	// N, "write_id": "…"}.
+	ReplayMetaKey = "io.idemkit/replay"
+	// RefusalMetaKey marks an isError result idemkit produced instead of
+	// running the tool: {"reason": "…"} plus, for "in_progress",
+	// "attempt", "status_tool" and "retry_after_ms" when known.
+	RefusalMetaKey = "io.idemkit/refusal"
+	// JobMetaKey marks a job status answer: {"job_id": "…", "state": "…"}.
+	JobMetaKey = "io.idemkit/job"
+)
+
+func replayMarker(attempt int, writeID string) map[string]any {
+	m := map[string]any{"replayed": true, "attempt": attempt}
+	if writeID != "" {
+		m["write_id"] = writeID
+	}
+	return m
+}
+
+func inProgressMarker(e *idemkit.InProgressError) map[string]any {
+	m := map[string]any{"attempt": e.Attempt}
+	if e.StatusTool != "" {
+		m["status_tool"] = e.StatusTool
+	}
+	if e.RetryAfter > 0 {
+		m["retry_after_ms"] = e.RetryAfter.Round(time.Millisecond).Milliseconds()
+	}
+	return m
+}
+
+func rejectedText(tool string, err error) string {
+	reason := strings.TrimPrefix(err.Error(), "idemkit: ")
+	return "The " + tool + " call was rejected and nothing was done: " + reason +
+		". Fix the request and call " + tool + " again."
+}
+
+func unavailableText(tool string) string {
+	return "The " + tool + " call was not run: the server could not check whether this request already ran, because its idempotency store is unavailable. " +
+		"Nothing was done. Retry the same call in a few seconds."
+}
+
+func unreadableText(tool string) string {
+	return "The " + tool + " call with these arguments already ran, but its stored result could not be read. " +
+		"Do not call it again: the work is done."
+}
+
+func unscopedText(tool string) string {
+	return "The " + tool + " call was refused and nothing was done: this server cannot tell which caller sent it, " +
+		"so it cannot make a retry of it safe. Do not retry it: tell the user that " + tool +
+		" needs the server's operator to configure caller authentication (or authenticated sessions) before it can be used."
+}
+
+// StatusToolMetaKey is the tool _meta entry naming the tool's status tool.
+const StatusToolMetaKey = "io.idemkit/status_tool"

@@ -1,0 +1,344 @@
+package mcpcall
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit/idemkit/spancontract"
+)
+
+// ToolCall is what a front end knows about one tools/call.
+type ToolCall struct {
+	// Tool is the tool name.
+	Tool string
+	// Arguments is the raw JSON of params.arguments.
+	Arguments []byte
+	// StrippedKey is the raw JSON value of the idempotency_key argument when
+	// the front end removed it from Arguments before the call reached
+	// CallTool (mcp-go does, before the SDK validates the arguments), or
+	// nil.
+	StrippedKey json.RawMessage
+	// Meta is params._meta, or nil; an explicit key may be sent in it.
+	Meta map[string]any
+	// Info is what the front end knows about the tool.
+	Info ToolInfo
+	// Continuation marks a request that continues an earlier round of the
+	// same call (it carries requestState or inputResponses).
+	Continuation bool
+	// Progress sends notifications/progress for this request, or is nil.
+	Progress ProgressSender
+	// Validator checks the arguments against the tool's input schema, or is
+	// nil when the front end's SDK validated them already (or the tool has
+	// none). A protected call whose arguments fail is answered with an
+	// isError result and nothing is claimed.
+	Validator *SchemaValidator
+	// Decoded, when not nil, is the arguments the handler receives, decoded
+	// already by the SDK (as encoding/json decodes into an any); Validator
+	// checks it instead of decoding ValidatedArguments.
+	Decoded any
+	// ValidatedArguments is the raw JSON Validator checks when Decoded is
+	// nil: the arguments the handler receives. Defaults to Arguments.
+	ValidatedArguments []byte
+}
+
+// ProgressSender sends MCP progress notifications for one request.
+type ProgressSender interface {
+	SendProgress(ctx context.Context, progress, total float64, message string) error
+}
+
+// callFacts is what CallTool decided about a call, for the span and the
+// metrics. Each field is written in one place.
+type callFacts struct {
+	ran            bool // CallTool ran on this Op
+	args           []byte
+	key            idemkit.Key
+	scope          Scope
+	outcome        outcome
+	bypass         string
+	refusal        string
+	attempt        int
+	writeID        string
+	claimed        bool
+	claimTime      time.Duration
+	isError        bool
+	finishErr      error
+	finishReason   string
+	inputRequested bool
+	continuation   bool
+	resultAttr     string
+}
+
+// errNeedsInput marks a result that asks the client for more input: the
+// claim is released, nothing is stored.
+var errNeedsInput = errors.New("mcpcall: the result asks for more input")
+
+// decision is how a call is served.
+type decision uint8
+
+const (
+	decideBypass decision = iota
+	decideRefuse
+	decideProtect
+)
+
+// CallTool serves one tools/call of op through the protection: it decides
+// the call's protection and scope, derives its key, claims it with the
+// Guard and runs next at most once, and answers duplicates with the stored
+// result plus a ReplayMetaKey marker, or with an isError result carrying a
+// RefusalMetaKey marker (in progress, key mismatch, caller unidentified,
+// invalid key or arguments, store unavailable). Every step is decided once,
+// in this order; what was decided goes to the span and the metrics when op
+// ends.
+//
+// next runs the tool handler with the context it is given (which carries
+// op's call state and the idemkit.Call). A Go error from next is returned
+// as it is and nothing is stored. A front end that re-invokes the handler
+// within one request (mcp-go completes input rounds in-process) may call
+// CallTool again on the same op: the last round's outcome is recorded, and
+// the input flags of every round.
+func CallTool[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Context) (R, error)) (R, error) {
+	in := op.in
+	op.SetTarget(call.Tool)
+	c := &op.call
+	*c = callFacts{ran: true, args: call.Arguments,
+		inputRequested: c.inputRequested, continuation: c.continuation || call.Continuation}
+	op.state.reset(call.Progress)
+
+	c.scope = op.Scope()
+	op.state.scope, op.state.hasSubject = c.scope.Value, c.scope.Kind == ScopeSubject
+	write := in.WriteTool(call.Tool, call.Info)
+	var d decision
+	switch {
+	case !write:
+		d, c.bypass = decideBypass, spancontract.BypassUnprotected
+	case in.guard == nil:
+		d, c.bypass = decideBypass, spancontract.BypassNoGuard
+	default:
+		switch {
+		case c.scope.Kind != ScopeNone || in.cfg.Unscoped == UnscopedShare:
+			d = decideProtect
+		case in.cfg.Unscoped == UnscopedBypass:
+			d, c.bypass = decideBypass, spancontract.BypassUnscoped
+		default:
+			d = decideRefuse
+		}
+	}
+
+	switch d {
+	case decideRefuse:
+		in.logRefusedOnce(call.Tool)
+		return refuse(op, codec, spancontract.RefusalUnscoped, unscopedText(call.Tool), nil), nil
+	case decideBypass:
+		c.outcome = outcomeBypassed
+		if write && op.rec {
+			// A write tool run unprotected: record the hashes anyway, so
+			// that the duplicates that leak are visible.
+			if k, err := in.newKey(c.scope, call); err == nil {
+				c.key = k
+			}
+		}
+		res, err := next(op)
+		c.writeID = op.state.recordedWrite()
+		return answer(op, codec, res, err, nil)
+	}
+	return protect(op, call, codec, next)
+}
+
+// protect runs a protected call through the Guard.
+func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Context) (R, error)) (R, error) {
+	in := op.in
+	c := &op.call
+	if v := call.Validator; v != nil {
+		var err error
+		switch {
+		case call.Decoded != nil:
+			err = v.ValidateValue(call.Decoded)
+		case call.ValidatedArguments != nil:
+			err = v.Validate(call.ValidatedArguments)
+		default:
+			err = v.Validate(call.Arguments)
+		}
+		if err != nil {
+			return refuse(op, codec, spancontract.RefusalInvalidArguments, rejectedText(call.Tool, err), nil), nil
+		}
+	}
+	key, err := in.newKey(c.scope, call)
+	if err != nil {
+		reason := spancontract.RefusalInvalidArguments
+		if errors.Is(err, idemkit.ErrInvalidKey) {
+			reason = spancontract.RefusalInvalidKey
+		}
+		return refuse(op, codec, reason, rejectedText(call.Tool, err), nil), nil
+	}
+	c.key = key
+
+	var (
+		ran        bool
+		attempt    int
+		workStart  time.Time
+		handlerRes R
+		handlerErr error
+		body       []byte
+	)
+	claimStart := time.Now()
+	r, derr := in.guard.Do(op, key, func(wctx context.Context) (idemkit.Response, error) {
+		workStart, ran = time.Now(), true
+		attempt = idemkit.CallFromContext(wctx).Attempt()
+		// Known now, in case the handler panics: the span then still says
+		// that the work ran.
+		c.attempt, c.outcome = attempt, outcomeExecuted
+		if attempt > 1 {
+			c.outcome = outcomeTakeover
+		}
+		handlerRes, handlerErr = next(wctx)
+		if handlerErr != nil {
+			return idemkit.Response{}, handlerErr
+		}
+		if codec.NeedsInput(handlerRes) {
+			return idemkit.Response{}, errNeedsInput
+		}
+		b, merr := codec.Marshal(handlerRes)
+		if merr != nil {
+			return idemkit.Response{}, &unencodableError{merr}
+		}
+		body = b
+		return idemkit.Response{Body: b, WriteID: op.state.recordedWrite(), IsError: codec.IsError(handlerRes)}, nil
+	})
+	c.claimed = true
+	if ran {
+		c.claimTime = workStart.Sub(claimStart)
+	} else {
+		c.claimTime = time.Since(claimStart)
+	}
+
+	var (
+		inProgress *idemkit.InProgressError
+		mismatch   *idemkit.MismatchError
+		tooLarge   *idemkit.ResponseTooLargeError
+	)
+	switch {
+	case derr == nil && r.Outcome == idemkit.OutcomeReplayed:
+		c.outcome, c.attempt, c.writeID = outcomeReplayed, r.Attempt, r.WriteID
+		stored, uerr := codec.Unmarshal(r.Body)
+		if uerr != nil {
+			c.finishErr = uerr
+			return refuse(op, codec, spancontract.RefusalResultUnreadable, unreadableText(call.Tool), nil), nil
+		}
+		return answer(op, codec, codec.WithMeta(stored, ReplayMetaKey, replayMarker(r.Attempt, r.WriteID)), nil, r.Body)
+	case derr == nil:
+		c.outcome, c.attempt, c.writeID = ranOutcome(r.Outcome), r.Attempt, r.WriteID
+		return answer(op, codec, handlerRes, nil, body)
+	case ran:
+		// The work ran: its own error, a request for input, or an outcome
+		// that could not be recorded (the result is still delivered).
+		c.attempt, c.outcome = attempt, outcomeExecuted
+		if attempt > 1 {
+			c.outcome = outcomeTakeover
+		}
+		c.writeID = op.state.recordedWrite()
+		switch {
+		case handlerErr != nil && errors.Is(derr, handlerErr):
+			var zero R
+			return answer(op, codec, zero, handlerErr, nil)
+		case errors.Is(derr, errNeedsInput):
+			c.inputRequested = true
+			return answer(op, codec, handlerRes, nil, nil)
+		}
+		c.finishErr, c.finishReason = derr, finishReason(derr)
+		return answer(op, codec, handlerRes, nil, body)
+	case errors.As(derr, &inProgress):
+		c.outcome, c.attempt = outcomeInProgress, inProgress.Attempt
+		e := *inProgress
+		if e.StatusTool == "" {
+			e.StatusTool = in.statusToolOf(call.Tool, call.Info)
+		}
+		return refuse(op, codec, spancontract.RefusalInProgress, e.Error(), inProgressMarker(&e)), nil
+	case errors.As(derr, &mismatch):
+		c.outcome = outcomeMismatch
+		return refuse(op, codec, spancontract.RefusalMismatch, mismatch.Error(), nil), nil
+	case errors.As(derr, &tooLarge):
+		c.outcome = outcomeReplayed
+		return refuse(op, codec, spancontract.RefusalResponseNotKept, tooLarge.Error(), nil), nil
+	default:
+		// The claim failed (store unreachable, ctx cancelled): fail closed,
+		// never run the work unprotected.
+		c.finishErr = derr
+		return refuse(op, codec, spancontract.RefusalStoreUnavailable, unavailableText(call.Tool), nil), nil
+	}
+}
+
+func ranOutcome(o idemkit.Outcome) outcome {
+	if o == idemkit.OutcomeTakeover {
+		return outcomeTakeover
+	}
+	return outcomeExecuted
+}
+
+// answer records how the call's result looks (isError, the optional result
+// attribute) and returns it. body is the result's wire JSON when at hand.
+func answer[R any](op *Op, codec Codec[R], res R, err error, body []byte) (R, error) {
+	c := &op.call
+	if err != nil {
+		return res, err
+	}
+	c.isError = codec.IsError(res)
+	if op.rec && op.in.cfg.ResultCap > 0 {
+		if body == nil {
+			body, _ = codec.Marshal(res)
+		}
+		c.resultAttr = capture(body, op.in.cfg.ResultCap)
+	}
+	return res, nil
+}
+
+// refuse returns the isError answer idemkit gives instead of running the
+// tool: text for the model, and a RefusalMetaKey marker with reason (plus
+// extra's entries) for a client.
+func refuse[R any](op *Op, codec Codec[R], reason, text string, extra map[string]any) R {
+	c := &op.call
+	c.refusal, c.isError = reason, true
+	marker := map[string]any{"reason": reason}
+	for k, v := range extra {
+		marker[k] = v
+	}
+	return codec.WithMeta(codec.ErrorResult(text), RefusalMetaKey, marker)
+}
+
+// unencodableError marks a result that could not be encoded for storage.
+type unencodableError struct{ err error }
+
+func (e *unencodableError) Error() string { return "the result could not be encoded: " + e.err.Error() }
+func (e *unencodableError) Unwrap() error { return e.err }
+
+// finishReason classifies a failed finish for idemkit.finish.error.
+func finishReason(err error) string {
+	var ue *unencodableError
+	switch {
+	case errors.As(err, &ue):
+		return spancontract.FinishUnencodable
+	case errors.Is(err, idemkit.ErrResponseTooLarge):
+		return spancontract.FinishResponseTooLarge
+	case errors.Is(err, idemkit.ErrLeaseLost):
+		return spancontract.FinishLeaseLost
+	}
+	return spancontract.FinishStoreError
+}
+
+// newKey derives a call's key in scope sc. The key argument is taken out of
+// the arguments here, so that a malformed one is an invalid key whatever
+// the front end did with it.
+func (in *Instrumenter) newKey(sc Scope, call *ToolCall) (idemkit.Key, error) {
+	args, stripped := call.Arguments, call.StrippedKey
+	if stripped == nil {
+		args, stripped = StripKeyArgument(args)
+	}
+	explicit, err := explicitKey(call.Meta, stripped)
+	if err != nil {
+		return idemkit.Key{}, err
+	}
+	opts := idemkit.KeyOptions{ExplicitKey: explicit, Exclude: in.cfg.Exclude[call.Tool]}
+	return idemkit.NewKey(keyScope(sc), call.Tool, args, &opts)
+}
