@@ -178,8 +178,8 @@ func runStream(b *testing.B, consume consumer.Traces, advance func()) {
 func BenchmarkProcessor(b *testing.B) {
 	h := newHarnessNext(b, nil, consumertest.NewNop())
 	runStream(b, h.p, func() { h.p.tick(h.clock.Advance(10 * time.Millisecond)) })
-	b.ReportMetric(float64(h.p.groups.len()), "groups")
-	b.ReportMetric(float64(h.p.evidence.len()), "contexts")
+	b.ReportMetric(float64(h.p.groups.Len()), "groups")
+	b.ReportMetric(float64(h.p.evidence.Len()), "contexts")
 	b.ReportMetric(float64(h.p.held), "held")
 	require.NoError(b, h.p.Shutdown(context.Background()))
 }
@@ -228,7 +228,7 @@ func TestMemoryPerGroup(t *testing.T) {
 	}
 	batches = nil
 	h.advance(cfg.DecisionWait) // release every held span
-	groups, contexts := h.p.groups.len(), h.p.evidence.len()
+	groups, contexts := h.p.groups.Len(), h.p.evidence.Len()
 	require.Zero(t, h.p.held)
 	require.NoError(t, h.p.Shutdown(context.Background()))
 	// Heap with the state, then without it: the difference is the state.

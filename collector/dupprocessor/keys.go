@@ -3,7 +3,6 @@ package dupprocessor // import "github.com/idemkit/idemkit/collector/dupprocesso
 import (
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"hash/maphash"
 	"math"
@@ -15,6 +14,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 
 	"github.com/idemkit/idemkit/collector/dupprocessor/internal/spanview"
+	"github.com/idemkit/idemkit/collector/dupprocessor/internal/state"
 	sc "github.com/idemkit/idemkit/spancontract"
 )
 
@@ -22,44 +22,21 @@ import (
 // it is OpenTelemetry's, not the contract's).
 const serviceNameKey = string(semconv.ServiceNameKey)
 
-// gkey is a duplicate group's key: the 16 bytes behind the 32 hex characters
-// of idemkit.key.hash, or the first 16 bytes of a SHA-256 this processor
-// computes when the span carries no key hash.
-type gkey [16]byte
-
-// String returns the key as idemkit.duplicate.group carries it: 32 lowercase hex characters.
-func (k gkey) String() string { return hex.EncodeToString(k[:]) }
-
-// short returns the first 8 bytes of the key, used to tell groups apart in
-// the evidence kept per context.
-func (k gkey) short() uint64 { return binary.LittleEndian.Uint64(k[:8]) }
-
-// outcome is idemkit.outcome, parsed.
-type outcome uint8
-
-const (
-	outcomeNone outcome = iota // absent: a span from another instrumentation
-	outcomeExecuted
-	outcomeReplayed
-	outcomeInProgress
-	outcomeTakeover
-	outcomeOther // a value this processor does not know
-)
-
-func parseOutcome(s string) outcome {
+// parseOutcome parses idemkit.outcome.
+func parseOutcome(s string) state.Outcome {
 	switch s {
 	case "":
-		return outcomeNone
+		return state.OutcomeNone
 	case sc.OutcomeExecuted:
-		return outcomeExecuted
+		return state.OutcomeExecuted
 	case sc.OutcomeReplayed:
-		return outcomeReplayed
+		return state.OutcomeReplayed
 	case sc.OutcomeInProgress:
-		return outcomeInProgress
+		return state.OutcomeInProgress
 	case sc.OutcomeTakeover:
-		return outcomeTakeover
+		return state.OutcomeTakeover
 	default:
-		return outcomeOther
+		return state.OutcomeOther
 	}
 }
 
@@ -73,6 +50,7 @@ const (
 	reasonBadTimestamp    ignoreReason = "bad_timestamp"
 	reasonExcludedOutcome ignoreReason = "excluded_outcome"
 	reasonResent          ignoreReason = "resent"
+	reasonReadOnly        ignoreReason = "read_only"
 )
 
 // Domain tags keep the three key derivations and the context kinds apart.
@@ -84,18 +62,21 @@ const (
 	ctxTrace        uint64 = 0x9e3779b97f4a7c15
 	ctxConversation uint64 = 0xc2b2ae3d27d4eb4f
 	ctxSession      uint64 = 0x165667b19e3779f9
+	ctxUser         uint64 = 0x27d4eb2f165667c5
 )
 
 // toolAttrs are the attributes of a tool span that the processor reads, in
 // one pass over the span's attributes.
 type toolAttrs struct {
-	keyHash, argsHash, subjectHash, tool string
-	args                                 pcommon.Value
-	hasArgs                              bool
-	session, requestID, writeID, conv    string
-	outcome, bypassReason                string
-	attempt                              int64
-	annotated                            bool // carries idemkit.duplicate* attributes already
+	keyHash, argsHash, subjectHash, keySource, tool string
+	args                                            pcommon.Value
+	hasArgs                                         bool
+	session, requestID, writeID, conv               string
+	user, endUser                                   string
+	outcome, bypassReason                           string
+	attempt                                         int64
+	annotated                                       bool // carries idemkit.duplicate* attributes already
+	inputRequested, inputContinuation               bool
 }
 
 // readToolAttrs reads the attributes of a tool span into a, in one pass.
@@ -110,6 +91,16 @@ func readToolAttrs(attrs pcommon.Map, a *toolAttrs) {
 			a.argsHash = scalar(v)
 		case sc.SubjectHash:
 			a.subjectHash = scalar(v)
+		case sc.KeySource:
+			a.keySource = scalar(v)
+		case sc.UserID:
+			a.user = scalar(v)
+		case sc.EndUserID:
+			a.endUser = scalar(v)
+		case sc.InputRequested:
+			a.inputRequested = truthy(v)
+		case sc.InputContinuation:
+			a.inputContinuation = truthy(v)
 		case sc.GenAIToolName:
 			a.tool = scalar(v)
 		case sc.GenAIToolCallArguments:
@@ -146,6 +137,18 @@ func readToolAttrs(attrs pcommon.Map, a *toolAttrs) {
 	}
 }
 
+// truthy reports whether a flag attribute is set: the bool true, or the
+// string "true" (an exporter that stringified it).
+func truthy(v pcommon.Value) bool {
+	switch v.Type() {
+	case pcommon.ValueTypeBool:
+		return v.Bool()
+	case pcommon.ValueTypeStr:
+		return v.Str() == "true"
+	}
+	return false
+}
+
 // scalar is spanview.Scalar with the common case, a string, inline.
 func scalar(v pcommon.Value) string {
 	if v.Type() == pcommon.ValueTypeStr {
@@ -162,10 +165,13 @@ type keyer struct {
 	maxArgs int
 }
 
-// groupKey derives the duplicate key of a tool span, in the order of the
-// issue: idemkit's key hash; else subject/tool/argument hash; else a hash of
-// the canonical gen_ai.tool.call.arguments. ok is false when none is there.
-func (k *keyer) groupKey(key *gkey, a *toolAttrs, res pcommon.Resource, s ptrace.Span) bool {
+// groupKey derives the duplicate key of a tool span: idemkit's key hash;
+// else subject/tool/argument hash; else a hash of the canonical
+// gen_ai.tool.call.arguments. ok is false when none is there. weak is true
+// when the key does not identify the caller: the arguments hash of another
+// instrumentation, or an idemkit key without a subject hash (a call that
+// could not be scoped to a caller) that is not the caller's explicit key.
+func (k *keyer) groupKey(key *state.Key, a *toolAttrs, res pcommon.Resource, s ptrace.Span) (ok, weak bool) {
 	if a.keyHash == "" || a.argsHash == "" || a.subjectHash == "" {
 		// groupbyattrs (used in front of a load_balancing exporter) moves the
 		// routing attribute from the span to its resource.
@@ -188,14 +194,13 @@ func (k *keyer) groupKey(key *gkey, a *toolAttrs, res pcommon.Resource, s ptrace
 	}
 	switch {
 	case a.keyHash != "":
-		if decodeKeyHash(key, a.keyHash) {
-			return true
+		if !decodeKeyHash(key, a.keyHash) {
+			*key = k.sum(domainKeyHash, a.keyHash)
 		}
-		*key = k.sum(domainKeyHash, a.keyHash)
-		return true
+		return true, a.subjectHash == "" && a.keySource != sc.KeySourceExplicit
 	case a.argsHash != "":
 		*key = k.sum(domainSubject, a.subjectHash, a.tool, a.argsHash)
-		return true
+		return true, a.subjectHash == ""
 	case a.hasArgs:
 		side := "client"
 		if s.Kind() == ptrace.SpanKindServer {
@@ -206,9 +211,9 @@ func (k *keyer) groupKey(key *gkey, a *toolAttrs, res pcommon.Resource, s ptrace
 			svc = scalar(v)
 		}
 		*key = k.sum(domainArguments, side, svc, a.tool, k.canonicalArgs(a.args))
-		return true
+		return true, true
 	}
-	return false
+	return false, false
 }
 
 // hexVal maps an ASCII hex digit (either case, as encoding/hex accepts) to
@@ -229,7 +234,7 @@ var hexVal = func() (t [256]byte) {
 
 // decodeKeyHash decodes a key hash of exactly 32 hex digits into key, as
 // hex.Decode would, without allocating; false when s is anything else.
-func decodeKeyHash(key *gkey, s string) bool {
+func decodeKeyHash(key *state.Key, s string) bool {
 	if len(s) != 2*len(key) {
 		return false
 	}
@@ -244,7 +249,7 @@ func decodeKeyHash(key *gkey, s string) bool {
 
 // sum returns the first 16 bytes of the SHA-256 of the domain tag and the
 // NUL-separated parts.
-func (k *keyer) sum(domain byte, parts ...string) gkey {
+func (k *keyer) sum(domain byte, parts ...string) state.Key {
 	b := append(k.buf[:0], domain)
 	for _, p := range parts {
 		b = append(b, 0)
@@ -252,7 +257,7 @@ func (k *keyer) sum(domain byte, parts ...string) gkey {
 	}
 	k.buf = b
 	sum := sha256.Sum256(b)
-	var key gkey
+	var key state.Key
 	copy(key[:], sum[:])
 	return key
 }

@@ -202,7 +202,7 @@ func TestProcessor_Telemetry(t *testing.T) {
 	}, metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualProcessorDupSpansIgnored(t, tt, []metricdata.DataPoint[int64]{
 		{Value: 1, Attributes: attribute.NewSet(attribute.String("reason", "no_key"))},
-		{Value: 1, Attributes: attribute.NewSet(attribute.String("reason", "excluded_outcome"))},
+		{Value: 1, Attributes: attribute.NewSet(attribute.String("reason", "read_only"))},
 	}, metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualProcessorDupGroupsTracked(t, tt, []metricdata.DataPoint[int64]{{Value: 3}}, metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualProcessorDupSpansHeld(t, tt, []metricdata.DataPoint[int64]{{Value: 0}}, metricdatatest.IgnoreTimestamp())
@@ -232,7 +232,8 @@ func TestProcessor_TelemetryStartsAtZero(t *testing.T) {
 	}
 	metadatatest.AssertEqualProcessorDupSpansClassified(t, tt, classified, metricdatatest.IgnoreTimestamp())
 	var ignored []metricdata.DataPoint[int64]
-	for _, r := range []string{"no_key", "bad_timestamp", "excluded_outcome", "resent"} {
+	metadatatest.AssertEqualProcessorDupEvidenceCopies(t, tt, []metricdata.DataPoint[int64]{{Value: 0}}, metricdatatest.IgnoreTimestamp())
+	for _, r := range []string{"no_key", "bad_timestamp", "excluded_outcome", "resent", "read_only"} {
 		ignored = append(ignored, metricdata.DataPoint[int64]{Attributes: attribute.NewSet(attribute.String("reason", r))})
 	}
 	metadatatest.AssertEqualProcessorDupSpansIgnored(t, tt, ignored, metricdatatest.IgnoreTimestamp())
