@@ -48,7 +48,7 @@ func TestEvidence_Blocks(t *testing.T) {
 	got := es.Chats(e)
 	require.Len(t, got, MaxEvidence)
 	require.IsNonDecreasing(t, got)
-	slices.Sort(chats) // the most recent: the latest start times, whatever their arrival order
+	slices.Sort(chats)            // the most recent: the latest start times, whatever their arrival order
 	chats = slices.Compact(chats) // a start already kept is not added twice
 	require.Equal(t, chats[len(chats)-MaxEvidence:], got)
 	require.Len(t, es.Tools(e), MaxEvidence)

@@ -59,4 +59,3 @@ func TestIndex_MatchesMap(t *testing.T) {
 		require.Equal(t, idx, find(k))
 	}
 }
-
