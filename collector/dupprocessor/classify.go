@@ -95,14 +95,15 @@ func (p *dupProcessor) classify(gi uint32, m *state.Member) verdict {
 }
 
 // continuesInput reports whether m, unmarked, is the continuation of prev,
-// a round that asked for input: a takeover of the same request (same
-// request ID, not another session) right after it. An instrumentation that
-// does not mark continuations shows them this way: the round that asked for
-// input released its claim, and the continuation took it over.
+// a round that asked for input: a takeover of the same request (the same
+// request ID, or none on either, as the official go-sdk reports; not
+// another session) right after it. An instrumentation that does not mark
+// continuations shows them this way: the round that asked for input
+// released its claim, and the continuation took it over.
 func continuesInput(prev, m *state.Member) bool {
 	return prev.Flags&state.FlagInputRequested != 0 &&
 		m.Outcome == state.OutcomeTakeover &&
-		m.ReqID != 0 && m.ReqID == prev.ReqID &&
+		m.ReqID == prev.ReqID &&
 		(m.Session == 0 || prev.Session == 0 || m.Session == prev.Session)
 }
 
