@@ -124,7 +124,14 @@ func (s *syncBuffer) String() string {
 // waits until its OTLP port accepts connections.
 func startCollector(t *testing.T, name, bin, config string, otlpPort int, env ...string) *collector {
 	t.Helper()
-	cmd := exec.Command(bin, "--config", config)
+	return startCollectorArgs(t, name, bin, []string{"--config", config}, otlpPort, env...)
+}
+
+// startCollectorArgs is startCollector with the command line's arguments
+// (several --config files are merged, later ones winning).
+func startCollectorArgs(t *testing.T, name, bin string, args []string, otlpPort int, env ...string) *collector {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	c := &collector{name: name, cmd: cmd, output: &syncBuffer{}}
 	cmd.Stdout, cmd.Stderr = c.output, c.output
