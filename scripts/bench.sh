@@ -18,7 +18,8 @@ run -bench 'BenchmarkPostgres' -benchtime 3000x ./idemkit/pgstore
 run -bench 'BenchmarkDoVsBaselineRawSQL' -benchtime 3000x ./idemkit/sqlitestore
 run -bench 'BenchmarkCallTool/paired' -benchtime 20000x -cpu 1 ./instrument/mcpgo
 # The dup processor is its own module: run its benchmarks from its folder.
+# Each pairs its candidate with its baseline, interleaved.
 (cd collector/dupprocessor && go test -run '^$' -count "$count" \
-  -bench 'BenchmarkProcessor$|BenchmarkProcessorAndConnector$|BenchmarkSpanMetricsConnector$' . 2>&1) |
+  -bench 'BenchmarkVsSpanMetrics|BenchmarkStores_ArenaVsMaps' -benchtime 4000x . ./internal/state 2>&1) |
   tee -a "$out" | grep -E '^(Benchmark|ok|FAIL|---)' >&2
 go run ./internal/benchreport -spec bench/ratios.txt <"$out" 2>/dev/null

@@ -243,3 +243,99 @@ func TestMemoryPerGroup(t *testing.T) {
 	require.Greater(t, groups, n*9/10)
 	require.Less(t, perGroup, 1024.0, "bytes per group")
 }
+
+// BenchmarkVsSpanMetrics measures the dup processor (alone, and with the
+// dup connector behind it) against the contrib span_metrics connector on
+// the same stream, interleaved: phases of 50 batches alternate between the
+// two sides, each side with its own generator and state, after the same
+// warm-up, so that both meet the same machine load (sequential benchmark
+// runs on a shared machine drift apart by more than the difference being
+// measured). It reports each side's spans/s and their ratio
+// (throughput-ratio: candidate over span_metrics, 1.0 = as fast).
+func BenchmarkVsSpanMetrics(b *testing.B) {
+	for _, withConnector := range []bool{false, true} {
+		name := "processor"
+		if withConnector {
+			name = "processor+connector"
+		}
+		b.Run(name, func(b *testing.B) {
+			var next consumer.Traces = consumertest.NewNop()
+			if withConnector {
+				conn, err := dupconnector.NewFactory().CreateTracesToMetrics(context.Background(),
+					connectortest.NewNopSettings(component.MustNewType("dup")), dupconnector.NewFactory().CreateDefaultConfig(), consumertest.NewNop())
+				require.NoError(b, err)
+				b.Cleanup(func() { require.NoError(b, conn.Shutdown(context.Background())) })
+				next = conn
+			}
+			h := newHarnessNext(b, nil, next)
+			b.Cleanup(func() { require.NoError(b, h.p.Shutdown(context.Background())) })
+			f := spanmetricsconnector.NewFactory()
+			sm, err := f.CreateTracesToMetrics(context.Background(), connectortest.NewNopSettings(f.Type()), f.CreateDefaultConfig(), consumertest.NewNop())
+			require.NoError(b, err)
+			require.NoError(b, sm.Start(context.Background(), componenttest.NewNopHost()))
+			b.Cleanup(func() { require.NoError(b, sm.Shutdown(context.Background())) })
+			sides := [2]streamSide{
+				{consume: h.p, advance: func() { h.p.tick(h.clock.Advance(10 * time.Millisecond)) }, gen: newStreamGen()},
+				{consume: sm, gen: newStreamGen()},
+			}
+			runPair(b, &sides)
+		})
+	}
+}
+
+// streamSide is one component of an interleaved benchmark, with its own
+// stream and the time its calls took.
+type streamSide struct {
+	consume consumer.Traces
+	advance func()
+	gen     *streamGen
+	elapsed time.Duration
+}
+
+func (s *streamSide) step(b *testing.B, timed bool) {
+	td := s.gen.batch()
+	start := time.Now()
+	if err := s.consume.ConsumeTraces(context.Background(), td); err != nil {
+		b.Fatal(err)
+	}
+	if s.advance != nil {
+		s.advance()
+	}
+	if timed {
+		s.elapsed += time.Since(start)
+	}
+}
+
+// runPair streams b.N batches through each side (candidate first in
+// sides), in alternating phases, after *warmup untimed batches each, and
+// reports both throughputs and their ratio. Only the components' calls are
+// timed, not the generator.
+func runPair(b *testing.B, sides *[2]streamSide) {
+	const phase = 50
+	if b.N > 1 {
+		for i := 0; i < *warmup; i++ {
+			sides[0].step(b, false)
+			sides[1].step(b, false)
+		}
+	}
+	b.ResetTimer()
+	for done, k := 0, 0; done < b.N; done, k = done+phase, k+1 {
+		n := min(phase, b.N-done)
+		order := [2]int{0, 1}
+		if k%2 == 1 {
+			order = [2]int{1, 0}
+		}
+		for _, s := range order {
+			for i := 0; i < n; i++ {
+				sides[s].step(b, true)
+			}
+		}
+	}
+	b.StopTimer()
+	cand := float64(b.N*benchBatch) / sides[0].elapsed.Seconds()
+	base := float64(b.N*benchBatch) / sides[1].elapsed.Seconds()
+	b.ReportMetric(cand, "candidate-spans/s")
+	b.ReportMetric(base, "span_metrics-spans/s")
+	b.ReportMetric(cand/base, "throughput-ratio")
+	b.ReportMetric(0, "ns/op") // the loop's time includes the generator: see the spans/s
+}

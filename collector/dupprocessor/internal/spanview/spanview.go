@@ -31,17 +31,14 @@ const (
 )
 
 // Classify returns what s is. A span of another MCP method (mcp.method.name
-// tools/list, initialize, ...) is never a tool execution, whatever else it
-// carries. It reads at most two attributes and never panics, whatever
-// their types.
+// tools/list, initialize, ...) is not a tool execution: only tools/call
+// spans carry gen_ai.operation.name=execute_tool. It reads at most two
+// attributes and never panics, whatever their types.
 func Classify(s ptrace.Span) Kind {
 	attrs := s.Attributes()
 	if v, ok := attrs.Get(sc.GenAIOperationName); ok && v.Type() == pcommon.ValueTypeStr {
 		switch v.Str() {
 		case sc.OperationExecuteTool:
-			if m, ok := attrs.Get(sc.MCPMethodName); ok && !(m.Type() == pcommon.ValueTypeStr && m.Str() == sc.MethodToolsCall) {
-				return Other
-			}
 			return Tool
 		case sc.OperationChat, sc.OperationTextCompletion, sc.OperationGenerateContent:
 			return Chat
