@@ -311,7 +311,7 @@ func (s *streamSide) step(b *testing.B, timed bool) {
 // reports both throughputs and their ratio. Only the components' calls are
 // timed, not the generator.
 func runPair(b *testing.B, sides *[2]streamSide) {
-	const phase = 50
+	const phase = 250
 	if b.N > 1 {
 		for i := 0; i < *warmup; i++ {
 			sides[0].step(b, false)

@@ -200,8 +200,8 @@ func (p *dupProcessor) extract(s ptrace.Span, res pcommon.Resource, f *toolFact)
 		Outcome: oc,
 		Trace:   traceKey(s.TraceID()),
 		Conv:    p.keys.str(ctxConversation, a.conv),
-		ReqID:   p.keys.str(0, a.requestID),
-		WriteID: p.keys.str(0, a.writeID),
+		ReqID:   p.keys.str32(a.requestID),
+		WriteID: p.keys.str32(a.writeID),
 		SpanID:  s.SpanID(),
 	}
 	if p.reliable(a.session) {

@@ -299,6 +299,18 @@ func (k *keyer) str(kind uint64, s string) uint64 {
 	return nonZero(maphash.String(k.seed, s) ^ kind)
 }
 
+// str32 hashes a non-empty string into a non-zero 32-bit ID; 0 for "".
+func (k *keyer) str32(s string) uint32 {
+	if s == "" {
+		return 0
+	}
+	h := maphash.String(k.seed, s)
+	if v := uint32(h) ^ uint32(h>>32); v != 0 {
+		return v
+	}
+	return 1
+}
+
 // trace returns the context key of a trace ID; 0 for the empty trace ID.
 func traceKey(id pcommon.TraceID) uint64 {
 	if id.IsEmpty() {

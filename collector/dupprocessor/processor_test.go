@@ -46,6 +46,7 @@ func TestConfig(t *testing.T) {
 			want.DeliberateRepeatGap = time.Minute
 			want.UnreliableSessionIDs = []string{"stdio", "anonymous"}
 			want.MaxArgumentsBytes = 1024
+			want.ReadOnlyTools = []string{"get_*", "search"}
 			require.Equal(t, want, c)
 		}},
 		{id: "dup/invalid", wantErr: []string{
@@ -56,6 +57,8 @@ func TestConfig(t *testing.T) {
 			"harness_threshold: must be positive",
 			"max_arguments_bytes: must not be negative",
 			"unreliable_session_ids[0]: must not be empty",
+			"read_only_tools[0]: must not be empty",
+			`read_only_tools[1]: "get_[a" is not a valid glob pattern`,
 		}},
 		{id: "dup/waits", wantErr: []string{
 			"decision_wait: must be shorter than window (1m0s), got 2m0s",

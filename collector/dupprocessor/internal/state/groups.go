@@ -8,7 +8,7 @@ import (
 )
 
 // Group is the set of tool calls with one duplicate key seen within the
-// window: its key and members (120 bytes), in an arena addressed by index.
+// window: its key and members (104 bytes), in an arena addressed by index.
 // Its bookkeeping lives apart, in a GroupMeta at the same index. Neither
 // holds a pointer, so the garbage collector never scans them. A group
 // leaves the index when it expires or is evicted; its slot is reused only

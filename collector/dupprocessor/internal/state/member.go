@@ -41,21 +41,24 @@ const (
 )
 
 // Member is one tool call of a group: what the classification needs of its
-// span, hashed down to fixed-size fields (88 bytes) so that a tracked group
-// holds no reference into a batch. A context field is 0 when the span does
-// not carry it.
+// span, hashed down to fixed-size fields (72 bytes) so that a tracked group
+// holds no reference into a batch. A field is 0 when the span does not
+// carry it. The request and write IDs are only ever compared within a group
+// (at most MaxMembers calls of one key), so 32 bits of a keyed hash tell
+// them apart; the contexts and the user, which link calls across callers,
+// keep 64.
 type Member struct {
-	Start    int64 // span start, ns since the epoch (event time)
-	DecideAt int64 // processing time of its decision (arrival + decision_wait), ns
-	Outcome  Outcome
-	Flags    uint8
+	Start    int64  // span start, ns since the epoch (event time)
+	DecideAt int64  // processing time of its decision (arrival + decision_wait), ns
 	Trace    uint64 // context key of the trace
 	Conv     uint64 // context key of gen_ai.conversation.id
 	Session  uint64 // context key of a reliable mcp.session.id (0 when unreliable)
-	User     uint64 // hash of user.id, else enduser.id
-	ReqID    uint64 // hash of jsonrpc.request.id
-	WriteID  uint64 // hash of idemkit.write.id
+	User     uint64 // hash of user.id, else enduser.id (weak keys only)
 	SpanID   pcommon.SpanID
+	ReqID    uint32 // hash of jsonrpc.request.id
+	WriteID  uint32 // hash of idemkit.write.id
+	Outcome  Outcome
+	Flags    uint8
 }
 
 // Member flags.
