@@ -305,17 +305,16 @@ func (s *streamSide) step(b *testing.B, td ptrace.Traces) {
 
 // runPair streams b.N batches through each side (candidate first in
 // sides), in alternating phases of 250 batches, after *warmup untimed
-// batches each, and reports both throughputs and their ratio. A phase's
-// batches are generated before it starts, so only the components' calls
-// are timed.
+// batches each, and reports both throughputs and their ratio. A batch is
+// generated just before it is consumed (as a receiver hands on a batch it
+// has just decoded), and only the component's calls are timed.
 //
 // On a loaded machine (other processes taking the cores) wall-clock time
 // swings with the load even when interleaved, so it also reports the ratio
-// of the CPU time the benchmark's thread spent in each side's phases
+// of the CPU time the benchmark's thread spent in each side's calls
 // (cpu-throughput-ratio, Linux), which time spent descheduled does not
 // inflate. That one leaves out the garbage collector's background
-// workers, which scan the processor's held spans: the wall-clock ratio on a
-// quiet machine is the judge.
+// workers: the wall-clock ratio on a quiet machine is the judge.
 func runPair(b *testing.B, sides *[2]streamSide) {
 	const phase = 250
 	runtime.LockOSThread() // the CPU clock read below is this thread's
@@ -326,7 +325,6 @@ func runPair(b *testing.B, sides *[2]streamSide) {
 			sides[1].step(b, sides[1].gen.batch())
 		}
 	}
-	batches := make([]ptrace.Traces, 0, phase)
 	b.ResetTimer()
 	for done, k := 0, 0; done < b.N; done, k = done+phase, k+1 {
 		n := min(phase, b.N-done)
@@ -336,18 +334,15 @@ func runPair(b *testing.B, sides *[2]streamSide) {
 		}
 		for _, i := range order {
 			s := &sides[i]
-			batches = batches[:0]
 			for range n {
-				batches = append(batches, s.gen.batch())
-			}
-			cpu0, _ := threadCPU()
-			start := time.Now()
-			for _, td := range batches {
+				td := s.gen.batch()
+				cpu0, _ := threadCPU()
+				start := time.Now()
 				s.step(b, td)
+				s.elapsed += time.Since(start)
+				cpu1, _ := threadCPU()
+				s.cpu += cpu1 - cpu0
 			}
-			s.elapsed += time.Since(start)
-			cpu1, _ := threadCPU()
-			s.cpu += cpu1 - cpu0
 		}
 	}
 	b.StopTimer()
