@@ -81,58 +81,92 @@ type toolAttrs struct {
 
 // readToolAttrs reads the attributes of a tool span into a, in one pass.
 // Values of an unexpected type are converted when that is unambiguous (an
-// int request ID) and ignored otherwise; nothing here can panic.
+// int request ID) and ignored otherwise; nothing here can panic. It
+// dispatches on the key's length first: every tool span carries a dozen
+// attributes, and most lengths name at most one key of interest, so a key
+// costs one comparison (FuzzReadToolAttrs_MatchesPlainSwitch checks it
+// against a plain switch).
 func readToolAttrs(attrs pcommon.Map, a *toolAttrs) {
 	for k, v := range attrs.All() {
-		switch k {
-		case sc.KeyHash:
-			a.keyHash = scalar(v)
-		case sc.ArgsHash:
-			a.argsHash = scalar(v)
-		case sc.SubjectHash:
-			a.subjectHash = scalar(v)
-		case sc.KeySource:
-			a.keySource = scalar(v)
-		case sc.UserID:
-			a.user = scalar(v)
-		case sc.EndUserID:
-			a.endUser = scalar(v)
-		case sc.InputRequested:
-			a.inputRequested = truthy(v)
-		case sc.InputContinuation:
-			a.inputContinuation = truthy(v)
-		case sc.GenAIToolName:
-			a.tool = scalar(v)
-		case sc.GenAIToolCallArguments:
-			a.args, a.hasArgs = v, v.Type() != pcommon.ValueTypeEmpty
-		case sc.MCPSessionID:
-			a.session = scalar(v)
-		case sc.JSONRPCRequestID:
-			a.requestID = scalar(v)
-		case sc.WriteID:
-			a.writeID = scalar(v)
-		case sc.GenAIConversationID:
-			a.conv = scalar(v)
-		case sc.Outcome:
-			if v.Type() == pcommon.ValueTypeStr {
-				a.outcome = v.Str()
+		var dst *string
+		switch len(k) {
+		case len(sc.UserID):
+			if k == sc.UserID {
+				dst = &a.user
 			}
-		case sc.BypassReason:
-			a.bypassReason = scalar(v)
-		case sc.Attempt:
-			switch v.Type() {
-			case pcommon.ValueTypeInt:
-				a.attempt = v.Int()
-			case pcommon.ValueTypeDouble:
-				if f := v.Double(); f >= 0 && f < math.MaxInt32 {
-					a.attempt = int64(f)
+		case len(sc.EndUserID):
+			if k == sc.EndUserID {
+				dst = &a.endUser
+			}
+		case len(sc.MCPSessionID):
+			if k == sc.MCPSessionID {
+				dst = &a.session
+			}
+		case len(sc.Outcome): // and sc.Attempt
+			switch k {
+			case sc.Outcome:
+				if v.Type() == pcommon.ValueTypeStr {
+					a.outcome = v.Str()
+				}
+			case sc.Attempt:
+				switch v.Type() {
+				case pcommon.ValueTypeInt:
+					a.attempt = v.Int()
+				case pcommon.ValueTypeDouble:
+					if f := v.Double(); f >= 0 && f < math.MaxInt32 {
+						a.attempt = int64(f)
+					}
 				}
 			}
-		default:
-			// None of the keys above starts with the prefix.
-			if !a.annotated && strings.HasPrefix(k, sc.Duplicate) {
-				a.annotated = true
+		case len(sc.KeyHash): // and sc.GenAIToolName, sc.WriteID
+			switch k {
+			case sc.KeyHash:
+				dst = &a.keyHash
+			case sc.GenAIToolName:
+				dst = &a.tool
+			case sc.WriteID:
+				dst = &a.writeID
 			}
+		case len(sc.ArgsHash):
+			if k == sc.ArgsHash {
+				dst = &a.argsHash
+			}
+		case len(sc.KeySource): // and sc.JSONRPCRequestID
+			switch k {
+			case sc.KeySource:
+				dst = &a.keySource
+			case sc.JSONRPCRequestID:
+				dst = &a.requestID
+			}
+		case len(sc.SubjectHash):
+			if k == sc.SubjectHash {
+				dst = &a.subjectHash
+			}
+		case len(sc.BypassReason):
+			if k == sc.BypassReason {
+				dst = &a.bypassReason
+			}
+		case len(sc.GenAIConversationID):
+			if k == sc.GenAIConversationID {
+				dst = &a.conv
+			}
+		case len(sc.InputRequested):
+			if k == sc.InputRequested {
+				a.inputRequested = truthy(v)
+			}
+		case len(sc.InputContinuation): // and sc.GenAIToolCallArguments
+			switch k {
+			case sc.InputContinuation:
+				a.inputContinuation = truthy(v)
+			case sc.GenAIToolCallArguments:
+				a.args, a.hasArgs = v, v.Type() != pcommon.ValueTypeEmpty
+			}
+		}
+		if dst != nil {
+			*dst = scalar(v)
+		} else if !a.annotated && strings.HasPrefix(k, sc.Duplicate) {
+			// None of the keys above starts with the prefix.
+			a.annotated = true
 		}
 	}
 }
@@ -149,10 +183,11 @@ func truthy(v pcommon.Value) bool {
 	return false
 }
 
-// scalar is spanview.Scalar with the common case, a string, inline.
+// scalar is spanview.Scalar with the common case, a non-empty string,
+// read with one type check.
 func scalar(v pcommon.Value) string {
-	if v.Type() == pcommon.ValueTypeStr {
-		return v.Str()
+	if s := v.Str(); s != "" {
+		return s
 	}
 	return spanview.Scalar(v)
 }
