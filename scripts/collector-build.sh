@@ -45,7 +45,11 @@ log="$root/collector/_build/build.log"
 echo "collector-build: running the builder (log: $log; ~6 min on a cold machine, seconds when cached)" >&2
 start=$SECONDS
 # The build output lies inside the repository: keep it out of go.work.
-(cd collector/_build && GOWORK=off "$builder" --config "$root/builder-config.yaml") >"$log" 2>&1 &
+# GODEBUG=goindex=0: the go command indexes a module-cache directory once
+# per path@version (it assumes the content never changes), so after a
+# republication that adds or removes files it would compile the old file
+# list ("open .../arena.go: no such file or directory").
+(cd collector/_build && GOWORK=off GODEBUG=goindex=0 "$builder" --config "$root/builder-config.yaml") >"$log" 2>&1 &
 pid=$!
 trap 'kill "$pid" 2>/dev/null || true' EXIT
 while kill -0 "$pid" 2>/dev/null; do

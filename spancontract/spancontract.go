@@ -102,6 +102,24 @@ const (
 	MethodTasksCancel            = "tasks/cancel"
 )
 
+// Keys and values the dup processor reads from other instrumentations
+// (semconv v1.41.0).
+const (
+	// UserID is user.id: the caller's identifier. Two identical tool calls
+	// without an idemkit key are grouped as one caller's calls when both
+	// carry the same user.id (or EndUserID).
+	UserID = "user.id"
+	// EndUserID is enduser.id, the older name of the same evidence (read
+	// when user.id is absent).
+	EndUserID = "enduser.id"
+	// OperationTextCompletion is the gen_ai.operation.name of a completion
+	// call: inference evidence, like OperationChat.
+	OperationTextCompletion = "text_completion"
+	// OperationGenerateContent is the gen_ai.operation.name of a multimodal
+	// generation call: inference evidence, like OperationChat.
+	OperationGenerateContent = "generate_content"
+)
+
 // idemkit attributes written by the instrumentation on every tool-call span.
 const (
 	// ArgsHash (string) is the hex SHA-256, first HashLen characters, of the
@@ -137,6 +155,11 @@ const (
 	// and the client's input responses). It is never a duplicate of the
 	// round it continues.
 	InputContinuation = "idemkit.input.continuation"
+	// EvidenceCopy (bool), a resource attribute, marks spans that a tier-1
+	// Collector copied to every tier-2 Collector as evidence (inference
+	// spans): the dup processor reads them and does not forward them, since
+	// the original reaches the trace backend through its own route.
+	EvidenceCopy = "idemkit.evidence.copy"
 	// RefusalReason (string) is set on a tools/call that idemkit answered
 	// itself instead of running the tool (an isError result carrying the
 	// "io.idemkit/refusal" _meta marker): one of the Refusal* values.

@@ -178,8 +178,8 @@ func runStream(b *testing.B, consume consumer.Traces, advance func()) {
 func BenchmarkProcessor(b *testing.B) {
 	h := newHarnessNext(b, nil, consumertest.NewNop())
 	runStream(b, h.p, func() { h.p.tick(h.clock.Advance(10 * time.Millisecond)) })
-	b.ReportMetric(float64(h.p.groups.len()), "groups")
-	b.ReportMetric(float64(h.p.evidence.len()), "contexts")
+	b.ReportMetric(float64(h.p.groups.Len()), "groups")
+	b.ReportMetric(float64(h.p.evidence.Len()), "contexts")
 	b.ReportMetric(float64(h.p.held), "held")
 	require.NoError(b, h.p.Shutdown(context.Background()))
 }
@@ -228,7 +228,7 @@ func TestMemoryPerGroup(t *testing.T) {
 	}
 	batches = nil
 	h.advance(cfg.DecisionWait) // release every held span
-	groups, contexts := h.p.groups.len(), h.p.evidence.len()
+	groups, contexts := h.p.groups.Len(), h.p.evidence.Len()
 	require.Zero(t, h.p.held)
 	require.NoError(t, h.p.Shutdown(context.Background()))
 	// Heap with the state, then without it: the difference is the state.
@@ -242,4 +242,117 @@ func TestMemoryPerGroup(t *testing.T) {
 	t.Logf("%d groups, %d contexts: %.0f bytes held per tracked group (evidence included)", groups, contexts, perGroup)
 	require.Greater(t, groups, n*9/10)
 	require.Less(t, perGroup, 1024.0, "bytes per group")
+}
+
+// BenchmarkVsSpanMetrics measures the dup processor (alone, and with the
+// dup connector behind it) against the contrib span_metrics connector on
+// the same stream, interleaved: phases of 50 batches alternate between the
+// two sides, each side with its own generator and state, after the same
+// warm-up, so that both meet the same machine load (sequential benchmark
+// runs on a shared machine drift apart by more than the difference being
+// measured). It reports each side's spans/s and their ratio
+// (throughput-ratio: candidate over span_metrics, 1.0 = as fast).
+func BenchmarkVsSpanMetrics(b *testing.B) {
+	for _, withConnector := range []bool{false, true} {
+		name := "processor"
+		if withConnector {
+			name = "processor+connector"
+		}
+		b.Run(name, func(b *testing.B) {
+			var next consumer.Traces = consumertest.NewNop()
+			if withConnector {
+				conn, err := dupconnector.NewFactory().CreateTracesToMetrics(context.Background(),
+					connectortest.NewNopSettings(component.MustNewType("dup")), dupconnector.NewFactory().CreateDefaultConfig(), consumertest.NewNop())
+				require.NoError(b, err)
+				b.Cleanup(func() { require.NoError(b, conn.Shutdown(context.Background())) })
+				next = conn
+			}
+			h := newHarnessNext(b, nil, next)
+			b.Cleanup(func() { require.NoError(b, h.p.Shutdown(context.Background())) })
+			f := spanmetricsconnector.NewFactory()
+			sm, err := f.CreateTracesToMetrics(context.Background(), connectortest.NewNopSettings(f.Type()), f.CreateDefaultConfig(), consumertest.NewNop())
+			require.NoError(b, err)
+			require.NoError(b, sm.Start(context.Background(), componenttest.NewNopHost()))
+			b.Cleanup(func() { require.NoError(b, sm.Shutdown(context.Background())) })
+			sides := [2]streamSide{
+				{consume: h.p, advance: func() { h.p.tick(h.clock.Advance(10 * time.Millisecond)) }, gen: newStreamGen()},
+				{consume: sm, gen: newStreamGen()},
+			}
+			runPair(b, &sides)
+		})
+	}
+}
+
+// streamSide is one component of an interleaved benchmark, with its own
+// stream, and the wall-clock and thread CPU time its phases took.
+type streamSide struct {
+	consume consumer.Traces
+	advance func()
+	gen     *streamGen
+	elapsed time.Duration
+	cpu     time.Duration
+}
+
+// step consumes one batch (and advances the processor's clock).
+func (s *streamSide) step(b *testing.B, td ptrace.Traces) {
+	if err := s.consume.ConsumeTraces(context.Background(), td); err != nil {
+		b.Fatal(err)
+	}
+	if s.advance != nil {
+		s.advance()
+	}
+}
+
+// runPair streams b.N batches through each side (candidate first in
+// sides), in alternating phases of 250 batches, after *warmup untimed
+// batches each, and reports both throughputs and their ratio. A batch is
+// generated just before it is consumed (as a receiver hands on a batch it
+// has just decoded), and only the component's calls are timed.
+//
+// On a loaded machine (other processes taking the cores) wall-clock time
+// swings with the load even when interleaved, so it also reports the ratio
+// of the CPU time the benchmark's thread spent in each side's calls
+// (cpu-throughput-ratio, Linux), which time spent descheduled does not
+// inflate. That one leaves out the garbage collector's background
+// workers: the wall-clock ratio on a quiet machine is the judge.
+func runPair(b *testing.B, sides *[2]streamSide) {
+	const phase = 250
+	runtime.LockOSThread() // the CPU clock read below is this thread's
+	defer runtime.UnlockOSThread()
+	if b.N > 1 {
+		for i := 0; i < *warmup; i++ {
+			sides[0].step(b, sides[0].gen.batch())
+			sides[1].step(b, sides[1].gen.batch())
+		}
+	}
+	b.ResetTimer()
+	for done, k := 0, 0; done < b.N; done, k = done+phase, k+1 {
+		n := min(phase, b.N-done)
+		order := [2]int{0, 1}
+		if k%2 == 1 {
+			order = [2]int{1, 0}
+		}
+		for _, i := range order {
+			s := &sides[i]
+			for range n {
+				td := s.gen.batch()
+				cpu0, _ := threadCPU()
+				start := time.Now()
+				s.step(b, td)
+				s.elapsed += time.Since(start)
+				cpu1, _ := threadCPU()
+				s.cpu += cpu1 - cpu0
+			}
+		}
+	}
+	b.StopTimer()
+	cand := float64(b.N*benchBatch) / sides[0].elapsed.Seconds()
+	base := float64(b.N*benchBatch) / sides[1].elapsed.Seconds()
+	b.ReportMetric(cand, "candidate-spans/s")
+	b.ReportMetric(base, "span_metrics-spans/s")
+	b.ReportMetric(cand/base, "throughput-ratio")
+	if _, ok := threadCPU(); ok && sides[0].cpu > 0 {
+		b.ReportMetric(sides[1].cpu.Seconds()/sides[0].cpu.Seconds(), "cpu-throughput-ratio")
+	}
+	b.ReportMetric(0, "ns/op") // the loop's time includes the generator: see the spans/s
 }

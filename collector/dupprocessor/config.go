@@ -3,6 +3,8 @@ package dupprocessor // import "github.com/idemkit/idemkit/collector/dupprocesso
 import (
 	"errors"
 	"fmt"
+	"path"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/collector/confmap"
@@ -82,6 +84,13 @@ type Config struct {
 	// MaxArgumentsBytes bounds the arguments canonicalised for the computed
 	// key. Defaults to DefaultMaxArgumentsBytes.
 	MaxArgumentsBytes int `mapstructure:"max_arguments_bytes"`
+	// ReadOnlyTools lists the tools whose calls have no side effect, for
+	// the spans of other instrumentations (spans without idemkit.outcome):
+	// a repeated read is never a duplicate. Each entry is a tool name or a
+	// glob pattern (`*`, `?`, `[a-z]`, as path.Match), matched against
+	// gen_ai.tool.name: `get_*`, `search`. idemkit's own spans say it
+	// themselves (idemkit.outcome=bypassed). Defaults to none.
+	ReadOnlyTools []string `mapstructure:"read_only_tools"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -120,6 +129,13 @@ func (c *Config) Validate() error {
 	if c.MaxArgumentsBytes < 0 {
 		errs = append(errs, fmt.Errorf("max_arguments_bytes: must not be negative, got %d", c.MaxArgumentsBytes))
 	}
+	for i, t := range c.ReadOnlyTools {
+		if t == "" {
+			errs = append(errs, fmt.Errorf("read_only_tools[%d]: must not be empty", i))
+		} else if _, err := path.Match(t, ""); err != nil {
+			errs = append(errs, fmt.Errorf("read_only_tools[%d]: %q is not a valid glob pattern (path.Match syntax: *, ?, [a-z], \\ to escape)", i, t))
+		}
+	}
 	for i, s := range c.UnreliableSessionIDs {
 		if s == "" {
 			errs = append(errs, fmt.Errorf("unreliable_session_ids[%d]: must not be empty (an empty session ID is always unreliable)", i))
@@ -140,4 +156,42 @@ func createDefaultConfig() *Config {
 		UnreliableSessionIDs: DefaultUnreliableSessionIDs(),
 		MaxArgumentsBytes:    DefaultMaxArgumentsBytes,
 	}
+}
+
+// toolMatcher matches tool names against read_only_tools: names in a set,
+// patterns in order.
+type toolMatcher struct {
+	names    map[string]struct{}
+	patterns []string
+}
+
+func newToolMatcher(entries []string) toolMatcher {
+	var m toolMatcher
+	for _, e := range entries {
+		if strings.ContainsAny(e, `*?[\`) {
+			m.patterns = append(m.patterns, e)
+			continue
+		}
+		if m.names == nil {
+			m.names = map[string]struct{}{}
+		}
+		m.names[e] = struct{}{}
+	}
+	return m
+}
+
+// empty reports whether nothing can match.
+func (m *toolMatcher) empty() bool { return len(m.names) == 0 && len(m.patterns) == 0 }
+
+// match reports whether tool is listed.
+func (m *toolMatcher) match(tool string) bool {
+	if _, ok := m.names[tool]; ok {
+		return true
+	}
+	for _, p := range m.patterns {
+		if ok, _ := path.Match(p, tool); ok {
+			return true
+		}
+	}
+	return false
 }

@@ -27,7 +27,8 @@ type sp struct {
 	tag     string        // seeds the span ID; unique within a case
 	trace   string        // seeds the trace ID
 	svc     string        // service.name of the span's resource; "mcp-billing" when empty
-	kind    string        // "tool" (default), "chat", "http", "mcp" (a tools/call SERVER span without gen_ai.operation.name)
+	kind    string        // see appendSpan: "tool" (default), "server", "mcp", "method", "chat", "http"
+	method  string        // mcp.method.name of a "method" span
 	tool    string        // gen_ai.tool.name; "issue_refund" when empty
 	key     string        // seeds idemkit.key.hash; none when empty
 	args    string        // gen_ai.tool.call.arguments
@@ -39,6 +40,12 @@ type sp struct {
 	attempt int64         // idemkit.attempt, when positive
 	writeID string        // idemkit.write.id
 	conv    string        // gen_ai.conversation.id
+	subject string        // seeds idemkit.subject.hash; none when empty
+	user    string        // user.id
+	endUser string        // enduser.id
+	bypass  string        // idemkit.bypass.reason
+	input   string        // "requested", "continuation" or "both": the idemkit.input.* marks
+	copy    bool          // in a resource marked idemkit.evidence.copy (a tier-1 evidence copy)
 }
 
 func seedID(s string) []byte {
@@ -67,26 +74,34 @@ func keyHashOf(seed string) string {
 }
 
 // buildTraces returns the spans as one Traces, one ResourceSpans per run of
-// spans of the same service.
+// spans of the same service (and evidence-copy mark).
 func buildTraces(spans ...sp) ptrace.Traces {
 	td := ptrace.NewTraces()
 	var ss ptrace.ScopeSpans
-	lastSvc := "\x00"
+	lastSvc, lastCopy := "\x00", false
 	for _, s := range spans {
 		svc := s.svc
 		if svc == "" {
 			svc = "mcp-billing"
 		}
-		if svc != lastSvc {
+		if svc != lastSvc || s.copy != lastCopy {
 			rs := td.ResourceSpans().AppendEmpty()
 			rs.Resource().Attributes().PutStr(serviceNameKey, svc)
+			if s.copy {
+				rs.Resource().Attributes().PutBool(sc.EvidenceCopy, true)
+			}
 			ss = rs.ScopeSpans().AppendEmpty()
 			ss.Scope().SetName("github.com/idemkit/idemkit/instrument")
-			lastSvc = svc
+			lastSvc, lastCopy = svc, s.copy
 		}
 		appendSpan(ss.Spans(), s)
 	}
 	return td
+}
+
+// subjectHashOf returns the idemkit.subject.hash a test subject seed stands for.
+func subjectHashOf(seed string) string {
+	return hex.EncodeToString(seedID("subject/" + seed))[:sc.HashLen]
 }
 
 func appendSpan(dst ptrace.SpanSlice, s sp) ptrace.Span {
@@ -104,7 +119,26 @@ func appendSpan(dst ptrace.SpanSlice, s sp) ptrace.Span {
 	if tool == "" {
 		tool = "issue_refund"
 	}
+	// Kinds: "tool", idemkit's older INTERNAL `execute_tool {tool}` span;
+	// "server", the MCP conventions' SERVER `tools/call {tool}` span that
+	// idemkit writes now (gen_ai.operation.name=execute_tool too); "mcp",
+	// another instrumentation's tools/call SERVER span without
+	// gen_ai.operation.name; "method", a SERVER span of another MCP method
+	// (s.method); "chat", an inference span; "http", anything else.
 	switch s.kind {
+	case "method":
+		span.SetName(s.method)
+		span.SetKind(ptrace.SpanKindServer)
+		attrs.PutStr(sc.MCPMethodName, s.method)
+		if s.session != "" {
+			attrs.PutStr(sc.MCPSessionID, s.session)
+		}
+		return span
+	case "server":
+		span.SetName(sc.MethodToolsCall + " " + tool)
+		span.SetKind(ptrace.SpanKindServer)
+		attrs.PutStr(sc.MCPMethodName, sc.MethodToolsCall)
+		attrs.PutStr(sc.GenAIOperationName, sc.OperationExecuteTool)
 	case "chat":
 		span.SetName("chat gpt-test")
 		span.SetKind(ptrace.SpanKindClient)
@@ -132,6 +166,24 @@ func appendSpan(dst ptrace.SpanSlice, s sp) ptrace.Span {
 	if s.key != "" {
 		attrs.PutStr(sc.KeyHash, keyHashOf(s.key))
 		attrs.PutStr(sc.KeySource, sc.KeySourceDerived)
+	}
+	if s.subject != "" {
+		attrs.PutStr(sc.SubjectHash, subjectHashOf(s.subject))
+	}
+	if s.user != "" {
+		attrs.PutStr(sc.UserID, s.user)
+	}
+	if s.endUser != "" {
+		attrs.PutStr(sc.EndUserID, s.endUser)
+	}
+	if s.bypass != "" {
+		attrs.PutStr(sc.BypassReason, s.bypass)
+	}
+	if s.input == "requested" || s.input == "both" {
+		attrs.PutBool(sc.InputRequested, true)
+	}
+	if s.input == "continuation" || s.input == "both" {
+		attrs.PutBool(sc.InputContinuation, true)
 	}
 	if s.args != "" {
 		attrs.PutStr(sc.GenAIToolCallArguments, s.args)

@@ -3,7 +3,6 @@ package dupprocessor // import "github.com/idemkit/idemkit/collector/dupprocesso
 import (
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"hash/maphash"
 	"math"
@@ -15,6 +14,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 
 	"github.com/idemkit/idemkit/collector/dupprocessor/internal/spanview"
+	"github.com/idemkit/idemkit/collector/dupprocessor/internal/state"
 	sc "github.com/idemkit/idemkit/spancontract"
 )
 
@@ -22,44 +22,21 @@ import (
 // it is OpenTelemetry's, not the contract's).
 const serviceNameKey = string(semconv.ServiceNameKey)
 
-// gkey is a duplicate group's key: the 16 bytes behind the 32 hex characters
-// of idemkit.key.hash, or the first 16 bytes of a SHA-256 this processor
-// computes when the span carries no key hash.
-type gkey [16]byte
-
-// String returns the key as idemkit.duplicate.group carries it: 32 lowercase hex characters.
-func (k gkey) String() string { return hex.EncodeToString(k[:]) }
-
-// short returns the first 8 bytes of the key, used to tell groups apart in
-// the evidence kept per context.
-func (k gkey) short() uint64 { return binary.LittleEndian.Uint64(k[:8]) }
-
-// outcome is idemkit.outcome, parsed.
-type outcome uint8
-
-const (
-	outcomeNone outcome = iota // absent: a span from another instrumentation
-	outcomeExecuted
-	outcomeReplayed
-	outcomeInProgress
-	outcomeTakeover
-	outcomeOther // a value this processor does not know
-)
-
-func parseOutcome(s string) outcome {
+// parseOutcome parses idemkit.outcome.
+func parseOutcome(s string) state.Outcome {
 	switch s {
 	case "":
-		return outcomeNone
+		return state.OutcomeNone
 	case sc.OutcomeExecuted:
-		return outcomeExecuted
+		return state.OutcomeExecuted
 	case sc.OutcomeReplayed:
-		return outcomeReplayed
+		return state.OutcomeReplayed
 	case sc.OutcomeInProgress:
-		return outcomeInProgress
+		return state.OutcomeInProgress
 	case sc.OutcomeTakeover:
-		return outcomeTakeover
+		return state.OutcomeTakeover
 	default:
-		return outcomeOther
+		return state.OutcomeOther
 	}
 }
 
@@ -73,6 +50,7 @@ const (
 	reasonBadTimestamp    ignoreReason = "bad_timestamp"
 	reasonExcludedOutcome ignoreReason = "excluded_outcome"
 	reasonResent          ignoreReason = "resent"
+	reasonReadOnly        ignoreReason = "read_only"
 )
 
 // Domain tags keep the three key derivations and the context kinds apart.
@@ -84,72 +62,132 @@ const (
 	ctxTrace        uint64 = 0x9e3779b97f4a7c15
 	ctxConversation uint64 = 0xc2b2ae3d27d4eb4f
 	ctxSession      uint64 = 0x165667b19e3779f9
+	ctxUser         uint64 = 0x27d4eb2f165667c5
 )
 
 // toolAttrs are the attributes of a tool span that the processor reads, in
 // one pass over the span's attributes.
 type toolAttrs struct {
-	keyHash, argsHash, subjectHash, tool string
-	args                                 pcommon.Value
-	hasArgs                              bool
-	session, requestID, writeID, conv    string
-	outcome, bypassReason                string
-	attempt                              int64
-	annotated                            bool // carries idemkit.duplicate* attributes already
+	keyHash, argsHash, subjectHash, keySource, tool string
+	args                                            pcommon.Value
+	hasArgs                                         bool
+	session, requestID, writeID, conv               string
+	user, endUser                                   string
+	outcome, bypassReason                           string
+	attempt                                         int64
+	annotated                                       bool // carries idemkit.duplicate* attributes already
+	inputRequested, inputContinuation               bool
 }
 
 // readToolAttrs reads the attributes of a tool span into a, in one pass.
 // Values of an unexpected type are converted when that is unambiguous (an
-// int request ID) and ignored otherwise; nothing here can panic.
+// int request ID) and ignored otherwise; nothing here can panic. It
+// dispatches on the key's length first: every tool span carries a dozen
+// attributes, and most lengths name at most one key of interest, so a key
+// costs one comparison (FuzzReadToolAttrs_MatchesPlainSwitch checks it
+// against a plain switch).
 func readToolAttrs(attrs pcommon.Map, a *toolAttrs) {
 	for k, v := range attrs.All() {
-		switch k {
-		case sc.KeyHash:
-			a.keyHash = scalar(v)
-		case sc.ArgsHash:
-			a.argsHash = scalar(v)
-		case sc.SubjectHash:
-			a.subjectHash = scalar(v)
-		case sc.GenAIToolName:
-			a.tool = scalar(v)
-		case sc.GenAIToolCallArguments:
-			a.args, a.hasArgs = v, v.Type() != pcommon.ValueTypeEmpty
-		case sc.MCPSessionID:
-			a.session = scalar(v)
-		case sc.JSONRPCRequestID:
-			a.requestID = scalar(v)
-		case sc.WriteID:
-			a.writeID = scalar(v)
-		case sc.GenAIConversationID:
-			a.conv = scalar(v)
-		case sc.Outcome:
-			if v.Type() == pcommon.ValueTypeStr {
-				a.outcome = v.Str()
+		var dst *string
+		switch len(k) {
+		case len(sc.UserID):
+			if k == sc.UserID {
+				dst = &a.user
 			}
-		case sc.BypassReason:
-			a.bypassReason = scalar(v)
-		case sc.Attempt:
-			switch v.Type() {
-			case pcommon.ValueTypeInt:
-				a.attempt = v.Int()
-			case pcommon.ValueTypeDouble:
-				if f := v.Double(); f >= 0 && f < math.MaxInt32 {
-					a.attempt = int64(f)
+		case len(sc.EndUserID):
+			if k == sc.EndUserID {
+				dst = &a.endUser
+			}
+		case len(sc.MCPSessionID):
+			if k == sc.MCPSessionID {
+				dst = &a.session
+			}
+		case len(sc.Outcome): // and sc.Attempt
+			switch k {
+			case sc.Outcome:
+				if v.Type() == pcommon.ValueTypeStr {
+					a.outcome = v.Str()
+				}
+			case sc.Attempt:
+				switch v.Type() {
+				case pcommon.ValueTypeInt:
+					a.attempt = v.Int()
+				case pcommon.ValueTypeDouble:
+					if f := v.Double(); f >= 0 && f < math.MaxInt32 {
+						a.attempt = int64(f)
+					}
 				}
 			}
-		default:
-			// None of the keys above starts with the prefix.
-			if !a.annotated && strings.HasPrefix(k, sc.Duplicate) {
-				a.annotated = true
+		case len(sc.KeyHash): // and sc.GenAIToolName, sc.WriteID
+			switch k {
+			case sc.KeyHash:
+				dst = &a.keyHash
+			case sc.GenAIToolName:
+				dst = &a.tool
+			case sc.WriteID:
+				dst = &a.writeID
 			}
+		case len(sc.ArgsHash):
+			if k == sc.ArgsHash {
+				dst = &a.argsHash
+			}
+		case len(sc.KeySource): // and sc.JSONRPCRequestID
+			switch k {
+			case sc.KeySource:
+				dst = &a.keySource
+			case sc.JSONRPCRequestID:
+				dst = &a.requestID
+			}
+		case len(sc.SubjectHash):
+			if k == sc.SubjectHash {
+				dst = &a.subjectHash
+			}
+		case len(sc.BypassReason):
+			if k == sc.BypassReason {
+				dst = &a.bypassReason
+			}
+		case len(sc.GenAIConversationID):
+			if k == sc.GenAIConversationID {
+				dst = &a.conv
+			}
+		case len(sc.InputRequested):
+			if k == sc.InputRequested {
+				a.inputRequested = truthy(v)
+			}
+		case len(sc.InputContinuation): // and sc.GenAIToolCallArguments
+			switch k {
+			case sc.InputContinuation:
+				a.inputContinuation = truthy(v)
+			case sc.GenAIToolCallArguments:
+				a.args, a.hasArgs = v, v.Type() != pcommon.ValueTypeEmpty
+			}
+		}
+		if dst != nil {
+			*dst = scalar(v)
+		} else if !a.annotated && strings.HasPrefix(k, sc.Duplicate) {
+			// None of the keys above starts with the prefix.
+			a.annotated = true
 		}
 	}
 }
 
-// scalar is spanview.Scalar with the common case, a string, inline.
+// truthy reports whether a flag attribute is set: the bool true, or the
+// string "true" (an exporter that stringified it).
+func truthy(v pcommon.Value) bool {
+	switch v.Type() {
+	case pcommon.ValueTypeBool:
+		return v.Bool()
+	case pcommon.ValueTypeStr:
+		return v.Str() == "true"
+	}
+	return false
+}
+
+// scalar is spanview.Scalar with the common case, a non-empty string,
+// read with one type check.
 func scalar(v pcommon.Value) string {
-	if v.Type() == pcommon.ValueTypeStr {
-		return v.Str()
+	if s := v.Str(); s != "" {
+		return s
 	}
 	return spanview.Scalar(v)
 }
@@ -162,10 +200,13 @@ type keyer struct {
 	maxArgs int
 }
 
-// groupKey derives the duplicate key of a tool span, in the order of the
-// issue: idemkit's key hash; else subject/tool/argument hash; else a hash of
-// the canonical gen_ai.tool.call.arguments. ok is false when none is there.
-func (k *keyer) groupKey(key *gkey, a *toolAttrs, res pcommon.Resource, s ptrace.Span) bool {
+// groupKey derives the duplicate key of a tool span: idemkit's key hash;
+// else subject/tool/argument hash; else a hash of the canonical
+// gen_ai.tool.call.arguments. ok is false when none is there. weak is true
+// when the key does not identify the caller: the arguments hash of another
+// instrumentation, or an idemkit key without a subject hash (a call that
+// could not be scoped to a caller) that is not the caller's explicit key.
+func (k *keyer) groupKey(key *state.Key, a *toolAttrs, res pcommon.Resource, s ptrace.Span) (ok, weak bool) {
 	if a.keyHash == "" || a.argsHash == "" || a.subjectHash == "" {
 		// groupbyattrs (used in front of a load_balancing exporter) moves the
 		// routing attribute from the span to its resource.
@@ -188,14 +229,13 @@ func (k *keyer) groupKey(key *gkey, a *toolAttrs, res pcommon.Resource, s ptrace
 	}
 	switch {
 	case a.keyHash != "":
-		if decodeKeyHash(key, a.keyHash) {
-			return true
+		if !decodeKeyHash(key, a.keyHash) {
+			*key = k.sum(domainKeyHash, a.keyHash)
 		}
-		*key = k.sum(domainKeyHash, a.keyHash)
-		return true
+		return true, a.subjectHash == "" && a.keySource != sc.KeySourceExplicit
 	case a.argsHash != "":
 		*key = k.sum(domainSubject, a.subjectHash, a.tool, a.argsHash)
-		return true
+		return true, a.subjectHash == ""
 	case a.hasArgs:
 		side := "client"
 		if s.Kind() == ptrace.SpanKindServer {
@@ -206,9 +246,9 @@ func (k *keyer) groupKey(key *gkey, a *toolAttrs, res pcommon.Resource, s ptrace
 			svc = scalar(v)
 		}
 		*key = k.sum(domainArguments, side, svc, a.tool, k.canonicalArgs(a.args))
-		return true
+		return true, true
 	}
-	return false
+	return false, false
 }
 
 // hexVal maps an ASCII hex digit (either case, as encoding/hex accepts) to
@@ -229,7 +269,7 @@ var hexVal = func() (t [256]byte) {
 
 // decodeKeyHash decodes a key hash of exactly 32 hex digits into key, as
 // hex.Decode would, without allocating; false when s is anything else.
-func decodeKeyHash(key *gkey, s string) bool {
+func decodeKeyHash(key *state.Key, s string) bool {
 	if len(s) != 2*len(key) {
 		return false
 	}
@@ -244,7 +284,7 @@ func decodeKeyHash(key *gkey, s string) bool {
 
 // sum returns the first 16 bytes of the SHA-256 of the domain tag and the
 // NUL-separated parts.
-func (k *keyer) sum(domain byte, parts ...string) gkey {
+func (k *keyer) sum(domain byte, parts ...string) state.Key {
 	b := append(k.buf[:0], domain)
 	for _, p := range parts {
 		b = append(b, 0)
@@ -252,7 +292,7 @@ func (k *keyer) sum(domain byte, parts ...string) gkey {
 	}
 	k.buf = b
 	sum := sha256.Sum256(b)
-	var key gkey
+	var key state.Key
 	copy(key[:], sum[:])
 	return key
 }
@@ -292,6 +332,18 @@ func (k *keyer) str(kind uint64, s string) uint64 {
 		return 0
 	}
 	return nonZero(maphash.String(k.seed, s) ^ kind)
+}
+
+// str32 hashes a non-empty string into a non-zero 32-bit ID; 0 for "".
+func (k *keyer) str32(s string) uint32 {
+	if s == "" {
+		return 0
+	}
+	h := maphash.String(k.seed, s)
+	if v := uint32(h) ^ uint32(h>>32); v != 0 {
+		return v
+	}
+	return 1
 }
 
 // trace returns the context key of a trace ID; 0 for the empty trace ID.

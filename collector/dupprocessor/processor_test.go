@@ -46,6 +46,7 @@ func TestConfig(t *testing.T) {
 			want.DeliberateRepeatGap = time.Minute
 			want.UnreliableSessionIDs = []string{"stdio", "anonymous"}
 			want.MaxArgumentsBytes = 1024
+			want.ReadOnlyTools = []string{"get_*", "search"}
 			require.Equal(t, want, c)
 		}},
 		{id: "dup/invalid", wantErr: []string{
@@ -56,6 +57,8 @@ func TestConfig(t *testing.T) {
 			"harness_threshold: must be positive",
 			"max_arguments_bytes: must not be negative",
 			"unreliable_session_ids[0]: must not be empty",
+			"read_only_tools[0]: must not be empty",
+			`read_only_tools[1]: "get_[a" is not a valid glob pattern`,
 		}},
 		{id: "dup/waits", wantErr: []string{
 			"decision_wait: must be shorter than window (1m0s), got 2m0s",
@@ -202,7 +205,7 @@ func TestProcessor_Telemetry(t *testing.T) {
 	}, metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualProcessorDupSpansIgnored(t, tt, []metricdata.DataPoint[int64]{
 		{Value: 1, Attributes: attribute.NewSet(attribute.String("reason", "no_key"))},
-		{Value: 1, Attributes: attribute.NewSet(attribute.String("reason", "excluded_outcome"))},
+		{Value: 1, Attributes: attribute.NewSet(attribute.String("reason", "read_only"))},
 	}, metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualProcessorDupGroupsTracked(t, tt, []metricdata.DataPoint[int64]{{Value: 3}}, metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualProcessorDupSpansHeld(t, tt, []metricdata.DataPoint[int64]{{Value: 0}}, metricdatatest.IgnoreTimestamp())
@@ -232,7 +235,8 @@ func TestProcessor_TelemetryStartsAtZero(t *testing.T) {
 	}
 	metadatatest.AssertEqualProcessorDupSpansClassified(t, tt, classified, metricdatatest.IgnoreTimestamp())
 	var ignored []metricdata.DataPoint[int64]
-	for _, r := range []string{"no_key", "bad_timestamp", "excluded_outcome", "resent"} {
+	metadatatest.AssertEqualProcessorDupEvidenceCopies(t, tt, []metricdata.DataPoint[int64]{{Value: 0}}, metricdatatest.IgnoreTimestamp())
+	for _, r := range []string{"no_key", "bad_timestamp", "excluded_outcome", "resent", "read_only"} {
 		ignored = append(ignored, metricdata.DataPoint[int64]{Attributes: attribute.NewSet(attribute.String("reason", r))})
 	}
 	metadatatest.AssertEqualProcessorDupSpansIgnored(t, tt, ignored, metricdatatest.IgnoreTimestamp())

@@ -113,12 +113,12 @@ func TestDistribution_AttributionReachesPrometheus(t *testing.T) {
 		{"idemkit_duplicate_calls_total", with("idemkit_duplicate_cause", "harness_retry", "idemkit_duplicate_effect", "blocked"), 1},
 		{"idemkit_duplicate_calls_total", with("idemkit_duplicate_cause", "reconnect_replay", "idemkit_duplicate_effect", "leaked"), 1},
 		{"idemkit_duplicate_calls_total", nil, 3},
-		{"idemkit_duplicate_leaked_total", with("idemkit_duplicate_cause", "reconnect_replay"), 1},
+		{"idemkit_duplicate_calls_total", map[string]string{"idemkit_duplicate_effect": "leaked"}, 1},
 		{"idemkit_duplicate_candidates_total", base, 6},
-		{"idemkit_duplicate_gap_milliseconds_count", map[string]string{"idemkit_duplicate_cause": "transport_retry", "service_name": "mcp-billing"}, 1},
-		{"idemkit_duplicate_gap_milliseconds_bucket", map[string]string{"idemkit_duplicate_cause": "transport_retry", "le": "250"}, 1},
-		{"idemkit_duplicate_gap_milliseconds_bucket", map[string]string{"idemkit_duplicate_cause": "transport_retry", "le": "100"}, 0},
-		{"idemkit_duplicate_gap_milliseconds_bucket", map[string]string{"idemkit_duplicate_cause": "reconnect_replay", "le": "30000"}, 1},
+		{"idemkit_duplicate_gap_seconds_count", map[string]string{"idemkit_duplicate_cause": "transport_retry", "service_name": "mcp-billing"}, 1},
+		{"idemkit_duplicate_gap_seconds_bucket", map[string]string{"idemkit_duplicate_cause": "transport_retry", "le": "0.25"}, 1},
+		{"idemkit_duplicate_gap_seconds_bucket", map[string]string{"idemkit_duplicate_cause": "transport_retry", "le": "0.1"}, 0},
+		{"idemkit_duplicate_gap_seconds_bucket", map[string]string{"idemkit_duplicate_cause": "reconnect_replay", "le": "30"}, 1},
 	})
 	if os.Getenv("IDEMKIT_E2E_DUMP") != "" {
 		for _, s := range got {

@@ -102,7 +102,14 @@ type collector struct {
 // the test fails.
 func startCollector(t *testing.T, name, bin, config string, otlpPort int, env ...string) *collector {
 	t.Helper()
-	p, err := group(t).Start(name, env, bin, "--config", config)
+	return startCollectorArgs(t, name, bin, []string{"--config", config}, otlpPort, env...)
+}
+
+// startCollectorArgs is startCollector with the command line's arguments
+// (several --config files are merged, later ones winning).
+func startCollectorArgs(t *testing.T, name, bin string, args []string, otlpPort int, env ...string) *collector {
+	t.Helper()
+	p, err := group(t).Start(name, env, append([]string{bin}, args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

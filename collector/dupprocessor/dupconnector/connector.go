@@ -23,13 +23,12 @@ import (
 // Metric names. They are a public interface: dashboards query the
 // Prometheus series they become (see README.md). Never rename one.
 const (
-	// MetricCalls counts duplicate tool calls by cause, effect, tool and service.
+	// MetricCalls counts duplicate tool calls by cause, effect, tool and
+	// service. The duplicates that ran again (a real double side effect)
+	// are its series with idemkit.duplicate.effect="leaked".
 	MetricCalls = "idemkit.duplicate.calls"
-	// MetricLeaked counts duplicates that executed again (effect leaked) by
-	// cause, tool and service.
-	MetricLeaked = "idemkit.duplicate.leaked"
-	// MetricGap is the distribution of the gap, in milliseconds, from a
-	// group's first call to a duplicate, by cause and service.
+	// MetricGap is the distribution of the gap, in seconds, from a group's
+	// first call to a duplicate, by cause and service.
 	MetricGap = "idemkit.duplicate.gap"
 	// MetricCandidates counts every tool call the connector saw, duplicate
 	// or not, by tool and service: the denominator of a duplicate rate.
@@ -73,12 +72,11 @@ type dupConnector struct {
 	next   consumer.Metrics
 	logger *zap.Logger
 	now    func() time.Time
-	bounds []float64 // gap bucket bounds, ms
+	bounds []float64 // gap bucket bounds, s
 
 	// mu protects the series maps.
 	mu         sync.Mutex
 	calls      map[seriesKey]*counter
-	leaked     map[seriesKey]*counter
 	candidates map[seriesKey]*counter
 	gaps       map[seriesKey]*histogram
 
@@ -93,7 +91,7 @@ var _ connector.Traces = (*dupConnector)(nil)
 func newDupConnector(set connector.Settings, cfg *Config, next consumer.Metrics) *dupConnector {
 	bounds := make([]float64, len(cfg.GapBuckets))
 	for i, b := range cfg.GapBuckets {
-		bounds[i] = float64(b) / float64(time.Millisecond)
+		bounds[i] = b.Seconds()
 	}
 	return &dupConnector{
 		cfg:        cfg,
@@ -102,7 +100,6 @@ func newDupConnector(set connector.Settings, cfg *Config, next consumer.Metrics)
 		now:        time.Now,
 		bounds:     bounds,
 		calls:      map[seriesKey]*counter{},
-		leaked:     map[seriesKey]*counter{},
 		candidates: map[seriesKey]*counter{},
 		gaps:       map[seriesKey]*histogram{},
 		stop:       make(chan struct{}),
@@ -196,25 +193,22 @@ func (c *dupConnector) observe(attrs pcommon.Map, service string, now pcommon.Ti
 		return
 	}
 	c.count(c.calls, seriesKey{cause: cause, effect: effect, tool: tool, service: service}, now)
-	if effect == sc.EffectLeaked {
-		c.count(c.leaked, seriesKey{cause: cause, tool: tool, service: service}, now)
-	}
 	if hasGap {
 		h := c.histogramFor(seriesKey{cause: cause, service: service}, now)
-		ms := float64(gap)
+		secs := float64(gap) / 1e3
 		i := 0
-		for i < len(c.bounds) && ms > c.bounds[i] {
+		for i < len(c.bounds) && secs > c.bounds[i] {
 			i++
 		}
 		h.counts[i]++
-		if h.count == 0 || ms < h.min {
-			h.min = ms
+		if h.count == 0 || secs < h.min {
+			h.min = secs
 		}
-		if h.count == 0 || ms > h.max {
-			h.max = ms
+		if h.count == 0 || secs > h.max {
+			h.max = secs
 		}
 		h.count++
-		h.sum += ms
+		h.sum += secs
 	}
 }
 
@@ -288,8 +282,7 @@ func (c *dupConnector) build(now pcommon.Timestamp) (pmetric.Metrics, bool) {
 	}
 	sm := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty()
 	sm.Scope().SetName(metadata.ScopeName)
-	c.appendSum(sm.Metrics(), MetricCalls, "Duplicate tool calls, by the layer that caused them (cause), what they did (effect), tool and service.", c.calls, now)
-	c.appendSum(sm.Metrics(), MetricLeaked, "Duplicate tool calls that executed again (a real double side effect), by cause, tool and service.", c.leaked, now)
+	c.appendSum(sm.Metrics(), MetricCalls, "Duplicate tool calls, by the layer that caused them (cause), what they did (effect: leaked when it ran again), tool and service.", c.calls, now)
 	c.appendGap(sm.Metrics(), now)
 	c.appendSum(sm.Metrics(), MetricCandidates, "Tool calls seen, duplicate or not, by tool and service.", c.candidates, now)
 	return md, true
@@ -324,7 +317,7 @@ func (c *dupConnector) appendGap(ms pmetric.MetricSlice, now pcommon.Timestamp) 
 	m := ms.AppendEmpty()
 	m.SetName(MetricGap)
 	m.SetDescription("Time from a duplicate group's first call to a duplicate, by cause and service: choose the window from it.")
-	m.SetUnit("ms")
+	m.SetUnit("s")
 	hist := m.SetEmptyHistogram()
 	hist.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
 	dps := hist.DataPoints()
@@ -352,7 +345,7 @@ func putKey(attrs pcommon.Map, k seriesKey, metric string) {
 	case MetricCalls:
 		attrs.PutStr(attrCause, k.cause)
 		attrs.PutStr(attrEffect, k.effect)
-	case MetricLeaked, MetricGap:
+	case MetricGap:
 		attrs.PutStr(attrCause, k.cause)
 	}
 	if metric != MetricGap {

@@ -59,6 +59,26 @@ func processorOutputs(t *testing.T) ptrace.Traces {
 	return all
 }
 
+// toolSpans counts the spans of the processor's golden outputs that carry
+// gen_ai.tool.name and no mcp.method.name other than tools/call.
+func toolSpans(t *testing.T) int {
+	td := processorOutputs(t)
+	n := 0
+	rss := td.ResourceSpans()
+	for i := 0; i < rss.Len(); i++ {
+		sss := rss.At(i).ScopeSpans()
+		for j := 0; j < sss.Len(); j++ {
+			for _, s := range sss.At(j).Spans().All() {
+				m, hasMethod := s.Attributes().Get(sc.MCPMethodName)
+				if _, ok := s.Attributes().Get(sc.GenAIToolName); ok && (!hasMethod || m.Str() == sc.MethodToolsCall) {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
+
 // malformedAnnotations are spans whose annotations break the contract's
 // types or enums: they count as tool calls and never as duplicates.
 func malformedAnnotations() ptrace.Traces {
@@ -108,23 +128,28 @@ func TestGolden(t *testing.T) {
 			name:  "processor_cases",
 			input: processorOutputs,
 			check: func(t *testing.T, md pmetric.Metrics) {
-				// The processor's golden cases hold 16 duplicates.
+				// The processor's golden cases hold 33 duplicates.
 				byCause := sumBy(t, md, MetricCalls, sc.DuplicateCause)
 				require.Equal(t, map[string]int64{
-					sc.CauseTransportRetry:  3,
-					sc.CauseHarnessRetry:    4,
-					sc.CauseModelReissue:    5,
-					sc.CauseReconnectReplay: 1,
-					sc.CauseUnknown:         3,
+					sc.CauseTransportRetry:  7,
+					sc.CauseHarnessRetry:    8,
+					sc.CauseModelReissue:    8,
+					sc.CauseReconnectReplay: 3,
+					sc.CauseUnknown:         7,
 				}, byCause)
 				require.Equal(t, map[string]int64{
-					sc.EffectSuppressed: 8,
-					sc.EffectBlocked:    3,
-					sc.EffectLeaked:     5,
+					sc.EffectSuppressed: 16,
+					sc.EffectBlocked:    4,
+					sc.EffectLeaked:     13,
 				}, sumBy(t, md, MetricCalls, sc.DuplicateEffect))
-				require.Equal(t, int64(5), total(sumBy(t, md, MetricLeaked, sc.DuplicateCause)))
+				// Every tool span is a candidate; the spans of the other MCP
+				// methods (server_span_shape) are not tool calls.
+				require.Equal(t, int64(toolSpans(t)), total(sumBy(t, md, MetricCandidates, sc.GenAIToolName)))
+				forMetric(t, md, "idemkit.duplicate.leaked", func(pmetric.Metric) {
+					t.Error("idemkit.duplicate.leaked is gone: leaked duplicates are calls{effect=leaked}")
+				})
 				// Every duplicate but the eviction case's orphan has a gap.
-				require.Equal(t, uint64(15), histCount(t, md))
+				require.Equal(t, uint64(32), histCount(t, md))
 			},
 		},
 		{
@@ -242,12 +267,17 @@ func TestConnector_GapBuckets(t *testing.T) {
 	require.NoError(t, c.Shutdown(context.Background()))
 	var dp pmetric.HistogramDataPoint
 	forMetric(t, sink.AllMetrics()[0], MetricGap, func(m pmetric.Metric) { dp = m.Histogram().DataPoints().At(0) })
-	// Bounds: 10ms 50 100 250 500 1s 2s 5s 10s 30s 1m 2m 5m 10m 15m, +Inf.
+	// Seconds, as OpenTelemetry recommends for durations. Bounds: 0.01 0.05
+	// 0.1 0.25 0.5 1 2 5 10 30 60 120 300 600 900, +Inf.
+	var unit string
+	forMetric(t, sink.AllMetrics()[0], MetricGap, func(m pmetric.Metric) { unit = m.Unit() })
+	require.Equal(t, "s", unit)
+	require.Equal(t, []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 900}, dp.ExplicitBounds().AsRaw())
 	require.Equal(t, []uint64{2, 1, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 1}, dp.BucketCounts().AsRaw())
 	require.Equal(t, uint64(6), dp.Count())
-	require.InDelta(t, 0+10+11+1999+2000+3_600_000, dp.Sum(), 0.001)
-	require.Equal(t, float64(3_600_000), dp.Max())
-	require.Equal(t, float64(0), dp.Min())
+	require.InDelta(t, (0+10+11+1999+2000+3_600_000)/1e3, dp.Sum(), 1e-9)
+	require.Equal(t, 3600.0, dp.Max())
+	require.Equal(t, 0.0, dp.Min())
 }
 
 func TestConnector_SeriesCap(t *testing.T) {

@@ -27,6 +27,7 @@ type TelemetryBuilder struct {
 	mu                          sync.Mutex
 	registrations               []metric.Registration
 	ProcessorDupEvictions       metric.Int64Counter
+	ProcessorDupEvidenceCopies  metric.Int64Counter
 	ProcessorDupGroupsTracked   metric.Int64Gauge
 	ProcessorDupLateSpans       metric.Int64Counter
 	ProcessorDupSpansClassified metric.Int64Counter
@@ -67,6 +68,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_processor_dup_evictions",
 		metric.WithDescription("Number of groups evicted before their window ended because max_groups was reached. [Development]"),
 		metric.WithUnit("{group}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessorDupEvidenceCopies, err = builder.meter.Int64Counter(
+		"otelcol_processor_dup_evidence_copies",
+		metric.WithDescription("Number of spans received as tier-1 evidence copies (resource attribute idemkit.evidence.copy), read as evidence and not forwarded. [Development]"),
+		metric.WithUnit("{span}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ProcessorDupGroupsTracked, err = builder.meter.Int64Gauge(

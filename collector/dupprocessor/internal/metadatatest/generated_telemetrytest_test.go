@@ -20,12 +20,16 @@ func TestSetupTelemetry(t *testing.T) {
 	require.NoError(t, err)
 	defer tb.Shutdown()
 	tb.ProcessorDupEvictions.Add(context.Background(), 1)
+	tb.ProcessorDupEvidenceCopies.Add(context.Background(), 1)
 	tb.ProcessorDupGroupsTracked.Record(context.Background(), 1)
 	tb.ProcessorDupLateSpans.Add(context.Background(), 1)
 	tb.ProcessorDupSpansClassified.Add(context.Background(), 1)
 	tb.ProcessorDupSpansHeld.Record(context.Background(), 1)
 	tb.ProcessorDupSpansIgnored.Add(context.Background(), 1)
 	AssertEqualProcessorDupEvictions(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualProcessorDupEvidenceCopies(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualProcessorDupGroupsTracked(t, testTel,

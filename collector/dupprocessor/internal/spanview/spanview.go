@@ -19,22 +19,28 @@ type Kind uint8
 const (
 	// Other is any span that is neither a tool execution nor an inference call.
 	Other Kind = iota
-	// Tool is a tool execution: gen_ai.operation.name=execute_tool, or an MCP
-	// server span with mcp.method.name=tools/call.
+	// Tool is a tool execution: an MCP server span with
+	// mcp.method.name=tools/call (the `tools/call {tool}` SERVER span of the
+	// MCP conventions), or a span with gen_ai.operation.name=execute_tool
+	// of any kind (idemkit's older INTERNAL `execute_tool {tool}` span, an
+	// agent framework's tool span).
 	Tool
-	// Chat is an inference call: gen_ai.operation.name=chat.
+	// Chat is an inference call (gen_ai.operation.name chat,
+	// text_completion or generate_content): evidence that the model spoke.
 	Chat
 )
 
-// Classify returns what s is. It reads at most two attributes and never
-// panics, whatever their types.
+// Classify returns what s is. A span of another MCP method (mcp.method.name
+// tools/list, initialize, ...) is not a tool execution: only tools/call
+// spans carry gen_ai.operation.name=execute_tool. It reads at most two
+// attributes and never panics, whatever their types.
 func Classify(s ptrace.Span) Kind {
 	attrs := s.Attributes()
 	if v, ok := attrs.Get(sc.GenAIOperationName); ok && v.Type() == pcommon.ValueTypeStr {
 		switch v.Str() {
 		case sc.OperationExecuteTool:
 			return Tool
-		case sc.OperationChat:
+		case sc.OperationChat, sc.OperationTextCompletion, sc.OperationGenerateContent:
 			return Chat
 		}
 	}

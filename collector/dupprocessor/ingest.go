@@ -1,0 +1,348 @@
+package dupprocessor // import "github.com/idemkit/idemkit/collector/dupprocessor"
+
+import (
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/idemkit/idemkit/collector/dupprocessor/internal/spanview"
+	"github.com/idemkit/idemkit/collector/dupprocessor/internal/state"
+	sc "github.com/idemkit/idemkit/spancontract"
+)
+
+// toolFact is what extract reads of a tool span, before track files it.
+// It is pointer-free, like heldSpan.
+type toolFact struct {
+	key    state.Key
+	m      state.Member
+	pos    spanPos
+	tag    uint32 // the key's tag in the group index
+	ctxTag uint32 // the tag of m.CallCtx() in the evidence index; 0 for none
+}
+
+// chatFact is what the processor keeps of an inference span.
+type chatFact struct {
+	start             int64
+	traceCtx, convCtx uint64
+	traceTag, convTag uint32 // their tags in the evidence index; 0 for none
+}
+
+// ingest records the evidence of every span of td and adds the tracked tool
+// spans to their groups, leaving their heldSpans (in batch order) in
+// p.pending. It first removes the evidence copies from td. It returns the
+// number of tracked tool spans and the number of spans left in td.
+func (p *dupProcessor) ingest(td ptrace.Traces, now int64) (tracked, total int) {
+	p.pending = p.pending[:0]
+	p.facts = p.facts[:0]
+	p.chats = p.chats[:0]
+	rss := td.ResourceSpans()
+	if p.takeEvidenceCopies(rss) {
+		rss = td.ResourceSpans()
+	}
+	for i := 0; i < rss.Len(); i++ {
+		rs := rss.At(i)
+		res := rs.Resource()
+		sss := rs.ScopeSpans()
+		for j := 0; j < sss.Len(); j++ {
+			spans := sss.At(j).Spans()
+			n := spans.Len()
+			total += n
+			for k := 0; k < n; k++ {
+				s := spans.At(k)
+				switch spanview.Classify(s) {
+				case spanview.Chat:
+					p.chatFact(s)
+				case spanview.Tool:
+					p.facts = append(p.facts, toolFact{pos: spanPos{int32(i), int32(j), int32(k)}})
+					f := &p.facts[len(p.facts)-1]
+					if reason := p.extract(s, res, f); reason != reasonNone {
+						p.counts.ignored[reasonIndex(reason)]++
+						p.facts = p.facts[:len(p.facts)-1]
+						continue
+					}
+					f.tag = p.groups.Tag(&f.key)
+					if c := f.m.CallCtx(); c != 0 {
+						f.ctxTag = p.evidence.Tag(c)
+					}
+				}
+			}
+		}
+	}
+	p.prefetch()
+	for i := range p.chats {
+		p.recordChat(&p.chats[i], now)
+	}
+	for i := range p.facts {
+		if reason := p.track(&p.facts[i], now); reason != reasonNone {
+			p.counts.ignored[reasonIndex(reason)]++
+			continue
+		}
+		tracked++
+	}
+	return tracked, total
+}
+
+// takeEvidenceCopies reads the inference spans of the resources marked
+// idemkit.evidence.copy (copies a tier-1 Collector sent to every tier-2
+// Collector) into p.chats and removes those resources from rss. It reports
+// whether it removed any.
+func (p *dupProcessor) takeEvidenceCopies(rss ptrace.ResourceSpansSlice) bool {
+	found := false
+	for i := 0; i < rss.Len(); i++ {
+		if isEvidenceCopy(rss.At(i).Resource()) {
+			found = true
+			break
+		}
+	}
+	if !found {
+		return false
+	}
+	rss.RemoveIf(func(rs ptrace.ResourceSpans) bool {
+		if !isEvidenceCopy(rs.Resource()) {
+			return false
+		}
+		sss := rs.ScopeSpans()
+		for j := 0; j < sss.Len(); j++ {
+			spans := sss.At(j).Spans()
+			for k := 0; k < spans.Len(); k++ {
+				p.counts.evidenceCopies++
+				if s := spans.At(k); spanview.Classify(s) == spanview.Chat {
+					p.chatFact(s)
+				}
+			}
+		}
+		return true
+	})
+	return true
+}
+
+// isEvidenceCopy reports whether a resource carries idemkit.evidence.copy=true.
+func isEvidenceCopy(res pcommon.Resource) bool {
+	v, ok := res.Attributes().Get(sc.EvidenceCopy)
+	return ok && truthy(v)
+}
+
+// prefetch loads the index slots that the tracking of this batch will read:
+// those of every key and context, and those of the groups and contexts that
+// it will evict. The loads are independent, so their cache misses overlap,
+// which the dependent work of track cannot do.
+func (p *dupProcessor) prefetch() {
+	var sink uint32
+	for i := range p.facts {
+		sink += p.groups.Touch(p.facts[i].tag)
+		if t := p.facts[i].ctxTag; t != 0 {
+			sink += p.evidence.Touch(t)
+		}
+	}
+	for i := range p.chats {
+		if t := p.chats[i].traceTag; t != 0 {
+			sink += p.evidence.Touch(t)
+		}
+		if t := p.chats[i].convTag; t != 0 {
+			sink += p.evidence.Touch(t)
+		}
+	}
+	if n := len(p.chats) + len(p.facts); p.evidence.Len()+n > p.cfg.MaxGroups {
+		q := p.evidence.Queue()
+		for i := 0; i < n && i < q.Len(); i++ {
+			r := q.At(i)
+			sink += p.evidence.Touch(r.Tag) + p.evidence.At(r.Idx).Gen
+		}
+	}
+	if n := len(p.facts); p.groups.Len()+n > p.cfg.MaxGroups {
+		q := p.groups.Queue()
+		for i := 0; i < n && i < q.Len(); i++ {
+			r := q.At(i)
+			sink += p.groups.Touch(r.Tag) + p.groups.Meta(r.Idx).Gen
+		}
+	}
+	p.sink += sink
+}
+
+// extract reads a tool span into f: its key and member, or why it stays
+// untracked.
+func (p *dupProcessor) extract(s ptrace.Span, res pcommon.Resource, f *toolFact) ignoreReason {
+	start, ok := startNanos(s.StartTimestamp())
+	if !ok {
+		return reasonBadTimestamp
+	}
+	var a toolAttrs
+	readToolAttrs(s.Attributes(), &a)
+	switch a.outcome {
+	case sc.OutcomeBypassed:
+		switch a.bypassReason {
+		case sc.BypassUnscoped, sc.BypassNoGuard:
+			// A write tool that ran unprotected (no caller scope, or
+			// instrumentation without a Guard): its span carries the key
+			// hashes precisely so that a second run shows as the real
+			// double side effect it is.
+			a.outcome = sc.OutcomeExecuted
+		case sc.BypassUnprotected, "":
+			// A read (or an idempotent tool): a second run changes nothing.
+			return reasonReadOnly
+		default:
+			return reasonExcludedOutcome
+		}
+	case sc.OutcomeMismatch:
+		return reasonExcludedOutcome
+	case "":
+		if !p.readOnly.empty() && p.readOnly.match(a.tool) {
+			return reasonReadOnly
+		}
+	}
+	ok, weak := p.keys.groupKey(&f.key, &a, res, s)
+	if !ok {
+		return reasonNoKey
+	}
+	oc := parseOutcome(a.outcome)
+	m := &f.m
+	*m = state.Member{
+		Start:   start,
+		Outcome: oc,
+		Trace:   traceKey(s.TraceID()),
+		Conv:    p.keys.str(ctxConversation, a.conv),
+		ReqID:   p.keys.str32(a.requestID),
+		WriteID: p.keys.str32(a.writeID),
+		SpanID:  s.SpanID(),
+	}
+	if p.reliable(a.session) {
+		m.Session = p.keys.str(ctxSession, a.session)
+	}
+	if weak {
+		m.Flags |= state.FlagWeakKey
+		m.User = p.keys.str(ctxUser, userOf(&a, res))
+	}
+	switch {
+	case a.inputContinuation:
+		// A continuation proves an earlier round, which is the same call:
+		// nothing to wait for.
+		m.Flags |= state.FlagInputContinuation
+	case oc == state.OutcomeReplayed || oc == state.OutcomeInProgress || oc == state.OutcomeTakeover || a.attempt > 1:
+		m.Flags |= state.FlagProvenDup
+	}
+	if a.inputRequested {
+		m.Flags |= state.FlagInputRequested
+	}
+	if a.annotated {
+		m.Flags |= state.FlagAnnotated
+	}
+	return reasonNone
+}
+
+// userOf returns the caller's identifier: user.id, else enduser.id, from
+// the span or else its resource; "" when there is none.
+func userOf(a *toolAttrs, res pcommon.Resource) string {
+	if a.user != "" {
+		return a.user
+	}
+	if a.endUser != "" {
+		return a.endUser
+	}
+	ra := res.Attributes()
+	for _, k := range [2]string{sc.UserID, sc.EndUserID} {
+		if v, ok := ra.Get(k); ok {
+			if u := scalar(v); u != "" {
+				return u
+			}
+		}
+	}
+	return ""
+}
+
+// reliable reports whether an mcp.session.id tells sessions apart: not
+// empty and not one of unreliable_session_ids.
+func (p *dupProcessor) reliable(session string) bool {
+	if session == "" {
+		return false
+	}
+	for _, u := range p.unrelSess {
+		if session == u {
+			return false
+		}
+	}
+	return true
+}
+
+// track adds an extracted tool span to its group and appends its heldSpan
+// to p.pending, or returns reasonResent for a span the group already has.
+func (p *dupProcessor) track(f *toolFact, now int64) ignoreReason {
+	m := &f.m
+	gi := p.groups.Find(&f.key, f.tag)
+	if gi == 0 {
+		if p.groups.Len() >= p.cfg.MaxGroups {
+			p.evictGroup()
+		}
+		gi = p.groups.Create(&f.key, f.tag)
+	} else {
+		ms := p.groups.Members(gi)
+		for i := range ms {
+			if ms[i].Same(m) {
+				return reasonResent
+			}
+		}
+		p.groups.Meta(gi).Flags |= state.MetaHit
+	}
+	m.DecideAt = now + p.decWait
+	ms := p.groups.Members(gi)
+	for i := range ms {
+		e := &ms[i]
+		if e.DecideAt <= now && m.Before(e) && e.Start-m.Start <= p.window && e.Linked(m) {
+			p.counts.lateTool++
+			break
+		}
+	}
+	p.groups.AddMember(gi, *m)
+	p.groups.Get(gi).LastSeen = now
+	p.groups.Meta(gi).Held++
+
+	// The call's context (its reliable session, else its conversation,
+	// else its trace) remembers it, for the deliberate-repeat rule.
+	if c := m.CallCtx(); c != 0 {
+		e := p.touchEvidence(c, f.ctxTag, now)
+		p.evidence.AddTool(e, state.ToolMark{Start: m.Start, Key: f.key.Short()})
+	}
+	p.pending = append(p.pending, heldSpan{m: *m, arrival: now, gi: gi, pos: f.pos})
+	return reasonNone
+}
+
+// chatFact reads an inference span into p.chats; a span with an unusable
+// start is ignored.
+func (p *dupProcessor) chatFact(s ptrace.Span) {
+	start, ok := startNanos(s.StartTimestamp())
+	if !ok {
+		return
+	}
+	conv := ""
+	if v, ok := s.Attributes().Get(sc.GenAIConversationID); ok {
+		conv = scalar(v)
+	}
+	f := chatFact{start: start, traceCtx: traceKey(s.TraceID()), convCtx: p.keys.str(ctxConversation, conv)}
+	if f.traceCtx != 0 {
+		f.traceTag = p.evidence.Tag(f.traceCtx)
+	}
+	if f.convCtx != 0 {
+		f.convTag = p.evidence.Tag(f.convCtx)
+	}
+	p.chats = append(p.chats, f)
+}
+
+// recordChat remembers the start of an inference span in its trace and
+// conversation, and counts it late when it would have changed a decision.
+func (p *dupProcessor) recordChat(f *chatFact, now int64) {
+	late := false
+	for _, c := range [2]struct {
+		key uint64
+		tag uint32
+	}{{f.traceCtx, f.traceTag}, {f.convCtx, f.convTag}} {
+		if c.key == 0 {
+			continue
+		}
+		e := p.touchEvidence(c.key, c.tag, now)
+		if !late && p.evidence.LateChat(e, f.start) {
+			late = true
+		}
+		p.evidence.AddChat(e, f.start)
+	}
+	if late {
+		p.counts.lateChat++
+	}
+}

@@ -1,0 +1,72 @@
+package state
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestStores_TagCollisions checks that two group keys or two contexts whose
+// tags collide stay apart: the tag only selects candidates.
+func TestStores_TagCollisions(t *testing.T) {
+	gs := NewGroups(1, 2)
+	a, b := Key{1}, Key{2}
+	ia := gs.Create(&a, 42)
+	require.Zero(t, gs.Find(&b, 42))
+	ib := gs.Create(&b, 42)
+	require.NotEqual(t, ia, ib)
+	require.Equal(t, ia, gs.Find(&a, 42))
+	require.Equal(t, ib, gs.Find(&b, 42))
+	gs.Remove(ia, 42)
+	require.Zero(t, gs.Find(&a, 42))
+	require.Equal(t, ib, gs.Find(&b, 42))
+
+	es := NewContexts(1, 2)
+	ea := es.Create(7, 9)
+	require.Nil(t, es.Find(8, 9))
+	eb := es.Create(8, 9)
+	require.Same(t, ea, es.Find(7, 9))
+	require.Same(t, eb, es.Find(8, 9))
+}
+
+// TestEvidence_Blocks checks that chats and tool marks keep the most recent
+// MaxEvidence, sorted, across the move from inline storage to a block, and
+// that a freed context's blocks are reused.
+func TestEvidence_Blocks(t *testing.T) {
+	es := NewContexts(3, 4)
+	e := es.Create(5, es.Tag(5))
+	rng := rand.New(rand.NewPCG(1, 1))
+	var chats []int64
+	for i := 0; i < 100; i++ {
+		c := rng.Int64N(1000)
+		es.AddChat(e, c)
+		chats = append(chats, c)
+		es.AddTool(e, ToolMark{Start: c, Key: uint64(i)})
+	}
+	got := es.Chats(e)
+	require.Len(t, got, MaxEvidence)
+	require.IsNonDecreasing(t, got)
+	slices.Sort(chats)            // the most recent: the latest start times, whatever their arrival order
+	chats = slices.Compact(chats) // a start already kept is not added twice
+	require.Equal(t, chats[len(chats)-MaxEvidence:], got)
+	require.Len(t, es.Tools(e), MaxEvidence)
+	for i := 1; i < MaxEvidence; i++ {
+		require.LessOrEqual(t, es.Tools(e)[i-1].Start, es.Tools(e)[i].Start)
+	}
+	for i := 0; i < 20; i++ {
+		es.AddGap(e, GapMark{int64(i), int64(i + 10)})
+	}
+	require.Len(t, es.Gaps(e), MaxGaps)
+	require.Equal(t, GapMark{19, 29}, es.Gaps(e)[MaxGaps-1])
+	blk := e.chatBlk
+	es.Remove(es.index.Slot(es.index.Home(e.Tag)).Idx)
+	require.Zero(t, es.Len())
+	e2 := es.Create(6, es.Tag(6))
+	for i := 0; i < 5; i++ {
+		es.AddChat(e2, int64(i))
+	}
+	require.Equal(t, blk, e2.chatBlk, "a freed block is reused")
+	require.Equal(t, []int64{0, 1, 2, 3, 4}, es.Chats(e2))
+}
