@@ -293,6 +293,9 @@ func TestTwoTier_SameAnnotationsAsOneCollector(t *testing.T) {
 		}, port,
 			fmt.Sprintf("OTLP_GRPC_ENDPOINT=127.0.0.1:%d", port),
 			fmt.Sprintf("PROMETHEUS_ENDPOINT=127.0.0.1:%d", freePort(t)),
+			// Each Collector its own telemetry port: the default (8888)
+			// can only be bound once.
+			"TELEMETRY_HOST=127.0.0.1", fmt.Sprintf("TELEMETRY_PORT=%d", freePort(t)),
 			wait, "LOG_LEVEL=warn")
 		tier2 = append(tier2, sink)
 		tier2Ports = append(tier2Ports, port)
@@ -300,6 +303,8 @@ func TestTwoTier_SameAnnotationsAsOneCollector(t *testing.T) {
 	tier1 := freePort(t)
 	startCollector(t, "tier1", bin, filepath.Join(examples, "two-tier", "tier1.yaml"), tier1,
 		fmt.Sprintf("OTLP_GRPC_ENDPOINT=127.0.0.1:%d", tier1),
+		fmt.Sprintf("PROMETHEUS_ENDPOINT=127.0.0.1:%d", freePort(t)),
+		"TELEMETRY_HOST=127.0.0.1", fmt.Sprintf("TELEMETRY_PORT=%d", freePort(t)),
 		fmt.Sprintf("TIER2_A=127.0.0.1:%d", tier2Ports[0]),
 		fmt.Sprintf("TIER2_B=127.0.0.1:%d", tier2Ports[1]), "LOG_LEVEL=warn")
 
