@@ -149,11 +149,17 @@ func Lint(d *Dashboard, reg *Registry) []Problem {
 			add(Where(d, p, nil), "gridPos missing or outside the 24-column grid")
 		}
 	}
+	titles := map[string]bool{}
 	for _, p := range d.Panels {
 		w := Where(d, p, nil)
 		if strings.TrimSpace(p.Title) == "" {
 			add(w, "no title")
+		} else if titles[p.Title] {
+			// A reader tells panels apart by their titles, and so do the
+			// live checks' value expectations.
+			add(w, "title %q is also another panel's", p.Title)
 		}
+		titles[p.Title] = true
 		if strings.TrimSpace(p.Description) == "" {
 			add(w, "no description")
 		}

@@ -33,6 +33,7 @@ func TestLintCatches(t *testing.T) {
 		{"no unit", []string{`"unit": "short"`, `"unit": ""`}, "no unit"},
 		{"no description", []string{`"description": "Calls by cause."`, `"description": ""`}, "no description"},
 		{"no title", []string{`"title": "Calls"`, `"title": ""`}, "no title"},
+		{"repeated title", []string{`"title": "Latency"`, `"title": "Calls"`}, "also another panel's"},
 		{"panel data source not the input", []string{`"uid": "${DS_PROMETHEUS}"}, "gridPos": {"h": 8, "w": 12, "x": 0`, `"uid": "P1809F7CD0C75ACF3"}, "gridPos": {"h": 8, "w": 12, "x": 0`}, "data source"},
 		{"target data source missing", []string{`{"refId": "A", "datasource": {"type": "prometheus", "uid": "${DS_PROMETHEUS}"},
        "expr": "sum`, `{"refId": "A", "expr": "sum`}, "data source"},
