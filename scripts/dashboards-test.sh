@@ -8,9 +8,11 @@
 #   2. dashboards/cmd/dashtest: for each Collector deployment (the demo's,
 #      and the shipped collector/examples/single and two-tier), the demo
 #      with a real Prometheus scraping it (installed from Debian's package
-#      when missing), then every target of every dashboard against what
-#      Prometheus holds, the values the run's evidence predicts and seven
-#      mutants that must fail (see its doc comment).
+#      when missing), plus what a healthy demo never causes (evictions and
+#      late spans in a second Collector; an instrumented MCP server whose
+#      outcomes cannot be recorded), then every target of every dashboard
+#      against what Prometheus holds, the values the run's evidence predicts
+#      and nine mutants that must fail (see its doc comment).
 # Arguments go to dashtest (-topology single, -dir DIR); it prints where its
 # logs are. Every process it starts is stopped on exit.
 set -euo pipefail

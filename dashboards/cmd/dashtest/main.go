@@ -13,15 +13,18 @@
 //     time range starts before Prometheus holds any sample;
 //  2. runs the demo (examples/demo) through the deployment; once the
 //     Collectors listen it waits for Prometheus to scrape them, and after
-//     the report, before anything stops, makes the second Collector evict
-//     groups and count late spans (the demo causes neither, and those
-//     counters only exist after their first event), waits for two more
-//     scrapes and ends the time range;
+//     the report, before anything stops, exercises what the demo never
+//     causes: it makes the second Collector evict groups and count late
+//     spans (dashtest.Exercise), and runs an instrumented MCP server,
+//     exporting its metrics to the deployment, whose outcomes cannot be
+//     recorded (a lost lease, a locked store) and whose calls are refused
+//     (dashtest.ExportGuardExercise); then it waits for two more scrapes and
+//     ends the time range;
 //  3. checks every target of every dashboard against Prometheus over that
 //     range (internal/dashtest: every query succeeds and returns series,
 //     every selector matches, every label is there, metrics.json matches
 //     what Prometheus holds, the headline panels show what the run's
-//     evidence predicts) and that seven broken panels each fail.
+//     evidence predicts) and that nine broken panels each fail.
 //
 // It prints where the logs are (check.txt per deployment has every check)
 // and exits 1 when a check failed, 2 when a run could not be carried out.
@@ -174,6 +177,7 @@ func runTopology(ctx context.Context, root, bin, dir string, t demo.Topology) (p
 	fmt.Printf("    Prometheus %s (config %s)\n", prom.URL, prom.ConfigFile)
 
 	var exercise *dashtest.ExerciseResult
+	var guardEx *dashtest.GuardExerciseResult
 	var end time.Time
 	scraped := func(ctx context.Context, scrapes int) error {
 		for range scrapes {
@@ -196,6 +200,18 @@ func runTopology(ctx context.Context, root, bin, dir string, t demo.Topology) (p
 			if exercise, err = dashtest.Exercise(ectx, "http://"+exOTLP, "http://"+exTel+"/metrics", 4); err != nil {
 				return err
 			}
+			// An MCP server whose outcomes cannot be recorded, exporting
+			// its metrics like the demo's servers.
+			guardLog, err := os.Create(filepath.Join(mkdir(filepath.Join(dir, "logs")), "guard-exercise.log"))
+			if err != nil {
+				return err
+			}
+			defer guardLog.Close()
+			if guardEx, err = dashtest.ExportGuardExercise(ectx, dashtest.GuardExerciseConfig{
+				Dir: mkdir(filepath.Join(dir, "guard-exercise")), OTLP: p.Entry(), Exporters: p.Exporters(), Log: guardLog,
+			}); err != nil {
+				return err
+			}
 			// Two scrapes: a counter born in the exercise needs two samples
 			// for rate(). The samples of those scrapes are stamped at their
 			// start, before now: now is the time that includes them.
@@ -213,14 +229,15 @@ func runTopology(ctx context.Context, root, bin, dir string, t demo.Topology) (p
 	if !res.OK {
 		return 0, 0, fmt.Errorf("the demo's report failed (see %s)", res.Text)
 	}
-	fmt.Printf("    demo: PASS (%s); exercise: %g evictions, late spans %v\n", res.HTML, exercise.Evictions, exercise.LateSpans)
+	fmt.Printf("    demo: PASS (%s); exercise: %g evictions, late spans %v; %s: finish errors %v, refusals %v\n",
+		res.HTML, exercise.Evictions, exercise.LateSpans, guardEx.Service, guardEx.FinishErrors, guardEx.Refusals)
 
 	out, err := os.Create(filepath.Join(dir, "check.txt"))
 	if err != nil {
 		return 0, 0, err
 	}
 	defer out.Close()
-	passed, failed, err = check(ctx, io.MultiWriter(out, summary{os.Stdout}), prom.URL, start, end, p, exTel, exercise)
+	passed, failed, err = check(ctx, io.MultiWriter(out, summary{os.Stdout}), prom.URL, start, end, p, exTel, exercise, guardEx)
 	return passed, failed, err
 }
 
@@ -249,7 +266,7 @@ func (s summary) Write(b []byte) (int, error) {
 
 // check runs the static checks, every panel target against Prometheus,
 // the value expectations and the mutants.
-func check(ctx context.Context, w io.Writer, promURL string, start, end time.Time, p *demo.Pipeline, exTel string, ex *dashtest.ExerciseResult) (passed, failed int, err error) {
+func check(ctx context.Context, w io.Writer, promURL string, start, end time.Time, p *demo.Pipeline, exTel string, ex *dashtest.ExerciseResult, guardEx *dashtest.GuardExerciseResult) (passed, failed int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	reg, err := metrics.Load()
@@ -299,6 +316,7 @@ func check(ctx context.Context, w io.Writer, promURL string, start, end time.Tim
 	exp, err := dashtest.IdemkitExpectations(dashtest.Facts{
 		Evidence: ev, Exercise: ex, DemoInstances: p.ProcessorTelemetry(), ExerciserInstance: exTel,
 		GapBounds: les, GapUnit: gap.Unit,
+		EvidenceCopies: p.Opts.Topology == demo.TopologyTwoTier, Guard: guardEx,
 	})
 	if err != nil {
 		return 0, 0, err
@@ -309,8 +327,10 @@ func check(ctx context.Context, w io.Writer, promURL string, start, end time.Tim
 		fmt.Fprintf(w, "  %-26s protected=%-5v issue_refund requests %d, duplicates expected %d, double refunds in its database %d\n",
 			name, s.Protected, s.Requests, len(s.Duplicates), s.DoubleRefunds())
 	}
-	fmt.Fprintf(w, "  %d execute_tool spans written by the Collectors\n", len(ev.ToolSpans))
-	fmt.Fprintf(w, "  exercised Collector %s: evictions %g, late spans %v\n\n", exTel, ex.Evictions, ex.LateSpans)
+	fmt.Fprintf(w, "  %d execute_tool spans, %d MCP request spans and %d inference spans written by the Collectors\n", len(ev.ToolSpans), len(ev.Requests), ev.InferenceSpans)
+	fmt.Fprintf(w, "  exercised Collector %s: evictions %g, late spans %v\n", exTel, ex.Evictions, ex.LateSpans)
+	fmt.Fprintf(w, "  exercised MCP server %s: %d spans, %d session(s); outcomes not recorded %v, refusals %v\n\n",
+		guardEx.Service, len(guardEx.Spans), guardEx.Sessions, guardEx.FinishErrors, guardEx.Refusals)
 
 	live := &dashtest.Live{Prom: prom, Reg: reg, Start: start, End: end, ScrapeInterval: time.Second, Expect: exp, Out: w}
 	passed, failed = live.Run(ctx, ds)
@@ -360,6 +380,7 @@ type mutant struct {
 
 func mutants(reg *metrics.Registry) []mutant {
 	calls, gap, evictions := reg.Name("dup_calls"), reg.Name("dup_gap"), reg.Name("proc_evictions")
+	finish := reg.Name("finish_errors")
 	return []mutant{
 		{"idemkit-duplicate-attribution.json", "Duplicates by cause", "A",
 			"plain increase() over the range (loses every series born in it)", "",
@@ -375,6 +396,11 @@ func mutants(reg *metrics.Registry) []mutant {
 			"outcome value that does not exist (mismatched)", `idemkit_outcome="mismatch"`, `idemkit_outcome="mismatched"`, "matches no series"},
 		{"idemkit-guard.json", "Tool calls by outcome", "A",
 			"service_name label instead of job: .* hides it, the explicit All does not", `job=~"$job"`, `service_name=~"$job"`, "[All=(every value)]"},
+		{"idemkit-guard.json", "Outcomes not recorded", "A",
+			"counts one finish error only (lease_lost), not every reason", finish + `{job=~"$job", gen_ai_tool_name=~"$tool"}`,
+			finish + `{job=~"$job", gen_ai_tool_name=~"$tool", idemkit_finish_error="lease_lost"}`, "want 2"},
+		{"idemkit-guard.json", "Refused calls by reason", "A",
+			"only the calls refused before a claim (no outcome), losing in_progress and mismatch", `idemkit_refusal_reason!=""`, `idemkit_outcome=""`, "want"},
 		{"idemkit-dup-processor.json", "Evictions by Collector", "A",
 			"a _total suffix the Collector's own telemetry does not have", evictions, evictions + "_total", "no series"},
 	}

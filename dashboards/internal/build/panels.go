@@ -226,9 +226,35 @@ func bargaugePanel(title, description, unit string, th *dashboard.ThresholdsConf
 		Overrides(fixedColors(colors))
 }
 
+// column is a table column: the field it shows (a label, "Value", or
+// "Value #refId" when the table merges several queries), its title, and
+// its unit when it differs from the table's (a duration column beside
+// counts).
+type column struct{ field, title, unit string }
+
 // tablePanel shows instant table queries; columns are renamed from their
 // label (or "Value #refId") to rename's values, in rename's order.
 func tablePanel(title, description, unit string, rename [][2]string, targets ...*prometheus.DataqueryBuilder) *table.PanelBuilder {
+	cols := make([]column, len(rename))
+	for i, r := range rename {
+		cols[i] = column{field: r[0], title: r[1]}
+	}
+	return columnsTable(title, description, unit, cols, targets...)
+}
+
+// columnsTable is tablePanel with per-column units: a column whose unit is
+// set shows it with two decimals (the table's other columns are counts).
+func columnsTable(title, description, unit string, cols []column, targets ...*prometheus.DataqueryBuilder) *table.PanelBuilder {
+	rename := make([][2]string, len(cols))
+	var overrides []cog.Builder[dashboard.DashboardFieldConfigSourceOverrides]
+	for i, c := range cols {
+		rename[i] = [2]string{c.field, c.title}
+		if c.unit != "" {
+			overrides = append(overrides, dashboard.NewDashboardFieldConfigSourceOverridesBuilder().
+				Matcher(dashboard.MatcherConfig{Id: "byName", Options: c.title}).
+				Properties([]dashboard.DynamicConfigValue{{Id: "unit", Value: c.unit}, {Id: "decimals", Value: 2}}))
+		}
+	}
 	names := map[string]any{}
 	index := map[string]any{}
 	for i, r := range rename {
@@ -254,6 +280,9 @@ func tablePanel(title, description, unit string, rename [][2]string, targets ...
 		"renameByName":  names,
 		"indexByName":   index,
 	}})
+	if len(overrides) > 0 {
+		p.Overrides(overrides)
+	}
 	return p
 }
 

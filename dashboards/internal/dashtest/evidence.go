@@ -12,6 +12,7 @@ import (
 	_ "modernc.org/sqlite" // the demo servers' refund databases
 
 	"github.com/idemkit/idemkit/internal/devtools/harness"
+	sc "github.com/idemkit/idemkit/spancontract"
 )
 
 // Evidence is what the demo run did, from sources other than Prometheus:
@@ -22,8 +23,14 @@ import (
 type Evidence struct {
 	// Services are the demo's servers by service name.
 	Services map[string]*ServiceEvidence
-	// ToolSpans are the execute_tool spans of spans.jsonl.
+	// ToolSpans are the execute_tool spans of the Collectors' files.
 	ToolSpans []ToolSpan
+	// Requests are the MCP servers' request spans (every method).
+	Requests []RequestSpan
+	// InferenceSpans counts the inference spans (chat, text_completion,
+	// generate_content): the spans a tier-1 Collector copies to every
+	// tier-2 Collector as evidence.
+	InferenceSpans int
 }
 
 // ServiceEvidence is one demo server's share of the evidence.
@@ -48,9 +55,45 @@ type CauseEffect struct {
 // ToolSpan is what the checks read of an execute_tool span.
 type ToolSpan struct {
 	Service, Tool, Outcome string
-	Cause, Effect          string // empty unless annotated as a duplicate
-	GapMs                  float64
-	HasGap                 bool
+	// BypassReason, Refusal and FinishError are idemkit.bypass.reason,
+	// idemkit.refusal.reason and idemkit.finish.error ("" when absent).
+	BypassReason, Refusal, FinishError string
+	Cause, Effect                      string // empty unless annotated as a duplicate
+	GapMs                              float64
+	HasGap                             bool
+}
+
+// ReadOnly reports whether the dup processor ignores the span as a read
+// (reason read_only): bypassed because the tool is not protected (or with
+// no reason given).
+func (s ToolSpan) ReadOnly() bool {
+	return s.Outcome == sc.OutcomeBypassed && (s.BypassReason == "" || s.BypassReason == sc.BypassUnprotected)
+}
+
+// Excluded reports whether the dup processor ignores the span for its
+// outcome (reason excluded_outcome): a key mismatch, or a bypass reason it
+// does not know.
+func (s ToolSpan) Excluded() bool {
+	switch {
+	case s.Outcome == sc.OutcomeMismatch:
+		return true
+	case s.Outcome == sc.OutcomeBypassed:
+		switch s.BypassReason {
+		case "", sc.BypassUnprotected, sc.BypassUnscoped, sc.BypassNoGuard:
+			return false
+		}
+		return true
+	}
+	return false
+}
+
+// Tracked reports whether the dup processor tracks the span as a
+// candidate: neither a read nor an excluded outcome.
+func (s ToolSpan) Tracked() bool { return !s.ReadOnly() && !s.Excluded() }
+
+// RequestSpan is what the checks read of an MCP server's request span.
+type RequestSpan struct {
+	Service, Method, Session string
 }
 
 // DoubleRefunds are the refund rows beyond the intended ones, per order,
@@ -126,8 +169,16 @@ func LoadEvidence(ctx context.Context, dir string, spansFiles []string) (*Eviden
 			return nil, err
 		}
 	}
-	if ev.ToolSpans, err = readToolSpans(spansFiles); err != nil {
+	spans, err := harness.ReadSpans(spansFiles...)
+	if err != nil {
 		return nil, err
+	}
+	ev.ToolSpans, ev.Requests = ToolSpans(spans), RequestSpans(spans)
+	for _, s := range spans {
+		switch s.Str(sc.GenAIOperationName) {
+		case "chat", "text_completion", "generate_content":
+			ev.InferenceSpans++
+		}
 	}
 	if len(ev.ToolSpans) == 0 {
 		return nil, fmt.Errorf("%v: no execute_tool span", spansFiles)
@@ -162,29 +213,41 @@ func refundRows(ctx context.Context, path string) (map[string]int, error) {
 }
 
 // GapAttribute is the span attribute with a duplicate's gap, in ms.
-const GapAttribute = "idemkit.duplicate.gap_ms"
+const GapAttribute = sc.DuplicateGapMS
 
-// readToolSpans reads the execute_tool spans of the file exporters'
-// OTLP/JSON lines.
-func readToolSpans(paths []string) ([]ToolSpan, error) {
-	spans, err := harness.ReadSpans(paths...)
-	if err != nil {
-		return nil, err
-	}
+// ToolSpans returns what the checks read of the execute_tool spans among
+// spans.
+func ToolSpans(spans []harness.Span) []ToolSpan {
 	var out []ToolSpan
 	for _, s := range spans {
-		if s.Str("gen_ai.operation.name") != "execute_tool" {
+		if s.Str(sc.GenAIOperationName) != sc.OperationExecuteTool {
 			continue
 		}
 		ts := ToolSpan{
-			Service: s.Service, Tool: s.Str("gen_ai.tool.name"), Outcome: s.Str("idemkit.outcome"),
-			Cause: s.Str("idemkit.duplicate.cause"), Effect: s.Str("idemkit.duplicate.effect"),
+			Service: s.Service, Tool: s.Str(sc.GenAIToolName), Outcome: s.Str(sc.Outcome),
+			BypassReason: s.Str(sc.BypassReason), Refusal: s.Str(sc.RefusalReason), FinishError: s.Str(sc.FinishError),
+			Cause: s.Str(sc.DuplicateCause), Effect: s.Str(sc.DuplicateEffect),
 		}
 		ts.GapMs, ts.HasGap = s.Float(GapAttribute)
 		out = append(out, ts)
 	}
-	return out, nil
+	return out
 }
+
+// RequestSpans returns the MCP servers' request spans among spans: SERVER
+// spans with mcp.method.name.
+func RequestSpans(spans []harness.Span) []RequestSpan {
+	var out []RequestSpan
+	for _, s := range spans {
+		if m := s.Str(sc.MCPMethodName); m != "" && s.Kind == spanKindServer {
+			out = append(out, RequestSpan{Service: s.Service, Method: m, Session: s.Str(sc.MCPSessionID)})
+		}
+	}
+	return out
+}
+
+// spanKindServer is OTLP's SpanKind SERVER.
+const spanKindServer = 2
 
 // Count counts the values of key over items, for expectations.
 func Count[T any](items []T, key func(T) (string, bool)) map[string]float64 {

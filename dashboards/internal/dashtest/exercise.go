@@ -41,7 +41,7 @@ type ExerciseResult struct {
 // arrives after its duplicate was decided as a first call), a late chat
 // span (a model turn that arrives after a harness retry was decided) and
 // evictions (more groups than max_groups). It waits for each counter to
-// appear on the Collector's telemetry endpoint and fails when one does not.
+// grow on the Collector's telemetry endpoint and fails when one does not.
 func Exercise(ctx context.Context, otlpURL, telemetryURL string, maxGroups int) (*ExerciseResult, error) {
 	ex := &exerciser{otlp: strings.TrimRight(otlpURL, "/") + "/v1/traces", tel: telemetryURL,
 		base: time.Now().Add(-time.Minute), run: randHex(4)}

@@ -207,6 +207,11 @@ type Facts struct {
 	// histogram's unit in metrics.json: ms or s).
 	GapBounds []float64
 	GapUnit   string
+	// EvidenceCopies says that a tier-1 Collector copies every inference
+	// span to each of the DemoInstances (the two-tier deployment).
+	EvidenceCopies bool
+	// Guard is what the exercised MCP server did (nil: not run).
+	Guard *GuardExerciseResult
 }
 
 // IdemkitExpectations are the value assertions for the idemkit dashboards.
@@ -259,7 +264,7 @@ func IdemkitExpectations(f Facts) (map[string][]Expectation, error) {
 
 	// From the spans the Collector wrote out.
 	spans := ev.ToolSpans
-	tracked := func(s ToolSpan) bool { return s.Outcome != "bypassed" && s.Outcome != "mismatch" }
+	tracked := func(s ToolSpan) bool { return s.Tracked() }
 	annotated := func(s ToolSpan) bool { return s.Cause != "" }
 	spanDups := 0.0
 	matrix := map[string]float64{}
@@ -337,8 +342,8 @@ func IdemkitExpectations(f Facts) (map[string][]Expectation, error) {
 	}
 	add(attr, "Gap distribution (all causes)", "A", "= spans' gaps at or under each bucket bound", nil, By(cumulative, "le"))
 
-	// Guard: the protected server.
-	const guard = "idemkit-guard"
+	// Guard: the protected server, from the Collector's spans and the
+	// manifest, and the exercised server, from its own spans.
 	ps := []ToolSpan{}
 	for _, s := range spans {
 		if s.Service == protected.Name {
@@ -358,15 +363,29 @@ func IdemkitExpectations(f Facts) (map[string][]Expectation, error) {
 	if mm := float64(protected.Requests-rows) - protDups["suppressed"] - protDups["blocked"]; mm != outcomes["mismatch"] {
 		return nil, fmt.Errorf("evidence disagrees with itself: requests - refunds - suppressed - blocked = %g, but %g mismatch spans", mm, outcomes["mismatch"])
 	}
-	add(guard, "Protected calls", "A", fmt.Sprintf("= %d issue_refund requests of the manifest to %s", protected.Requests, protected.Name), nil, Scalar(protectedCalls))
-	add(guard, "Replayed", "A", "= the manifest's suppressed duplicates on the protected server", nil, Scalar(protDups["suppressed"]))
-	add(guard, "Answered in progress", "A", "= the manifest's blocked duplicates on the protected server", nil, Scalar(protDups["blocked"]))
-	add(guard, "Replay share of protected calls", "A", "= suppressed / protected calls", nil, Scalar(protDups["suppressed"]/protectedCalls))
-	add(guard, "Key mismatches", "A", "= requests - refund rows - replayed - in progress on the protected server", nil, Scalar(outcomes["mismatch"]))
-	add(guard, "Bypassed calls", "A", "= protected server's execute_tool spans with outcome bypassed", nil, Scalar(outcomes["bypassed"]))
-	add(guard, "Tool calls by outcome", "A", "covers every outcome of the protected server's spans", nil, Covers("idemkit_outcome", SortedKeys(outcomes)))
-	add(guard, "Calls by tool and outcome", "A", "= protected server's execute_tool spans by tool/outcome", nil,
-		By(Count(ps, func(s ToolSpan) (string, bool) { return s.Service + "/" + s.Tool + "/" + s.Outcome, true }), "job", "gen_ai_tool_name", "idemkit_outcome"))
+	if outcomes["replayed"] != protDups["suppressed"] || outcomes["in_progress"] != protDups["blocked"] {
+		return nil, fmt.Errorf("evidence disagrees with itself: %g replayed and %g in_progress spans, the manifest expects %g suppressed and %g blocked duplicates",
+			outcomes["replayed"], outcomes["in_progress"], protDups["suppressed"], protDups["blocked"])
+	}
+	var protReqs []RequestSpan
+	for _, r := range ev.Requests {
+		if r.Service == protected.Name {
+			protReqs = append(protReqs, r)
+		}
+	}
+	servers := []guardEvidence{{
+		service: protected.Name, tools: ps, requests: protReqs, sessions: distinctSessions(protReqs),
+		why: "the protected server's spans written by the Collector",
+	}}
+	if g := f.Guard; g != nil {
+		servers = append(servers, guardEvidence{
+			service: g.Service, tools: ToolSpans(g.Spans), requests: RequestSpans(g.Spans), sessions: float64(g.Sessions),
+			why: "the exercised server's own spans",
+		})
+	}
+	for _, e := range servers {
+		guardExpectations(add, e)
+	}
 
 	// Processor health: the demo's Collector, then the exercised one.
 	const proc = "idemkit-dup-processor"
@@ -388,8 +407,25 @@ func IdemkitExpectations(f Facts) (map[string][]Expectation, error) {
 		nTracked += n
 	}
 	add(proc, "Classified by cause", "A", "= demo Collector's tracked execute_tool spans by cause written", demo, By(classifiedWant, "cause"))
-	add(proc, "Ignored by reason", "A", "= demo Collector's execute_tool spans with outcome bypassed or mismatch", demo,
-		By(map[string]float64{"excluded_outcome": float64(len(spans)) - nTracked}, "reason"))
+	add(proc, "Ignored by reason", "A", "= demo Collector's execute_tool spans that are reads (read_only) or mismatches (excluded_outcome)", demo,
+		By(map[string]float64{
+			"read_only":        Count(spans, func(s ToolSpan) (string, bool) { return "", s.ReadOnly() })[""],
+			"excluded_outcome": Count(spans, func(s ToolSpan) (string, bool) { return "", s.Excluded() })[""],
+		}, "reason"))
+	copies := 0.0
+	if f.EvidenceCopies {
+		copies = float64(ev.InferenceSpans)
+	}
+	copiesBy := map[string]float64{}
+	for _, in := range f.DemoInstances {
+		copiesBy[in] = copies
+	}
+	copiesWhy := "= 0: no tier 1 copies inference spans to this deployment's Collectors"
+	if f.EvidenceCopies {
+		copiesWhy = fmt.Sprintf("= the %d inference spans the Collectors wrote, received by each of the %d tier-2 Collectors", ev.InferenceSpans, len(f.DemoInstances))
+	}
+	add(proc, "Evidence copies received", "A", copiesWhy, demo, Scalar(copies*float64(len(f.DemoInstances))))
+	add(proc, "Evidence copies by Collector", "A", copiesWhy, demo, By(copiesBy, "instance"))
 	add(proc, "Duplicate share of decided spans", "A", "= annotated / tracked spans of the demo", demo, Scalar(spanDups/nTracked))
 	if x := f.Exercise; x != nil {
 		exer := map[string][]string{"instance": {f.ExerciserInstance}}
@@ -406,4 +442,74 @@ func IdemkitExpectations(f Facts) (map[string][]Expectation, error) {
 	add(proc, "Groups tracked by Collector", "A", "has every dup processor of the demo", nil, Covers("instance", f.DemoInstances))
 	add(proc, "Tool spans classified by cause", "A", "covers all four causes", nil, Covers("cause", Causes))
 	return exp, nil
+}
+
+// guardEvidence is what one MCP server did, for the Guard dashboard.
+type guardEvidence struct {
+	service  string
+	tools    []ToolSpan    // its execute_tool spans
+	requests []RequestSpan // its request spans, every method
+	sessions float64       // the sessions that ended
+	why      string        // where the spans come from
+}
+
+// distinctSessions counts the session IDs of requests.
+func distinctSessions(reqs []RequestSpan) float64 {
+	return float64(len(Count(reqs, func(r RequestSpan) (string, bool) { return r.Session, r.Session != "" })))
+}
+
+// guardExpectations adds the Guard dashboard's value assertions for one
+// server, with $job set to it.
+func guardExpectations(add func(uid, panel, ref, why string, vars map[string][]string, check func([]Sample) error), e guardEvidence) {
+	const guard = "idemkit-guard"
+	job := map[string][]string{"job": {e.service}}
+	why := func(what string) string { return "= " + what + " (" + e.why + ")" }
+	outcomes := Count(e.tools, func(s ToolSpan) (string, bool) { return s.Outcome, true })
+	protectedCalls := float64(len(e.tools)) - outcomes["bypassed"]
+	refusals := Count(e.tools, func(s ToolSpan) (string, bool) { return s.Refusal, s.Refusal != "" })
+	refused := 0.0
+	for _, n := range refusals {
+		refused += n
+	}
+	notRecorded := Count(e.tools, func(s ToolSpan) (string, bool) { return s.Tool + "/" + s.FinishError, s.FinishError != "" })
+	nNotRecorded := 0.0
+	for _, n := range notRecorded {
+		nNotRecorded += n
+	}
+	// A replay answers a duplicate with the stored result; a refusal that
+	// carries outcome replayed (a result that cannot be replayed) is not one.
+	replayed := Count(e.tools, func(s ToolSpan) (string, bool) { return "", s.Outcome == "replayed" && s.Refusal == "" })[""]
+	add(guard, "Protected calls", "A", why("execute_tool spans whose outcome is not bypassed"), job, Scalar(protectedCalls))
+	add(guard, "Replayed", "A", why("execute_tool spans replayed"), job, Scalar(replayed))
+	add(guard, "Answered in progress", "A", why("execute_tool spans answered in_progress"), job, Scalar(outcomes["in_progress"]))
+	if protectedCalls > 0 {
+		add(guard, "Replay share of protected calls", "A", why("replayed / protected calls"), job, Scalar(replayed/protectedCalls))
+	}
+	add(guard, "Refused calls", "A", why("execute_tool spans with idemkit.refusal.reason"), job, Scalar(refused))
+	add(guard, "Key mismatches", "A", why("execute_tool spans with outcome mismatch"), job, Scalar(outcomes["mismatch"]))
+	add(guard, "Bypassed calls", "A", why("execute_tool spans with outcome bypassed"), job, Scalar(outcomes["bypassed"]))
+	add(guard, "Outcomes not recorded", "A", why("execute_tool spans with idemkit.finish.error"), job, Scalar(nNotRecorded))
+	add(guard, "Refused calls by reason", "A", why("execute_tool spans by idemkit.refusal.reason"), job, By(refusals, "idemkit_refusal_reason"))
+	add(guard, "Outcomes not recorded by tool and reason", "A", why("execute_tool spans by tool/idemkit.finish.error"), job,
+		By(notRecorded, "gen_ai_tool_name", "idemkit_finish_error"))
+	if len(outcomes) > 0 {
+		// The panel names the calls refused before a claim (no outcome).
+		shown := Count(e.tools, func(s ToolSpan) (string, bool) {
+			if s.Outcome == "" {
+				return "refused before claim", true
+			}
+			return s.Outcome, true
+		})
+		add(guard, "Tool calls by outcome", "A", "covers every outcome of "+e.why, job, Covers("idemkit_outcome", SortedKeys(shown)))
+	}
+	add(guard, "Calls by tool, outcome and reason", "A", why("execute_tool spans by tool/outcome/bypass reason/refusal reason"), job,
+		By(Count(e.tools, func(s ToolSpan) (string, bool) {
+			return strings.Join([]string{e.service, s.Tool, s.Outcome, s.BypassReason, s.Refusal}, "/"), true
+		}), "job", "gen_ai_tool_name", "idemkit_outcome", "idemkit_bypass_reason", "idemkit_refusal_reason"))
+	add(guard, "MCP requests by service and method", "A", why("request spans by method"), job,
+		By(Count(e.requests, func(r RequestSpan) (string, bool) { return e.service + "/" + r.Method, true }), "job", "mcp_method_name"))
+	add(guard, "MCP requests by method", "A", "covers every method of "+e.why, job,
+		Covers("mcp_method_name", SortedKeys(Count(e.requests, func(r RequestSpan) (string, bool) { return r.Method, true }))))
+	add(guard, "MCP sessions ended by service", "A", fmt.Sprintf("= %g sessions (%s)", e.sessions, e.why), job,
+		By(map[string]float64{e.service: e.sessions}, "job"))
 }

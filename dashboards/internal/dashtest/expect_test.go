@@ -67,3 +67,37 @@ func TestQuantileBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestToolSpanIgnoredAs checks the reasons the expectations give the dup
+// processor's untracked spans against its rules (collector/dupprocessor
+// README, "Tool spans that are not tracked").
+func TestToolSpanIgnoredAs(t *testing.T) {
+	for _, tc := range []struct {
+		outcome, bypass string
+		want            string // read_only, excluded_outcome or tracked
+	}{
+		{"bypassed", "unprotected", "read_only"},
+		{"bypassed", "", "read_only"},
+		{"bypassed", "unscoped", "tracked"}, // a write that ran unprotected
+		{"bypassed", "no_guard", "tracked"},
+		{"bypassed", "someday", "excluded_outcome"},
+		{"mismatch", "", "excluded_outcome"},
+		{"executed", "", "tracked"},
+		{"replayed", "", "tracked"},
+		{"", "", "tracked"}, // another instrumentation's span
+	} {
+		s := ToolSpan{Outcome: tc.outcome, BypassReason: tc.bypass}
+		got := "tracked"
+		switch {
+		case s.ReadOnly() && s.Excluded():
+			t.Errorf("%+v: both read_only and excluded_outcome", s)
+		case s.ReadOnly():
+			got = "read_only"
+		case s.Excluded():
+			got = "excluded_outcome"
+		}
+		if got != tc.want || s.Tracked() != (tc.want == "tracked") {
+			t.Errorf("outcome %q, bypass reason %q: %s (tracked %v), want %s", tc.outcome, tc.bypass, got, s.Tracked(), tc.want)
+		}
+	}
+}
