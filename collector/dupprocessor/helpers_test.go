@@ -44,6 +44,7 @@ type sp struct {
 	user    string        // user.id
 	endUser string        // enduser.id
 	bypass  string        // idemkit.bypass.reason
+	refusal string        // idemkit.refusal.reason
 	input   string        // "requested", "continuation" or "both": the idemkit.input.* marks
 	copy    bool          // in a resource marked idemkit.evidence.copy (a tier-1 evidence copy)
 }
@@ -178,6 +179,9 @@ func appendSpan(dst ptrace.SpanSlice, s sp) ptrace.Span {
 	}
 	if s.bypass != "" {
 		attrs.PutStr(sc.BypassReason, s.bypass)
+	}
+	if s.refusal != "" {
+		attrs.PutStr(sc.RefusalReason, s.refusal)
 	}
 	if s.input == "requested" || s.input == "both" {
 		attrs.PutBool(sc.InputRequested, true)

@@ -185,6 +185,14 @@ func (p *dupProcessor) extract(s ptrace.Span, res pcommon.Resource, f *toolFact)
 	case sc.OutcomeMismatch:
 		return reasonExcludedOutcome
 	case "":
+		if a.refused {
+			// idemkit answered the call itself before any claim (invalid
+			// arguments or key, no caller scope, store unavailable): the
+			// tool never ran, and the answer tells the model to fix the
+			// call or retry it. Tracking it as an execution would make
+			// that retry look like a duplicate that leaked.
+			return reasonExcludedOutcome
+		}
 		if !p.readOnly.empty() && p.readOnly.match(a.tool) {
 			return reasonReadOnly
 		}

@@ -77,6 +77,7 @@ type toolAttrs struct {
 	attempt                                         int64
 	annotated                                       bool // carries idemkit.duplicate* attributes already
 	inputRequested, inputContinuation               bool
+	refused                                         bool // carries idemkit.refusal.reason
 }
 
 // readToolAttrs reads the attributes of a tool span into a, in one pass.
@@ -146,9 +147,12 @@ func readToolAttrs(attrs pcommon.Map, a *toolAttrs) {
 			if k == sc.BypassReason {
 				dst = &a.bypassReason
 			}
-		case len(sc.GenAIConversationID):
-			if k == sc.GenAIConversationID {
+		case len(sc.GenAIConversationID): // and sc.RefusalReason
+			switch k {
+			case sc.GenAIConversationID:
 				dst = &a.conv
+			case sc.RefusalReason:
+				a.refused = scalar(v) != ""
 			}
 		case len(sc.InputRequested):
 			if k == sc.InputRequested {

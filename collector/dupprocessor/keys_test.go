@@ -44,6 +44,8 @@ func readToolAttrsPlain(attrs pcommon.Map, a *toolAttrs) {
 			a.writeID = scalar(v)
 		case sc.GenAIConversationID:
 			a.conv = scalar(v)
+		case sc.RefusalReason:
+			a.refused = scalar(v) != ""
 		case sc.Outcome:
 			if v.Type() == pcommon.ValueTypeStr {
 				a.outcome = v.Str()
@@ -73,7 +75,7 @@ func readToolAttrsPlain(attrs pcommon.Map, a *toolAttrs) {
 func FuzzReadToolAttrs_MatchesPlainSwitch(f *testing.F) {
 	for _, k := range []string{sc.KeyHash, sc.ArgsHash, sc.SubjectHash, sc.KeySource, sc.UserID, sc.EndUserID,
 		sc.InputRequested, sc.InputContinuation, sc.GenAIToolName, sc.GenAIToolCallArguments, sc.MCPSessionID,
-		sc.JSONRPCRequestID, sc.WriteID, sc.GenAIConversationID, sc.Outcome, sc.BypassReason, sc.Attempt,
+		sc.JSONRPCRequestID, sc.WriteID, sc.GenAIConversationID, sc.RefusalReason, sc.Outcome, sc.BypassReason, sc.Attempt,
 		sc.DuplicateCause, "idemkit.key.hasX", "gen_ai.tool.namE", "user.iD", "x"} {
 		f.Add(k, "v", int64(2))
 	}
@@ -81,7 +83,7 @@ func FuzzReadToolAttrs_MatchesPlainSwitch(f *testing.F) {
 		m := pcommon.NewMap()
 		for i, k := range []string{sc.KeyHash, sc.GenAIToolName, sc.WriteID, sc.Outcome, sc.Attempt, sc.KeySource, sc.JSONRPCRequestID,
 			sc.InputContinuation, sc.GenAIToolCallArguments, sc.UserID, sc.EndUserID, sc.MCPSessionID, sc.ArgsHash,
-			sc.SubjectHash, sc.BypassReason, sc.GenAIConversationID, sc.InputRequested} {
+			sc.SubjectHash, sc.BypassReason, sc.GenAIConversationID, sc.InputRequested, sc.RefusalReason} {
 			if i%2 == 0 {
 				m.PutStr(k, val+k)
 			} else {

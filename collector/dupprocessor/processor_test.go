@@ -161,6 +161,24 @@ func TestProcessor_ResentSpanIsNotADuplicate(t *testing.T) {
 	}
 }
 
+// A call idemkit refused before any claim (its store was down) carries the
+// key hashes and a refusal reason but no outcome: the tool never ran. The
+// retry the refusal invites, which runs the tool, is the first execution,
+// not a duplicate that leaked.
+func TestProcessor_RefusedCallIsNotAnExecution(t *testing.T) {
+	h := newHarness(t, nil)
+	h.consume(buildTraces(
+		sp{tag: "A", trace: "t", key: "k", subject: "alice", session: "s", req: "1", refusal: sc.RefusalStoreUnavailable},
+		sp{tag: "B", trace: "t", key: "k", subject: "alice", session: "s", req: "2", at: 3 * time.Second, outcome: sc.OutcomeExecuted, attempt: 1},
+		sp{tag: "C", trace: "t", key: "k", subject: "alice", session: "s", req: "3", at: 4 * time.Second, outcome: sc.OutcomeReplayed, attempt: 1},
+	))
+	got := dupAttrs(t, h.finish(), "A", "B", "C")
+	require.Equal(t, none(), got["A"])
+	require.Equal(t, none(), got["B"], "the retry after a refusal is the first execution")
+	require.Equal(t, sc.EffectSuppressed, got["C"][sc.DuplicateEffect])
+	require.Equal(t, spanIDOf("B").String(), got["C"][sc.DuplicateFirstSpanID], "the group starts at the execution, not at the refusal")
+}
+
 func TestProcessor_Telemetry(t *testing.T) {
 	tt := componenttest.NewTelemetry()
 	t.Cleanup(func() { require.NoError(t, tt.Shutdown(context.Background())) })

@@ -373,7 +373,7 @@ func Processor() *dashboard.DashboardBuilder {
 		"suffix: spans/s", true, causeColors,
 		series("sum by (cause) ("+rate(sel(classified, in))+")", "{{cause}}")))
 	l.add(12, 8, timeseriesPanel("Tool spans ignored by reason",
-		"Rate of tool spans passed through untracked: read_only (reads and idempotent tools idemkit bypassed by design, and other instrumentations' calls of read_only_tools: a second run changes nothing), excluded_outcome (a key mismatch, or a bypass reason the processor does not know), no_key (no key could be derived), bad_timestamp, resent (the same span delivered twice by an exporter retry).",
+		"Rate of tool spans passed through untracked: read_only (reads and idempotent tools idemkit bypassed by design, and other instrumentations' calls of read_only_tools: a second run changes nothing), excluded_outcome (a key mismatch, a call idemkit refused before any claim, which never ran, or a bypass reason the processor does not know), no_key (no key could be derived), bad_timestamp, resent (the same span delivered twice by an exporter retry).",
 		"suffix: spans/s", false, nil,
 		series("sum by (reason) ("+rate(sel(ignored, in))+")", "{{reason}}")))
 	l.add(24, 7, timeseriesPanel("Evidence copies received by Collector",

@@ -71,11 +71,14 @@ func (s ToolSpan) ReadOnly() bool {
 }
 
 // Excluded reports whether the dup processor ignores the span for its
-// outcome (reason excluded_outcome): a key mismatch, or a bypass reason it
-// does not know.
+// outcome (reason excluded_outcome): a key mismatch, a call idemkit refused
+// before any claim (a refusal reason and no outcome: the tool never ran), or
+// a bypass reason it does not know.
 func (s ToolSpan) Excluded() bool {
 	switch {
 	case s.Outcome == sc.OutcomeMismatch:
+		return true
+	case s.Outcome == "" && s.Refusal != "":
 		return true
 	case s.Outcome == sc.OutcomeBypassed:
 		switch s.BypassReason {

@@ -407,7 +407,7 @@ func IdemkitExpectations(f Facts) (map[string][]Expectation, error) {
 		nTracked += n
 	}
 	add(proc, "Classified by cause", "A", "= demo Collector's tracked execute_tool spans by cause written", demo, By(classifiedWant, "cause"))
-	add(proc, "Ignored by reason", "A", "= demo Collector's execute_tool spans that are reads (read_only) or mismatches (excluded_outcome)", demo,
+	add(proc, "Ignored by reason", "A", "= demo Collector's execute_tool spans that are reads (read_only) or mismatches and refusals (excluded_outcome)", demo,
 		By(map[string]float64{
 			"read_only":        Count(spans, func(s ToolSpan) (string, bool) { return "", s.ReadOnly() })[""],
 			"excluded_outcome": Count(spans, func(s ToolSpan) (string, bool) { return "", s.Excluded() })[""],

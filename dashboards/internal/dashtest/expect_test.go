@@ -74,19 +74,22 @@ func TestQuantileBounds(t *testing.T) {
 func TestToolSpanIgnoredAs(t *testing.T) {
 	for _, tc := range []struct {
 		outcome, bypass string
+		refusal         string
 		want            string // read_only, excluded_outcome or tracked
 	}{
-		{"bypassed", "unprotected", "read_only"},
-		{"bypassed", "", "read_only"},
-		{"bypassed", "unscoped", "tracked"}, // a write that ran unprotected
-		{"bypassed", "no_guard", "tracked"},
-		{"bypassed", "someday", "excluded_outcome"},
-		{"mismatch", "", "excluded_outcome"},
-		{"executed", "", "tracked"},
-		{"replayed", "", "tracked"},
-		{"", "", "tracked"}, // another instrumentation's span
+		{"bypassed", "unprotected", "", "read_only"},
+		{"bypassed", "", "", "read_only"},
+		{"bypassed", "unscoped", "", "tracked"}, // a write that ran unprotected
+		{"bypassed", "no_guard", "", "tracked"},
+		{"bypassed", "someday", "", "excluded_outcome"},
+		{"mismatch", "", "mismatch", "excluded_outcome"},
+		{"executed", "", "", "tracked"},
+		{"replayed", "", "", "tracked"},
+		{"in_progress", "", "in_progress", "tracked"},     // a duplicate answered "in progress" (blocked)
+		{"", "", "store_unavailable", "excluded_outcome"}, // refused before any claim: never ran
+		{"", "", "", "tracked"},                           // another instrumentation's span
 	} {
-		s := ToolSpan{Outcome: tc.outcome, BypassReason: tc.bypass}
+		s := ToolSpan{Outcome: tc.outcome, BypassReason: tc.bypass, Refusal: tc.refusal}
 		got := "tracked"
 		switch {
 		case s.ReadOnly() && s.Excluded():
