@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit/idemkit/idemkit/pgstore"
 	"github.com/idemkit/idemkit/idemkit/sqlitestore"
 	"github.com/idemkit/idemkit/internal/pgtest"
 	sc "github.com/idemkit/idemkit/spancontract"
@@ -137,12 +139,17 @@ func TestMigrateAndSweep_SQLite(t *testing.T) {
 	if code != exitFailure || !strings.Contains(errOut, "run `idemkit migrate") {
 		t.Errorf("sweep before migrate: %d %q %q", code, out, errOut)
 	}
+	ms, err := sqlitestore.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	latest := ms[len(ms)-1].Version
 	code, out, errOut = runCLI(t, "migrate", "--store", "sqlite:"+path)
-	if code != exitOK || !strings.Contains(out, "migrated from version 0 to 1") {
+	if code != exitOK || !strings.Contains(out, fmt.Sprintf("migrated from version 0 to %d\n", latest)) {
 		t.Fatalf("migrate: %d %q %q", code, out, errOut)
 	}
 	code, out, _ = runCLI(t, "migrate", "--store", "sqlite:"+path)
-	if code != exitOK || !strings.Contains(out, "at version 1, up to date") {
+	if code != exitOK || !strings.Contains(out, fmt.Sprintf("at version %d, up to date", latest)) {
 		t.Errorf("migrate again: %d %q", code, out)
 	}
 
@@ -177,8 +184,12 @@ func TestMigrateAndSweep_Postgres(t *testing.T) {
 	if code != exitFailure || !strings.Contains(errOut, "run `idemkit migrate") {
 		t.Errorf("sweep before migrate: %d %q", code, errOut)
 	}
+	ms, err := pgstore.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
 	code, out, errOut := runCLI(t, "migrate", "--store", store)
-	if code != exitOK || !strings.Contains(out, "migrated from version 0 to 1") {
+	if code != exitOK || !strings.Contains(out, fmt.Sprintf("migrated from version 0 to %d\n", ms[len(ms)-1].Version)) {
 		t.Fatalf("migrate: %d %q %q", code, out, errOut)
 	}
 	code, out, _ = runCLI(t, "migrate", "--store", "postgres:"+store)
