@@ -1,11 +1,13 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http/httptest"
 	"sort"
@@ -585,5 +587,66 @@ func TestToolIndex_ObservesEveryPage(t *testing.T) {
 	x.invalidate()
 	if a, known := x.get("a"); a != nil || known {
 		t.Errorf("after invalidate: a %v, known %v", a, known)
+	}
+}
+
+// TestGateway_ServeStdio_SpansOfALocalClient: served over stdio, the
+// gateway's one client needs no subject (a local transport); its spans say
+// network.transport pipe and carry no session or client address.
+func TestGateway_ServeStdio_SpansOfALocalClient(t *testing.T) {
+	up := newUpstream(t)
+	u, err := NewHTTPUpstream(up.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel := newTelemetryPair()
+	g, err := New(Config{Upstream: u, Guard: newGuard(t), Instrumentation: tel.config()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	served := make(chan error, 1)
+	go func() { served <- g.ServeStdio(context.Background(), inR, outW) }()
+	answers := bufio.NewScanner(outR)
+	answers.Buffer(nil, 1<<20)
+	send := func(msg string) map[string]any {
+		t.Helper()
+		if _, err := io.WriteString(inW, msg+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		if !answers.Scan() {
+			t.Fatalf("no answer to %s: %v", msg, answers.Err())
+		}
+		var m map[string]any
+		if err := json.Unmarshal(answers.Bytes(), &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	if _, err := io.WriteString(inW, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	call := `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"issue_refund","arguments":{"order_id":"o-1"}}}`
+	send(fmt.Sprintf(call, 2))
+	second := send(fmt.Sprintf(call, 3))
+	if up.count("issue_refund") != 1 {
+		t.Fatalf("the duplicate ran: %d runs (%v)", up.count("issue_refund"), second)
+	}
+	inW.Close()
+	if err := <-served; err != nil {
+		t.Fatalf("ServeStdio: %v", err)
+	}
+	spans := tel.toolSpans("issue_refund")
+	if len(spans) != 2 || spans[1]["idemkit.outcome"] != "replayed" {
+		t.Fatalf("spans %v", spans)
+	}
+	for _, sp := range spans {
+		if sp["network.transport"] != "pipe" || sp["mcp.session.id"] != nil || sp["client.address"] != nil ||
+			sp["mcp.protocol.version"] != "2025-06-18" || sp["idemkit.subject.hash"] != nil || sp["jsonrpc.request.id"] == nil {
+			t.Errorf("a stdio call's span: %v", sp)
+		}
 	}
 }
