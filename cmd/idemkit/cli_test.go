@@ -38,7 +38,7 @@ func TestRun_Version(t *testing.T) {
 }
 
 func TestRun_HelpOnEveryCommand(t *testing.T) {
-	for _, cmd := range [][]string{{"--help"}, {"gateway", "--help"}, {"migrate", "--help"}, {"sweep", "--help"}, {"attribute", "--help"}, {"version", "--help"}} {
+	for _, cmd := range [][]string{{"--help"}, {"gateway", "--help"}, {"migrate", "--help"}, {"sweep", "--help"}, {"inspect", "--help"}, {"inflight", "--help"}, {"attribute", "--help"}, {"version", "--help"}} {
 		code, out, errOut := runCLI(t, cmd...)
 		if code != exitOK || !strings.Contains(out, "Usage:") {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q", cmd, code, out, errOut)

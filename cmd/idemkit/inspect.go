@@ -237,7 +237,9 @@ func shortKey(k string) string {
 // writeText prints the record for a person.
 func (v *recordView) writeText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	row := func(name, format string, args ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{name}, args...)...) }
+	row := func(name, format string, args ...any) {
+		fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{name}, args...)...)
+	}
 	row("key", "%s", v.Key)
 	row("key hash", "%s  (idemkit.key.hash on the call's spans)", v.KeyHash)
 	if v.SubjectHash != "" {
