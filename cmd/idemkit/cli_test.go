@@ -253,7 +253,8 @@ func TestAttribute_ReadsTheFileExporterFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 	annotated := filepath.Join(t.TempDir(), "annotated.jsonl")
-	code, out, errOut := runCLI(t, "attribute", "--format", "json", "--spans-out", annotated, file)
+	page := filepath.Join(t.TempDir(), "report.html")
+	code, out, errOut := runCLI(t, "attribute", "--format", "json", "--spans-out", annotated, "--html", page, file)
 	if code != exitOK {
 		t.Fatalf("attribute: %d %q", code, errOut)
 	}
@@ -272,6 +273,34 @@ func TestAttribute_ReadsTheFileExporterFormat(t *testing.T) {
 	}
 	if b, err := os.ReadFile(annotated); err != nil || !bytes.Contains(b, []byte(sc.DuplicateCause)) {
 		t.Errorf("--spans-out: %v, %d bytes without annotations", err, len(b))
+	}
+	// The HTML page: a bar per (service, cause, effect), a dot per
+	// duplicate, the trace call by call. (examples/internal/report checks
+	// such a page in a browser.)
+	b, err = os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	html := string(b)
+	for _, want := range []string{
+		`id="result">1 LEAKED<`,
+		`data-series="billing/transport_retry/suppressed" data-value="1"`,
+		`data-series="billing/harness_retry/leaked" data-value="1"`,
+		`data-series="gap/transport_retry" data-lane="billing" data-ms="200"`,
+		`data-series="gap/harness_retry" data-lane="billing" data-ms="600"`,
+		`data-scenario="01020300000000000000000000000000"`,
+	} {
+		if !strings.Contains(html, want) {
+			t.Errorf("the HTML report lacks %s", want)
+		}
+	}
+	if n := strings.Count(html, `class="call" data-run="01020300000000000000000000000000/billing"`); n != 3 {
+		t.Errorf("the trace's timeline draws %d calls, want 3", n)
+	}
+	for _, banned := range []string{`src="`, `href="`, "<script", "<link "} {
+		if strings.Contains(html, banned) {
+			t.Errorf("the page is not self-contained: it contains %q", banned)
+		}
 	}
 	code, out, _ = runCLI(t, "attribute", file)
 	if code != exitOK || !strings.Contains(out, "Leaked duplicates:") || !strings.Contains(out, "harness_retry") {

@@ -45,6 +45,8 @@ type Result struct {
 	// Duplicates are the spans the processor marked as duplicates, in
 	// start order.
 	Duplicates []Duplicate
+	// Window and HarnessThreshold are the processor's, as it ran.
+	Window, HarnessThreshold time.Duration
 }
 
 // Duplicate is one span the processor annotated as a duplicate.
@@ -123,6 +125,7 @@ func Run(ctx context.Context, docs []ptrace.Traces, opts Options) (*Result, erro
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("dup processor configuration: %w", err)
 	}
+	res.Window, res.HarnessThreshold = cfg.Window, cfg.HarnessThreshold
 
 	sink := new(consumertest.TracesSink)
 	p, err := f.CreateTraces(ctx, processortest.NewNopSettings(f.Type()), cfg, sink)

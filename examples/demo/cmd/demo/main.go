@@ -146,7 +146,7 @@ func checkInBrowser(ctx context.Context, mode string, res *demo.Result) error {
 		return errors.New("-browser-check: auto, on or off")
 	}
 	png := filepath.Join(filepath.Dir(res.HTML), "report.png")
-	got, err := report.CheckInBrowser(ctx, res.HTML, png, res.Report)
+	got, err := report.CheckInBrowser(ctx, res.HTML, png, res.Report.Expect())
 	if err != nil {
 		return err
 	}
