@@ -26,6 +26,18 @@ type Target struct {
 	Gateway bool `json:"gateway,omitempty"`
 }
 
+// Rank orders targets for reports: the protected server, the gateway, the
+// unprotected server.
+func (t Target) Rank() int {
+	switch {
+	case t.Gateway:
+		return 1
+	case t.Protected:
+		return 0
+	}
+	return 2
+}
+
 // Describe says in a few words how the target is protected.
 func (t Target) Describe() string {
 	switch {

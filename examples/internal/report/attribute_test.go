@@ -173,7 +173,9 @@ func TestAttributeHTML_RendersInChromium(t *testing.T) {
 	want.Timelines = len(traces)
 	for i := range in.Spans {
 		s := &in.Spans[i]
-		if traces[s.TraceID] && (s.IsTool() || s.Str(sc.MCPMethodName) == sc.MethodToolsCall) {
+		// A tool call as the dup processor counts one: execute_tool, or a
+		// SERVER span (OTLP kind 2) of tools/call.
+		if traces[s.TraceID] && (s.IsTool() || (s.Kind == 2 && s.Str(sc.MCPMethodName) == sc.MethodToolsCall)) {
 			want.Calls[s.TraceID+"/"+s.Service]++
 		}
 	}

@@ -120,23 +120,26 @@ func (r *Report) Page(meta HTMLMeta) *htmlreport.Page {
 // lead is the page's opening paragraph: what the agent did, and to which
 // servers.
 func lead(r *Report) string {
+	gateway := false
+	for _, s := range r.Servers {
+		gateway = gateway || s.Target.Gateway
+	}
 	var servers []string
 	for _, s := range r.Servers {
 		switch {
 		case s.Target.Gateway:
-			servers = append(servers, "to the unprotected server behind `idemkit gateway`")
+			servers = append(servers, "to the same server without idemkit, behind `idemkit gateway`")
 		case s.Target.Protected:
 			servers = append(servers, "to a refund server protected by idemkit")
+		case gateway:
+			servers = append(servers, "and to that server alone")
 		default:
-			servers = append(servers, "to the same server without idemkit")
+			servers = append(servers, "and to the same server without idemkit")
 		}
 	}
-	to := strings.Join(servers, ", ")
-	if i := strings.LastIndex(to, ", "); i >= 0 {
-		to = to[:i] + " and " + to[i+2:]
-	}
 	return "An agent's refund calls were duplicated by each of the four layers that retry tool calls: a proxy (transport retry), the harness, the model, " +
-		"and the MCP client reconnecting. The same calls went " + to + "; the OpenTelemetry Collector's `dup` processor named the layer behind every duplicate."
+		"and the MCP client reconnecting. The same calls went " + strings.Join(servers, ", ") +
+		"; the OpenTelemetry Collector's `dup` processor named the layer behind every duplicate."
 }
 
 // lane is one run's lane of its scenario's timeline.

@@ -149,11 +149,15 @@ func Run(ctx context.Context, docs []ptrace.Traces, opts Options) (*Result, erro
 	return res, nil
 }
 
-// isToolSpan reports a tool-call span, in the current shape (tools/call
-// SERVER span) or the older execute_tool one.
+// isToolSpan reports a tool-call span as the dup processor counts one: an
+// execute_tool span of any kind, or an MCP SERVER span of tools/call (a
+// client's tools/call span is its view of the call, not an execution).
 func isToolSpan(s ptrace.Span) bool {
 	if v, ok := s.Attributes().Get(sc.GenAIOperationName); ok && v.Str() == sc.OperationExecuteTool {
 		return true
+	}
+	if s.Kind() != ptrace.SpanKindServer {
+		return false
 	}
 	v, ok := s.Attributes().Get(sc.MCPMethodName)
 	return ok && v.Str() == sc.MethodToolsCall
