@@ -173,10 +173,6 @@ func New(cfg Config) (*Gateway, error) {
 	return g, nil
 }
 
-// Instrumenter returns the machinery that traces the gateway's requests and
-// protects its calls.
-func (g *Gateway) Instrumenter() *mcpcall.Instrumenter { return g.in }
-
 type subjectKey struct{}
 
 // subjectFromContext is the Instrumenter's Subject function: the subject
