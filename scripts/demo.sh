@@ -2,7 +2,8 @@
 # demo.sh runs the idemkit demo end to end (what `make demo` runs): it builds
 # the Collector and the demo programs, runs an agent whose refund calls are
 # duplicated by each of the four layers against a server protected by
-# idemkit and one without it, checks what the Collector attributed, prints
+# idemkit, one without it, and idemkit gateway in front of another one
+# without it, checks what the Collector attributed, prints
 # the report and writes it as a self-contained HTML page (its path is the
 # last line). It exits non-zero on any misattribution, so it doubles as the
 # end-to-end check (CI: bash scripts/demo.sh).

@@ -1,21 +1,25 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/idemkit/idemkit/cmd/idemkit/internal/attribution"
+	"github.com/idemkit/idemkit/internal/report"
 )
 
 func newAttributeCmd() *cobra.Command {
 	var (
 		format   string
 		spansOut string
+		htmlOut  string
 		opts     attribution.Options
 	)
 	c := &cobra.Command{
@@ -27,10 +31,15 @@ them through the Collector's dup processor, and prints which tool calls were
 duplicates, the layer that caused each (transport_retry, harness_retry,
 model_reissue, reconnect_replay, unknown) and its effect (suppressed,
 blocked, leaked). Diagnosis without deploying a Collector: every span in the
-file is decided on all the evidence in the file.`,
+file is decided on all the evidence in the file.
+
+--html writes the same report as a self-contained HTML page (the one the
+demo writes): the duplicates by layer and effect per service, the gap from
+each call to its duplicate, and each trace with a duplicate call by call.`,
 		Example: `  idemkit attribute spans.jsonl
   idemkit attribute --format json spans.jsonl
-  idemkit attribute --spans-out annotated.jsonl spans.jsonl`,
+  idemkit attribute --spans-out annotated.jsonl spans.jsonl
+  idemkit attribute --html report.html spans.jsonl`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usagef("attribute takes one FILE (OTLP JSON; - for stdin), got %d arguments", len(args))
@@ -71,6 +80,15 @@ file is decided on all the evidence in the file.`,
 					return fmt.Errorf("--spans-out: %w", err)
 				}
 			}
+			if htmlOut != "" {
+				source := args[0]
+				if source == "-" {
+					source = "stdin"
+				}
+				if err := writeHTMLFile(htmlOut, res.Page(filepath.Base(source), time.Now())); err != nil {
+					return fmt.Errorf("--html: %w", err)
+				}
+			}
 			if format == "json" {
 				return writeAttributionJSON(c.OutOrStdout(), res)
 			}
@@ -78,6 +96,7 @@ file is decided on all the evidence in the file.`,
 		},
 	}
 	c.Flags().StringVar(&format, "format", "text", "output format: text (a summary to read) or json")
+	c.Flags().StringVar(&htmlOut, "html", "", "also write the report as a self-contained HTML page to this file")
 	c.Flags().StringVar(&spansOut, "spans-out", "", "also write the annotated spans to this file, one OTLP JSON export request per line")
 	c.Flags().DurationVar(&opts.Window, "window", 0, "the processor's window: calls further apart are never duplicates (default 10m)")
 	c.Flags().DurationVar(&opts.HarnessThreshold, "harness-threshold", 0, "the processor's harness_threshold: a quicker same-session repeat with no inference between is a harness retry (default 2s)")
@@ -106,6 +125,16 @@ type duplicateJSON struct {
 	TraceID     string    `json:"trace_id"`
 	SpanID      string    `json:"span_id"`
 	FirstSpanID string    `json:"first_span_id"`
+}
+
+// writeHTMLFile writes page to path through a temporary file, so that a
+// reader never sees half of it.
+func writeHTMLFile(path string, page *report.Page) error {
+	var b bytes.Buffer
+	if err := page.WriteHTML(&b); err != nil {
+		return err
+	}
+	return writeFileAtomic(path, b.Bytes())
 }
 
 func writeAttributionJSON(w io.Writer, res *attribution.Result) error {

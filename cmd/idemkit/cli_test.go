@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit/idemkit/idemkit/pgstore"
 	"github.com/idemkit/idemkit/idemkit/sqlitestore"
 	"github.com/idemkit/idemkit/internal/pgtest"
 	sc "github.com/idemkit/idemkit/spancontract"
@@ -36,7 +38,7 @@ func TestRun_Version(t *testing.T) {
 }
 
 func TestRun_HelpOnEveryCommand(t *testing.T) {
-	for _, cmd := range [][]string{{"--help"}, {"gateway", "--help"}, {"migrate", "--help"}, {"sweep", "--help"}, {"attribute", "--help"}, {"version", "--help"}} {
+	for _, cmd := range [][]string{{"--help"}, {"gateway", "--help"}, {"migrate", "--help"}, {"sweep", "--help"}, {"inspect", "--help"}, {"inflight", "--help"}, {"attribute", "--help"}, {"version", "--help"}} {
 		code, out, errOut := runCLI(t, cmd...)
 		if code != exitOK || !strings.Contains(out, "Usage:") {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q", cmd, code, out, errOut)
@@ -137,12 +139,17 @@ func TestMigrateAndSweep_SQLite(t *testing.T) {
 	if code != exitFailure || !strings.Contains(errOut, "run `idemkit migrate") {
 		t.Errorf("sweep before migrate: %d %q %q", code, out, errOut)
 	}
+	ms, err := sqlitestore.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	latest := ms[len(ms)-1].Version
 	code, out, errOut = runCLI(t, "migrate", "--store", "sqlite:"+path)
-	if code != exitOK || !strings.Contains(out, "migrated from version 0 to 1") {
+	if code != exitOK || !strings.Contains(out, fmt.Sprintf("migrated from version 0 to %d\n", latest)) {
 		t.Fatalf("migrate: %d %q %q", code, out, errOut)
 	}
 	code, out, _ = runCLI(t, "migrate", "--store", "sqlite:"+path)
-	if code != exitOK || !strings.Contains(out, "at version 1, up to date") {
+	if code != exitOK || !strings.Contains(out, fmt.Sprintf("at version %d, up to date", latest)) {
 		t.Errorf("migrate again: %d %q", code, out)
 	}
 
@@ -177,8 +184,12 @@ func TestMigrateAndSweep_Postgres(t *testing.T) {
 	if code != exitFailure || !strings.Contains(errOut, "run `idemkit migrate") {
 		t.Errorf("sweep before migrate: %d %q", code, errOut)
 	}
+	ms, err := pgstore.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
 	code, out, errOut := runCLI(t, "migrate", "--store", store)
-	if code != exitOK || !strings.Contains(out, "migrated from version 0 to 1") {
+	if code != exitOK || !strings.Contains(out, fmt.Sprintf("migrated from version 0 to %d\n", ms[len(ms)-1].Version)) {
 		t.Fatalf("migrate: %d %q %q", code, out, errOut)
 	}
 	code, out, _ = runCLI(t, "migrate", "--store", "postgres:"+store)
@@ -242,7 +253,8 @@ func TestAttribute_ReadsTheFileExporterFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 	annotated := filepath.Join(t.TempDir(), "annotated.jsonl")
-	code, out, errOut := runCLI(t, "attribute", "--format", "json", "--spans-out", annotated, file)
+	page := filepath.Join(t.TempDir(), "report.html")
+	code, out, errOut := runCLI(t, "attribute", "--format", "json", "--spans-out", annotated, "--html", page, file)
 	if code != exitOK {
 		t.Fatalf("attribute: %d %q", code, errOut)
 	}
@@ -261,6 +273,34 @@ func TestAttribute_ReadsTheFileExporterFormat(t *testing.T) {
 	}
 	if b, err := os.ReadFile(annotated); err != nil || !bytes.Contains(b, []byte(sc.DuplicateCause)) {
 		t.Errorf("--spans-out: %v, %d bytes without annotations", err, len(b))
+	}
+	// The HTML page: a bar per (service, cause, effect), a dot per
+	// duplicate, the trace call by call. (examples/internal/report checks
+	// such a page in a browser.)
+	b, err = os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	html := string(b)
+	for _, want := range []string{
+		`id="result">1 LEAKED<`,
+		`data-series="billing/transport_retry/suppressed" data-value="1"`,
+		`data-series="billing/harness_retry/leaked" data-value="1"`,
+		`data-series="gap/transport_retry" data-lane="billing" data-ms="200"`,
+		`data-series="gap/harness_retry" data-lane="billing" data-ms="600"`,
+		`data-scenario="01020300000000000000000000000000"`,
+	} {
+		if !strings.Contains(html, want) {
+			t.Errorf("the HTML report lacks %s", want)
+		}
+	}
+	if n := strings.Count(html, `class="call" data-run="01020300000000000000000000000000/billing"`); n != 3 {
+		t.Errorf("the trace's timeline draws %d calls, want 3", n)
+	}
+	for _, banned := range []string{`src="`, `href="`, "<script", "<link "} {
+		if strings.Contains(html, banned) {
+			t.Errorf("the page is not self-contained: it contains %q", banned)
+		}
 	}
 	code, out, _ = runCLI(t, "attribute", file)
 	if code != exitOK || !strings.Contains(out, "Leaked duplicates:") || !strings.Contains(out, "harness_retry") {

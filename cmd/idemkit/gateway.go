@@ -18,7 +18,7 @@ import (
 
 	"github.com/idemkit/idemkit/cmd/idemkit/internal/gateway"
 	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/instrument"
+	"github.com/idemkit/idemkit/internal/mcpcall"
 )
 
 // gatewayFlags are the flags of `idemkit gateway`.
@@ -51,8 +51,9 @@ func newGatewayCmd() *cobra.Command {
 makes its write tools safe to retry: a repeated identical call (same caller,
 tool and arguments, or the same idempotency_key) is answered with the first
 call's result instead of running twice; a repeat while the first still runs
-is told so. Every tools/call gets a span and metrics, the same as idemkit's
-Go middleware emits, for the Collector's dup processor.
+is told so. Every request gets a SERVER span and the MCP metrics, the same as
+idemkit's Go middleware emits, for the Collector's dup processor and the
+dashboards.
 
 Upstreams:
   --upstream http://HOST:PORT/mcp   a Streamable HTTP server
@@ -70,7 +71,11 @@ forwarding.
 Who the caller is: the --subject-header value (default Authorization: the
 bearer token, hashed, never stored or exported). Two callers never share a
 result. Over HTTP, a protected call without that header is refused, never
-run unprotected; on --stdio the process serves one client.`,
+run unprotected (and tools/list then offers it no idempotency_key); on
+--stdio the process serves one client. --subject-header - scopes calls by
+the gateway's own session instead (its IDs are random and only those it
+issued are accepted), which catches retries within a session but not a
+call replayed on a new session.`,
 		Example: `  idemkit gateway --listen 127.0.0.1:8787 --upstream http://127.0.0.1:3000/mcp --store sqlite:idemkit.db
   idemkit gateway --listen 127.0.0.1:8787 --store sqlite:idemkit.db -- node build/server.js
   idemkit gateway --stdio --store sqlite:idemkit.db -- python -m my_server
@@ -95,7 +100,7 @@ run unprotected; on --stdio the process serves one client.`,
 	fl.BoolVar(&f.stdio, "stdio", false, "serve one client over stdin/stdout instead of HTTP (the upstream is the command after --)")
 	fl.StringVar(&f.store, "store", "", storeHelp)
 	fl.BoolVar(&f.migrate, "migrate", false, "apply pending migrations to a Postgres store on start (SQLite stores are always migrated)")
-	fl.StringVar(&f.subjectHeader, "subject-header", gateway.DefaultSubjectHeader, "the request header that identifies the caller (Authorization: the bearer token's hash)")
+	fl.StringVar(&f.subjectHeader, "subject-header", gateway.DefaultSubjectHeader, "the request header that identifies the caller (Authorization: the bearer token's hash; -: none, calls are scoped by session)")
 	fl.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", otlpEndpointHelp)
 	fl.StringVar(&f.serviceName, "service-name", "idemkit-gateway", "the service.name of the gateway's spans and metrics")
 	fl.DurationVar(&f.window, "window", idemkit.DefaultWindow, "how long a completed call's result answers its duplicates")
@@ -194,15 +199,16 @@ func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout i
 			log.Warn("flushing telemetry failed", "error", err)
 		}
 	}()
-	calls, err := newCallHandler(st.Store, tel, f, log)
+	guard, err := idemkit.NewGuard(st.Store, &idemkit.Config{Window: f.window, Lease: f.lease})
 	if err != nil {
 		return err
 	}
 	gw, err := gateway.New(gateway.Config{
-		Upstream:      up,
-		Calls:         calls,
-		SubjectHeader: f.subjectHeader,
-		Logger:        log,
+		Upstream:        up,
+		Guard:           guard,
+		Instrumentation: instrumentation(tel, f),
+		SubjectHeader:   f.subjectHeader,
+		Logger:          log,
 	})
 	if err != nil {
 		return err
@@ -254,27 +260,26 @@ func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout i
 	return nil
 }
 
-// newCallHandler builds the handler that protects and traces tools/call.
-func newCallHandler(store idemkit.Store, tel *telemetry, f gatewayFlags, log *slog.Logger) (gateway.CallHandler, error) {
-	guard, err := idemkit.NewGuard(store, &idemkit.Config{Window: f.window, Lease: f.lease})
-	if err != nil {
-		return nil, err
+// instrumentation configures the spans and metrics of every request and
+// which tools are protected.
+func instrumentation(tel *telemetry, f gatewayFlags) *mcpcall.Config {
+	cfg := mcpcall.DefaultConfig()
+	cfg.TracerProvider, cfg.MeterProvider = tel.tp, tel.mp
+	// The trace context clients send in params._meta (traceparent).
+	cfg.Propagator = propagation.TraceContext{}
+	for _, t := range f.protect {
+		if cfg.Protect == nil {
+			cfg.Protect = map[string]bool{}
+		}
+		cfg.Protect[t] = true
 	}
-	opts := []instrument.Option{
-		instrument.WithTracerProvider(tel.tp),
-		instrument.WithMeterProvider(tel.mp),
-		instrument.WithPropagator(propagation.TraceContext{}),
-		// mcp.server.operation.duration, which the conventions recommend and
-		// the dashboards count requests with.
-		instrument.WithOperationDuration(),
+	for _, t := range f.bypass {
+		if cfg.Protect == nil {
+			cfg.Protect = map[string]bool{}
+		}
+		cfg.Protect[t] = false
 	}
-	if len(f.protect) > 0 {
-		opts = append(opts, instrument.WithProtect(f.protect...))
-	}
-	if len(f.bypass) > 0 {
-		opts = append(opts, instrument.WithBypass(f.bypass...))
-	}
-	return gateway.NewProtector(guard, log, opts...), nil
+	return &cfg
 }
 
 // writeFileAtomic writes b to path through a temporary file and a rename,

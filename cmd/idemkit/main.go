@@ -7,6 +7,8 @@
 //	idemkit gateway --stdio --store sqlite:idemkit.db -- node server.js
 //	idemkit migrate --store postgres://idemkit@db/idemkit
 //	idemkit sweep --store sqlite:idemkit.db
+//	idemkit inspect --store sqlite:idemkit.db 3f2a9c0e51d84b7a9e6f1c2d3b4a5968
+//	idemkit inflight --store postgres://idemkit@db/idemkit
 //	idemkit attribute spans.jsonl
 //
 // Exit status: 0 on success, 1 when the command failed, 2 when it was
@@ -95,6 +97,8 @@ calls visible.
                     every call
   idemkit migrate   create or upgrade a store's schema
   idemkit sweep     delete expired records from a store
+  idemkit inspect   show one key's record (by key hash, or by the call)
+  idemkit inflight  list the claims in flight
   idemkit attribute classify the duplicates in an OTLP JSON file, offline
 
 Stores are named by URL: memory, sqlite:PATH, postgres:DSN (or a
@@ -114,6 +118,8 @@ postgres:// URL).`,
 		newGatewayCmd(),
 		newMigrateCmd(),
 		newSweepCmd(),
+		newInspectCmd(),
+		newInflightCmd(),
 		newAttributeCmd(),
 	)
 	return root

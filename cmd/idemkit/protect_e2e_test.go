@@ -185,7 +185,8 @@ func TestProtect_ToolsListAdvertisesTheKeyOnWriteToolsOnly(t *testing.T) {
 		}
 	}
 	r := decodeResult(t, call(c, "anon", "issue_refund", map[string]any{"order_id": "o-4", "amount_cents": 1}))
-	if !r.IsError || !strings.Contains(r.text(), "could not tell who is calling") || countExecutions(t, srv.Log, "issue_refund") != 0 {
+	refusal, _ := r.Meta[instrument.RefusalMetaKey].(map[string]any)
+	if !r.IsError || refusal["reason"] != "unscoped" || !strings.Contains(r.text(), "caller's credentials") || countExecutions(t, srv.Log, "issue_refund") != 0 {
 		t.Errorf("a protected call without credentials: %+v, %d runs", r, countExecutions(t, srv.Log, "issue_refund"))
 	}
 	decodeResult(t, call(c, "anon", "lookup_order", map[string]any{"order_id": "o-4"}))

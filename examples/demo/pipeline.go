@@ -62,6 +62,10 @@ type Options struct {
 	DecisionWait time.Duration
 	// Out receives the narrative. Defaults to os.Stdout.
 	Out io.Writer
+	// NoGateway leaves out the third target, idemkit gateway in front of
+	// an unprotected refund server, for checks written for one protected
+	// server (the dashboards' live test). Defaults to running it.
+	NoGateway bool
 }
 
 // CollectorProc is one Collector of the deployment and its endpoints.
@@ -80,14 +84,17 @@ type CollectorProc struct {
 	Proc   *harness.Proc
 }
 
-// Pipeline is one run of the demo: the Collectors, the two refund servers
-// and the agent, with every address chosen before anything starts.
+// Pipeline is one run of the demo: the Collectors, the refund servers (one
+// protected by idemkit, one without it, and one more without it behind
+// idemkit gateway) and the agent, with every address chosen before
+// anything starts.
 type Pipeline struct {
 	Opts Options
 	// Collectors are the deployment's Collectors; the first receives the
 	// servers' and the agent's OTLP.
 	Collectors []*CollectorProc
-	// Targets are the refund servers: protected, then unprotected.
+	// Targets are the refund servers: protected, unprotected, and the
+	// gateway in front of an unprotected one.
 	Targets []agent.Target
 	// Manifest is dupgen's record of the run, once RunAgent returned.
 	Manifest *agent.Manifest
@@ -182,7 +189,7 @@ func New(ctx context.Context, o Options) (*Pipeline, error) {
 	}
 	o.Dir = dir
 	// A reused work directory: start from fresh databases and outputs.
-	for _, name := range []string{"protected", "unprotected", "logs", "collector"} {
+	for _, name := range []string{"protected", "unprotected", "gateway", "logs", "collector"} {
 		if err := os.RemoveAll(filepath.Join(o.Dir, name)); err != nil {
 			return nil, err
 		}
@@ -190,7 +197,7 @@ func New(ctx context.Context, o Options) (*Pipeline, error) {
 	for _, name := range []string{ManifestFile, TextReport, HTMLReport, InputsFile, "report.png"} {
 		_ = os.Remove(filepath.Join(o.Dir, name))
 	}
-	for _, d := range []string{"protected", "unprotected", "logs", "collector"} {
+	for _, d := range []string{"protected", "unprotected", "gateway", "logs", "collector"} {
 		if err := os.MkdirAll(filepath.Join(o.Dir, d), 0o755); err != nil {
 			return nil, err
 		}
@@ -202,6 +209,9 @@ func New(ctx context.Context, o Options) (*Pipeline, error) {
 	p.Targets = []agent.Target{
 		{Name: "protected", Service: "refundserver", Protected: true},
 		{Name: "unprotected", Service: "refundserver-unprotected"},
+	}
+	if !o.NoGateway {
+		p.Targets = append(p.Targets, agent.Target{Name: "gateway", Service: "refundserver-gateway", Protected: true, Gateway: true})
 	}
 	return p, nil
 }
@@ -283,8 +293,8 @@ func (p *Pipeline) Build(ctx context.Context) error {
 		p.Opts.Collector = bin
 		p.say("    %s", bin)
 	}
-	p.Step("Building the demo programs (examples/refundserver, examples/dupgen)")
-	return harness.Run(ctx, os.Stderr, p.Opts.Root, "go", "build", "-o", p.bin+string(filepath.Separator), "./examples/refundserver", "./examples/dupgen")
+	p.Step("Building the demo programs (examples/refundserver, examples/dupgen, cmd/idemkit)")
+	return harness.Run(ctx, os.Stderr, p.Opts.Root, "go", "build", "-o", p.bin+string(filepath.Separator), "./examples/refundserver", "./examples/dupgen", "./cmd/idemkit")
 }
 
 // StartCollectors starts the deployment, the last Collector first (tier 2
@@ -324,40 +334,70 @@ func (p *Pipeline) configNames() string {
 	return strings.Join(names, ", ")
 }
 
-// StartServers starts the protected and the unprotected refund server on
-// free ports with fresh databases.
+// StartServers starts the protected and the unprotected refund server,
+// and idemkit gateway in front of a third, unprotected one, on free ports
+// with fresh databases.
 func (p *Pipeline) StartServers(ctx context.Context) error {
-	p.Step("Starting the refund servers (fresh databases)")
+	p.Step("Starting the refund servers (fresh databases) and idemkit gateway")
 	for i, t := range p.Targets {
-		ready := filepath.Join(p.Opts.Dir, t.Name, "url")
-		_ = os.Remove(ready)
-		args := []string{filepath.Join(p.bin, "refundserver"), "-addr", "127.0.0.1:0", "-ready-file", ready,
-			"-db", p.DBPath(t.Name), "-otlp-endpoint", p.Entry(), "-service-name", t.Service}
-		if t.Protected {
-			args = append(args, "-store", "sqlite", "-store-db", filepath.Join(p.Opts.Dir, t.Name, "idemkit.db"))
-		} else {
-			args = append(args, "-unprotected")
+		bin := filepath.Join(p.bin, "refundserver")
+		args := []string{"-addr", "127.0.0.1:0", "-db", p.DBPath(t.Name)}
+		switch {
+		case t.Gateway:
+			// The server behind the gateway exports nothing: the
+			// gateway's spans and metrics are the target's.
+			upstream, err := p.startServer(ctx, t.Name+"-upstream", filepath.Join(p.Opts.Dir, t.Name, "upstream-url"), bin,
+				append(args, "-unprotected", "-otlp-endpoint", "", "-service-name", t.Service+"-upstream")...)
+			if err != nil {
+				return err
+			}
+			bin = filepath.Join(p.bin, "idemkit")
+			args = []string{"gateway", "--listen", "127.0.0.1:0", "--upstream", upstream,
+				"--store", "sqlite:" + filepath.Join(p.Opts.Dir, t.Name, "idemkit.db"),
+				"--otlp-endpoint", p.Entry(), "--service-name", t.Service}
+		case t.Protected:
+			args = append(args, "-otlp-endpoint", p.Entry(), "-service-name", t.Service,
+				"-store", "sqlite", "-store-db", filepath.Join(p.Opts.Dir, t.Name, "idemkit.db"))
+		default:
+			args = append(args, "-otlp-endpoint", p.Entry(), "-service-name", t.Service, "-unprotected")
 		}
-		proc, err := p.g.Start(t.Name, nil, args...)
+		url, err := p.startServer(ctx, t.Name, filepath.Join(p.Opts.Dir, t.Name, "url"), bin, args...)
 		if err != nil {
 			return err
 		}
-		p.servers = append(p.servers, proc)
-		if err := proc.WaitReady(ctx, "its ready file", 30*time.Second, harness.FileNotEmpty(ready)); err != nil {
-			return err
-		}
-		url, err := os.ReadFile(ready)
-		if err != nil {
-			return err
-		}
-		p.Targets[i].URL = strings.TrimSpace(string(url))
+		p.Targets[i].URL = url
 	}
-	p.say("    protected   (idemkit, SQLite store)  %s", p.Targets[0].URL)
-	p.say("    unprotected (before idemkit)         %s", p.Targets[1].URL)
+	for _, t := range p.Targets {
+		p.say("    %-12s %-58s %s", t.Name, "("+t.Describe()+")", t.URL)
+	}
 	return nil
 }
 
-// RunAgent runs dupgen against both servers and reads its manifest.
+// startServer starts a server that writes its URL to ready once it
+// listens (-ready-file for refundserver, --ready-file for idemkit), and
+// returns the URL.
+func (p *Pipeline) startServer(ctx context.Context, name, ready, bin string, args ...string) (string, error) {
+	_ = os.Remove(ready)
+	flag := "-ready-file"
+	if filepath.Base(bin) == "idemkit" {
+		flag = "--ready-file"
+	}
+	proc, err := p.g.Start(name, nil, append(append([]string{bin}, args...), flag, ready)...)
+	if err != nil {
+		return "", err
+	}
+	p.servers = append(p.servers, proc)
+	if err := proc.WaitReady(ctx, "its ready file", 30*time.Second, harness.FileNotEmpty(ready)); err != nil {
+		return "", err
+	}
+	url, err := os.ReadFile(ready)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(url)), nil
+}
+
+// RunAgent runs dupgen against every target and reads its manifest.
 func (p *Pipeline) RunAgent(ctx context.Context) error {
 	p.Step("Running the duplicate generator (an agent whose tool calls are duplicated by each layer)")
 	manifest := filepath.Join(p.Opts.Dir, ManifestFile)
@@ -366,10 +406,11 @@ func (p *Pipeline) RunAgent(ctx context.Context) error {
 		return err
 	}
 	defer log.Close()
-	err = harness.Run(ctx, io.MultiWriter(p.Opts.Out, log), p.Opts.Dir, filepath.Join(p.bin, "dupgen"),
-		"-protected", p.Targets[0].URL, "-unprotected", p.Targets[1].URL,
-		"-protected-service", p.Targets[0].Service, "-unprotected-service", p.Targets[1].Service,
-		"-otlp-endpoint", p.Entry(), "-manifest", manifest)
+	args := []string{filepath.Join(p.bin, "dupgen"), "-otlp-endpoint", p.Entry(), "-manifest", manifest}
+	for _, t := range p.Targets {
+		args = append(args, "-"+t.Name, t.URL, "-"+t.Name+"-service", t.Service)
+	}
+	err = harness.Run(ctx, io.MultiWriter(p.Opts.Out, log), p.Opts.Dir, args...)
 	if err != nil {
 		return fmt.Errorf("dupgen failed (see logs/dupgen.log and the server logs): %w", err)
 	}
@@ -382,8 +423,9 @@ func (p *Pipeline) RunAgent(ctx context.Context) error {
 func (p *Pipeline) StopServers() error {
 	p.Step("Stopping the servers (graceful: in-flight calls finish, telemetry is flushed)")
 	var errs []error
-	for _, s := range p.servers {
-		errs = append(errs, s.Stop(15*time.Second))
+	// The last started first: the gateway before the server behind it.
+	for i := len(p.servers) - 1; i >= 0; i-- {
+		errs = append(errs, p.servers[i].Stop(15*time.Second))
 	}
 	p.servers = nil
 	return errors.Join(errs...)

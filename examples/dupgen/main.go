@@ -22,7 +22,7 @@
 // -manifest (for the demo's report, examples/demo) and exports its spans (an invoke_agent span
 // per scenario, chat spans, tools/call client spans) over OTLP/gRPC.
 //
-//	dupgen -protected http://127.0.0.1:8080/mcp -unprotected http://127.0.0.1:8081/mcp -manifest manifest.json
+//	dupgen -protected http://127.0.0.1:8080/mcp -unprotected http://127.0.0.1:8081/mcp -gateway http://127.0.0.1:8787/mcp -manifest manifest.json
 package main
 
 import (
@@ -41,15 +41,17 @@ import (
 
 func main() {
 	var (
-		protected, unprotected         string
-		protectedSvc, unprotectedSvc   string
-		token, otlp, manifest, service string
-		scenarios                      string
-		think                          time.Duration
+		protected, unprotected, gateway          string
+		protectedSvc, unprotectedSvc, gatewaySvc string
+		token, otlp, manifest, service           string
+		scenarios                                string
+		think                                    time.Duration
 	)
 	flag.StringVar(&protected, "protected", "", "MCP URL of the refund server protected by idemkit")
 	flag.StringVar(&unprotected, "unprotected", "", "MCP URL of the refund server without idemkit")
+	flag.StringVar(&gateway, "gateway", "", "MCP URL of idemkit gateway in front of an unprotected refund server")
 	flag.StringVar(&protectedSvc, "protected-service", "refundserver", "service.name of the protected server")
+	flag.StringVar(&gatewaySvc, "gateway-service", "refundserver-gateway", "service.name of the gateway")
 	flag.StringVar(&unprotectedSvc, "unprotected-service", "refundserver-unprotected", "service.name of the unprotected server")
 	flag.StringVar(&token, "token", "demo-token-alice", "bearer token the agent sends")
 	flag.StringVar(&otlp, "otlp-endpoint", "127.0.0.1:4317", "Collector OTLP/gRPC endpoint (empty: no export)")
@@ -66,8 +68,11 @@ func main() {
 	if unprotected != "" {
 		targets = append(targets, agent.Target{Name: "unprotected", URL: unprotected, Service: unprotectedSvc})
 	}
+	if gateway != "" {
+		targets = append(targets, agent.Target{Name: "gateway", URL: gateway, Service: gatewaySvc, Protected: true, Gateway: true})
+	}
 	if len(targets) == 0 {
-		fmt.Fprintln(os.Stderr, "dupgen: give -protected and/or -unprotected")
+		fmt.Fprintln(os.Stderr, "dupgen: give -protected, -unprotected and/or -gateway")
 		os.Exit(2)
 	}
 	if err := run(targets, token, otlp, service, manifest, scenarios, think); err != nil {

@@ -460,6 +460,30 @@ func TestCallTool_AFailedFinishStillDeliversTheResult(t *testing.T) {
 	}
 }
 
+// TestCallTool_AFailedReleaseIsRecordedBesideTheWorksError: the work
+// failed with a Go error and releasing its claim failed too; the work's
+// error is returned as it is, and the failed release is recorded on the
+// span and in idemkit.finish.errors (duplicates are told "in progress"
+// until the lease runs out).
+func TestCallTool_AFailedReleaseIsRecordedBesideTheWorksError(t *testing.T) {
+	r := newRig(t, rigConfig{local: true, store: &lossyStore{}})
+	tool := r.tool("t", ToolInfo{}, refundResult)
+	tool.run = func(context.Context, json.RawMessage) (json.RawMessage, error) {
+		return nil, &rpcError{code: -32603, msg: "the database is down"}
+	}
+	resp := r.call("t", "", nil)
+	if e, _ := resp["error"].(map[string]any); e == nil || e["message"] != "the database is down" {
+		t.Fatalf("the work's error was not returned as it is: %v", resp)
+	}
+	a := r.last()
+	if a[sc.FinishError] != "store_error" || a[sc.Outcome] != "executed" || a[sc.ErrorType] != "-32603" {
+		t.Errorf("span %v", dump(a))
+	}
+	if got := sums(t, r.metrics()[MetricFinishErrors]); !reflect.DeepEqual(got, map[string]int64{key(sc.GenAIToolName, "t", sc.FinishError, "store_error"): 1}) {
+		t.Errorf("%s %v", MetricFinishErrors, got)
+	}
+}
+
 // deadStore fails every claim.
 type deadStore struct{ idemkit.MemoryStore }
 

@@ -87,6 +87,13 @@ type Config struct {
 	Exclude map[string][]string
 	// Unscoped is the policy for calls whose caller cannot be identified.
 	Unscoped UnscopedPolicy
+	// UnscopedAdvice, when set, returns what the refusal of an unscoped
+	// call of tool tells the model to do, after saying that nothing was
+	// done; UnscopedFix, when set, is what the operator's log line says to
+	// configure. The defaults name the instrument package's options: a
+	// front end configured otherwise (the idemkit gateway) sets both.
+	UnscopedAdvice func(tool string) string
+	UnscopedFix    string
 
 	// ArgumentsCap and ResultCap cap gen_ai.tool.call.arguments and
 	// gen_ai.tool.call.result; 0 records neither.

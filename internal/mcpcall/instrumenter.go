@@ -178,10 +178,13 @@ func (in *Instrumenter) logRefusedOnce(tool string) {
 	}
 	in.refused[tool] = true
 	in.refusedMu.Unlock()
+	fix := in.cfg.UnscopedFix
+	if fix == "" {
+		fix = "name the caller with instrument.WithSubject (for example the subject your authentication verified), " +
+			"or serve Streamable HTTP with validated sessions (mcpgo.NewStreamableHTTPHandler, gosdk.NewStreamableHTTPHandler), " +
+			"or, on a single-tenant server, opt in with instrument.WithUnscopedCalls(instrument.UnscopedShare)"
+	}
 	in.cfg.Logger.Error("idemkit refused a call of a protected tool because its caller cannot be identified; "+
 		"the tool did not run, and later such calls of it are refused too (logged once per tool)",
-		"tool", tool,
-		"fix", "name the caller with instrument.WithSubject (for example the subject your authentication verified), "+
-			"or serve Streamable HTTP with validated sessions (mcpgo.NewStreamableHTTPHandler, gosdk.NewStreamableHTTPHandler), "+
-			"or, on a single-tenant server, opt in with instrument.WithUnscopedCalls(instrument.UnscopedShare)")
+		"tool", tool, "fix", fix)
 }

@@ -56,9 +56,13 @@ func unreadableText(tool string) string {
 		"Do not call it again: the work is done."
 }
 
-func unscopedText(tool string) string {
-	return "The " + tool + " call was refused and nothing was done: this server cannot tell which caller sent it, " +
-		"so it cannot make a retry of it safe. Do not retry it: tell the user that " + tool +
+func unscopedText(tool string, advice func(string) string) string {
+	text := "The " + tool + " call was refused and nothing was done: this server cannot tell which caller sent it, " +
+		"so it cannot make a retry of it safe. "
+	if advice != nil {
+		return text + advice(tool)
+	}
+	return text + "Do not retry it: tell the user that " + tool +
 		" needs the server's operator to configure caller authentication (or authenticated sessions) before it can be used."
 }
 

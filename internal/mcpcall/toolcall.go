@@ -130,7 +130,7 @@ func CallTool[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.C
 	switch d {
 	case decideRefuse:
 		in.logRefusedOnce(call.Tool)
-		return refuse(op, codec, spancontract.RefusalUnscoped, unscopedText(call.Tool), nil), nil
+		return refuse(op, codec, spancontract.RefusalUnscoped, unscopedText(call.Tool, in.cfg.UnscopedAdvice), nil), nil
 	case decideBypass:
 		c.outcome = outcomeBypassed
 		if write && op.rec {
@@ -241,6 +241,12 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 		c.writeID = op.state.recordedWrite()
 		switch {
 		case handlerErr != nil && errors.Is(derr, handlerErr):
+			// The work's own error; when releasing the claim after it
+			// failed too, that is recorded as well.
+			var fe *idemkit.FinishError
+			if errors.As(derr, &fe) {
+				c.finishErr, c.finishReason = derr, finishReason(derr)
+			}
 			var zero R
 			return answer(op, codec, zero, handlerErr, nil)
 		case errors.Is(derr, errNeedsInput):

@@ -126,7 +126,9 @@ func runTopology(ctx context.Context, root, bin, dir string, t demo.Topology) (p
 		return 0, 0, err
 	}
 	defer demoLog.Close()
-	p, err := demo.New(ctx, demo.Options{Root: root, Dir: filepath.Join(dir, "demo"), Collector: bin, Topology: t, Out: demoLog})
+	p, err := demo.New(ctx, demo.Options{Root: root, Dir: filepath.Join(dir, "demo"), Collector: bin, Topology: t, Out: demoLog,
+		// The expectations are written for one protected server.
+		NoGateway: true})
 	if err != nil {
 		return 0, 0, err
 	}

@@ -10,15 +10,43 @@ import (
 // Target is a refund server the duplicate generator runs its scenarios
 // against.
 type Target struct {
-	// Name is "protected" or "unprotected".
+	// Name is "protected", "unprotected" or "gateway".
 	Name string `json:"name"`
 	// URL is the server's MCP endpoint.
 	URL string `json:"url"`
 	// Service is the server's service.name, the service_name label of the
 	// Collector's attribution metrics.
 	Service string `json:"service"`
-	// Protected says whether the server runs idemkit's Guard.
+	// Protected says whether idemkit protects the server's calls: its
+	// Guard in the server, or the gateway in front of it.
 	Protected bool `json:"protected"`
+	// Gateway says that the target is idemkit gateway in front of an
+	// unprotected server (Protected too): the spans and metrics are the
+	// gateway's.
+	Gateway bool `json:"gateway,omitempty"`
+}
+
+// Rank orders targets for reports: the protected server, the gateway, the
+// unprotected server.
+func (t Target) Rank() int {
+	switch {
+	case t.Gateway:
+		return 1
+	case t.Protected:
+		return 0
+	}
+	return 2
+}
+
+// Describe says in a few words how the target is protected.
+func (t Target) Describe() string {
+	switch {
+	case t.Gateway:
+		return "idemkit gateway in front of the unprotected server"
+	case t.Protected:
+		return "protected by idemkit"
+	}
+	return "no idemkit"
 }
 
 // Dup is one expected (or attributed) duplicate tool call.

@@ -8,9 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"time"
 
 	"github.com/idemkit/idemkit/internal/devtools/harness/browser"
+	htmlreport "github.com/idemkit/idemkit/internal/report"
 )
 
 // BrowserAvailable reports whether headless Chromium is installed for
@@ -51,14 +51,15 @@ const renderedScript = `(() => {
   };
 })()`
 
-// CheckInBrowser loads the HTML report at htmlPath in headless Chromium,
-// writes a screenshot to pngPath and checks that the charts rendered what
-// the report holds: the result badge; a bar of the right value for every
-// attributed (server, cause, effect), its colour on screen; a dot for every
-// duplicate in the gap chart; in each scenario's timeline, a visible mark
-// for every tool call of each run, in its colour. It returns a summary of
-// what it found.
-func CheckInBrowser(ctx context.Context, htmlPath, pngPath string, r *Report) (string, error) {
+// CheckInBrowser loads the HTML report at htmlPath (the page
+// internal/report writes, for the demo or for idemkit attribute) in
+// headless Chromium, writes a screenshot to pngPath and checks that the
+// charts rendered what want says: the result badge; a bar of the right
+// value for every attributed (lane, cause, effect), its colour on screen;
+// a dot for every duplicate in the gap chart; in each timeline, a visible
+// mark for every tool call of each lane, in its colour. It returns a
+// summary of what it found.
+func CheckInBrowser(ctx context.Context, htmlPath, pngPath string, want htmlreport.Expect) (string, error) {
 	abs, err := filepath.Abs(htmlPath)
 	if err != nil {
 		return "", err
@@ -78,12 +79,8 @@ func CheckInBrowser(ctx context.Context, htmlPath, pngPath string, r *Report) (s
 	var errs []error
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 
-	want := "PASS"
-	if !r.OK() {
-		want = "FAIL"
-	}
-	if got.Result != want {
-		fail("the result badge says %q, the report %s", got.Result, want)
+	if got.Result != want.Result {
+		fail("the result badge says %q, the report %s", got.Result, want.Result)
 	}
 	charts := map[string]int{}
 	for _, c := range got.Charts {
@@ -92,9 +89,8 @@ func CheckInBrowser(ctx context.Context, htmlPath, pngPath string, r *Report) (s
 		}
 		charts[c.Kind]++
 	}
-	scenarios, _ := r.byScenario()
-	if charts["by-layer"] != 1 || charts["gaps"] != 1 || charts["timeline"] != len(scenarios) {
-		fail("charts rendered %v, want by-layer 1, gaps 1, timeline %d", charts, len(scenarios))
+	if charts["by-layer"] != 1 || charts["gaps"] != 1 || charts["timeline"] != want.Timelines {
+		fail("charts rendered %v, want by-layer 1, gaps 1, timeline %d", charts, want.Timelines)
 	}
 
 	// onScreen checks that at least half of a mark's pixels have its colour.
@@ -114,11 +110,7 @@ func CheckInBrowser(ctx context.Context, htmlPath, pngPath string, r *Report) (s
 		}
 	}
 
-	// Bars: every attribution row of a demo server, with its value.
-	targetOf := map[string]string{}
-	for _, s := range r.Servers {
-		targetOf[s.Target.Service] = s.Target.Name
-	}
+	// Bars: every attributed (lane, cause, effect), with its value.
 	bars := map[string]int{}
 	for _, m := range got.Marks {
 		if m.Class == "bar" {
@@ -127,33 +119,18 @@ func CheckInBrowser(ctx context.Context, htmlPath, pngPath string, r *Report) (s
 			onScreen("bar "+m.Series, m.Fill, m.Rect)
 		}
 	}
-	nbars := 0
-	for _, a := range r.Attribution {
-		t := targetOf[a.Service]
-		if t == "" || a.Got == 0 {
-			continue
-		}
-		nbars++
-		series := t + "/" + a.Cause + "/" + a.Effect
-		if bars[series] != a.Got {
-			fail("by-layer chart: bar %s shows %d, the metrics say %d", series, bars[series], a.Got)
+	for series, n := range want.Bars {
+		if bars[series] != n {
+			fail("by-layer chart: bar %s shows %d, the report says %d", series, bars[series], n)
 		}
 	}
-	if nbars == 0 {
-		fail("the report has no attributed duplicate to draw")
+	for series, n := range bars {
+		if _, ok := want.Bars[series]; !ok {
+			fail("by-layer chart: bar %s shows %d, the report has no such series", series, n)
+		}
 	}
 
 	// Dots: one per duplicate, per cause.
-	wantDots := map[string]int{}
-	for _, run := range r.Runs {
-		for _, p := range run.Pairs {
-			cause, _, ok := p.M.Duplicate()
-			if !ok {
-				cause = p.Evidence.Cause(2 * time.Second)
-			}
-			wantDots["gap/"+cause]++
-		}
-	}
 	gotDots, ndots := map[string]int{}, 0
 	for _, m := range got.Marks {
 		if m.Class == "dot" {
@@ -162,13 +139,18 @@ func CheckInBrowser(ctx context.Context, htmlPath, pngPath string, r *Report) (s
 			onScreen("gap dot "+m.Series, m.Fill, browser.Rect{X: m.Rect.X + m.Rect.Width/4, Y: m.Rect.Y + m.Rect.Height/4, Width: m.Rect.Width / 2, Height: m.Rect.Height / 2})
 		}
 	}
-	for s, n := range wantDots {
+	for s, n := range want.Dots {
 		if gotDots[s] != n {
 			fail("gap chart: %d dots for %s, want %d (one per duplicate)", gotDots[s], s, n)
 		}
 	}
+	for s, n := range gotDots {
+		if _, ok := want.Dots[s]; !ok {
+			fail("gap chart: %d dots for %s, the report has none", n, s)
+		}
+	}
 
-	// Timelines: a mark per tool call of each run.
+	// Timelines: a mark per tool call of each lane.
 	calls := map[string]int{}
 	for _, m := range got.Marks {
 		if m.Class == "call" {
@@ -177,18 +159,17 @@ func CheckInBrowser(ctx context.Context, htmlPath, pngPath string, r *Report) (s
 		}
 	}
 	ncalls := 0
-	for _, run := range r.Runs {
-		key := run.Run.Scenario + "/" + run.Run.Target.Name
-		ncalls += len(run.Tools)
-		if calls[key] != len(run.Tools) || len(run.Tools) == 0 {
-			fail("timeline %s: %d calls drawn, the trace has %d tool calls", key, calls[key], len(run.Tools))
+	for key, n := range want.Calls {
+		ncalls += n
+		if calls[key] != n {
+			fail("timeline %s: %d calls drawn, the report has %d tool calls", key, calls[key], n)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("%d charts, %d bars, %d gap dots, %d calls in %d timelines, all on screen (%s)",
-		len(got.Charts), nbars, ndots, ncalls, charts["timeline"], size(img)), nil
+		len(got.Charts), len(bars), ndots, ncalls, charts["timeline"], size(img)), nil
 }
 
 func size(img image.Image) string {

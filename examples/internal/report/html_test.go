@@ -47,6 +47,15 @@ func TestHTML_RendersInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	html := page.String()
+	want := rep.Expect()
+	if len(want.Bars) == 0 || len(want.Dots) == 0 || want.Timelines == 0 {
+		t.Fatalf("the recorded run has nothing to draw: %+v", want)
+	}
+	for run, n := range want.Calls {
+		if n == 0 {
+			t.Fatalf("timeline %s has no tool call to draw", run)
+		}
+	}
 	// Nothing is fetched when the page is viewed (URLs in the text, such
 	// as an error the agent saw, are only text).
 	for _, banned := range []string{`src="`, `href="`, "url(", "@import", "<script", "<link ", "<img", "<iframe"} {
@@ -60,7 +69,7 @@ func TestHTML_RendersInChromium(t *testing.T) {
 		if err := os.WriteFile(path, []byte(html), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		return CheckInBrowser(context.Background(), path, filepath.Join(dir, name+".png"), rep)
+		return CheckInBrowser(context.Background(), path, filepath.Join(dir, name+".png"), want)
 	}
 	summary, err := check("report", html)
 	if err != nil {

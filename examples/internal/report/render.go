@@ -100,7 +100,7 @@ func (r *Report) Render(w io.Writer) {
 	}
 	p("")
 	if r.OK() {
-		p("RESULT: PASS: every duplicate was attributed to the layer that produced it; the protected server")
+		p("RESULT: PASS: every duplicate was attributed to the layer that produced it; each protected server")
 		p("        wrote each refund once, and every double refund of the unprotected one is accounted for.")
 	} else {
 		p("RESULT: FAIL: see the ✗ lines above.")
@@ -117,7 +117,7 @@ func (r *Report) byScenario() ([]string, map[string][]*RunResult) {
 		by[run.Run.Scenario] = append(by[run.Run.Scenario], run)
 	}
 	for _, runs := range by {
-		sort.SliceStable(runs, func(i, j int) bool { return runs[i].Run.Target.Protected && !runs[j].Run.Target.Protected })
+		sort.SliceStable(runs, func(i, j int) bool { return runs[i].Run.Target.Rank() < runs[j].Run.Target.Rank() })
 	}
 	return order, by
 }

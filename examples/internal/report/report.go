@@ -309,7 +309,7 @@ func targets(m *agent.Manifest) []agent.Target {
 			out = append(out, run.Target)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Protected && !out[j].Protected })
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Rank() < out[j].Rank() })
 	return out
 }
 

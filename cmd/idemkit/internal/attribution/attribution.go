@@ -45,6 +45,8 @@ type Result struct {
 	// Duplicates are the spans the processor marked as duplicates, in
 	// start order.
 	Duplicates []Duplicate
+	// Window and HarnessThreshold are the processor's, as it ran.
+	Window, HarnessThreshold time.Duration
 }
 
 // Duplicate is one span the processor annotated as a duplicate.
@@ -123,6 +125,7 @@ func Run(ctx context.Context, docs []ptrace.Traces, opts Options) (*Result, erro
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("dup processor configuration: %w", err)
 	}
+	res.Window, res.HarnessThreshold = cfg.Window, cfg.HarnessThreshold
 
 	sink := new(consumertest.TracesSink)
 	p, err := f.CreateTraces(ctx, processortest.NewNopSettings(f.Type()), cfg, sink)
@@ -146,11 +149,15 @@ func Run(ctx context.Context, docs []ptrace.Traces, opts Options) (*Result, erro
 	return res, nil
 }
 
-// isToolSpan reports a tool-call span, in the current shape (tools/call
-// SERVER span) or the older execute_tool one.
+// isToolSpan reports a tool-call span as the dup processor counts one: an
+// execute_tool span of any kind, or an MCP SERVER span of tools/call (a
+// client's tools/call span is its view of the call, not an execution).
 func isToolSpan(s ptrace.Span) bool {
 	if v, ok := s.Attributes().Get(sc.GenAIOperationName); ok && v.Str() == sc.OperationExecuteTool {
 		return true
+	}
+	if s.Kind() != ptrace.SpanKindServer {
+		return false
 	}
 	v, ok := s.Attributes().Get(sc.MCPMethodName)
 	return ok && v.Str() == sc.MethodToolsCall

@@ -14,7 +14,7 @@ import (
 
 	"github.com/idemkit/idemkit/idemkit"
 	"github.com/idemkit/idemkit/idemkit/sqlitestore"
-	"github.com/idemkit/idemkit/instrument"
+	"github.com/idemkit/idemkit/internal/mcpcall"
 )
 
 // BenchmarkGateway measures what the gateway adds to a tools/call on
@@ -53,8 +53,9 @@ func benchGateway(b *testing.B, store idemkit.Store) {
 		_ = tp.Shutdown(context.Background())
 		_ = mp.Shutdown(context.Background())
 	})
-	p := NewProtector(guard, nil, instrument.WithTracerProvider(tp), instrument.WithMeterProvider(mp), instrument.WithOperationDuration())
-	_, gwURL := newGatewayServer(b, up.URL, p)
+	ic := mcpcall.DefaultConfig()
+	ic.TracerProvider, ic.MeterProvider = tp, mp
+	_, gwURL := newGatewayServer(b, up.URL, Config{Guard: guard, Instrumentation: &ic})
 	direct := mcpClient(b, up.URL, "bench")
 	via := mcpClient(b, gwURL, "bench")
 	run := 0

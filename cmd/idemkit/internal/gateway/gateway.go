@@ -1,7 +1,9 @@
 // Package gateway is the MCP proxy behind `idemkit gateway`: it serves MCP
 // (Streamable HTTP, or stdio) in front of an unmodified MCP server (a
-// Streamable HTTP URL, or a stdio command), and hands every tools/call to a
-// CallHandler, where claim-and-replay and telemetry run.
+// Streamable HTTP URL, or a stdio command) and runs every request through
+// the machinery idemkit's Go middleware runs (internal/mcpcall): one SERVER
+// span and the MCP metrics per request, and claim-and-replay of the write
+// tools' calls with the Guard.
 //
 // The gateway keeps its own MCP sessions, each mapped to one upstream
 // session (for a stdio upstream, one process). Session IDs are random and
@@ -39,7 +41,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/instrument"
+	"github.com/idemkit/idemkit/internal/mcpcall"
+	"github.com/idemkit/idemkit/spancontract"
 )
 
 // Defaults of Config.
@@ -62,13 +65,24 @@ const maxMessageBytes = 16 << 20
 type Config struct {
 	// Upstream is the MCP server behind the gateway. Required.
 	Upstream Upstream
-	// Calls answers tools/call requests. Defaults to PassThrough.
-	Calls CallHandler
+	// Guard claims and replays the calls of the write tools. nil protects
+	// nothing: every request is still traced and measured, and write
+	// tools' spans carry the key hashes (bypass reason no_guard).
+	Guard *idemkit.Guard
+	// Instrumentation configures the spans, the metrics and which tools are
+	// protected (providers, Protect overrides, Exclude, AdvertiseKey). Its
+	// Subject, unscoped-call texts and (when nil) Logger are the gateway's
+	// own. Defaults to mcpcall.DefaultConfig().
+	Instrumentation *mcpcall.Config
 	// SubjectHeader is the request header that identifies the caller. For
 	// Authorization the subject is the SHA-256 of the bearer token (of the
 	// whole value for another scheme), never the token itself; for another
 	// header it is the header's value (an identity an authenticating proxy
-	// set). "-" disables it. Defaults to DefaultSubjectHeader.
+	// set). Over HTTP, a protected call without it is refused. "-" disables
+	// it: calls are then scoped by the gateway's own session, which only
+	// the client it was issued to can present (a duplicate sent on a new
+	// session after a reconnect then runs again). Defaults to
+	// DefaultSubjectHeader.
 	SubjectHeader string
 	// SessionIdleTimeout closes sessions (and their upstream sessions or
 	// processes) not used for this long. Defaults to
@@ -78,9 +92,6 @@ type Config struct {
 	// one protected call driven by its progress notifications. Defaults to
 	// DefaultHeartbeatInterval.
 	HeartbeatInterval time.Duration
-	// NoKeyParameter stops the gateway from advertising the idempotency_key
-	// argument in protected tools' schemas. Defaults to advertising it.
-	NoKeyParameter bool
 	// Logger receives the gateway's logs. Defaults to discarding them.
 	Logger *slog.Logger
 }
@@ -89,11 +100,10 @@ type Config struct {
 // it is safe for concurrent use.
 type Gateway struct {
 	up        Upstream
-	calls     CallHandler
+	in        *mcpcall.Instrumenter
 	subjectH  string
 	idle      time.Duration
 	beatEvery time.Duration
-	keyParam  bool
 	log       *slog.Logger
 
 	mu       sync.Mutex // protects sessions, closed
@@ -117,20 +127,14 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g := &Gateway{
 		up:         cfg.Upstream,
-		calls:      cfg.Calls,
 		subjectH:   cfg.SubjectHeader,
 		idle:       cfg.SessionIdleTimeout,
 		beatEvery:  cfg.HeartbeatInterval,
-		keyParam:   !cfg.NoKeyParameter,
 		log:        cfg.Logger,
 		sessions:   map[string]*session{},
 		stopReaper: make(chan struct{}),
 		reaperDone: make(chan struct{}),
 	}
-	if g.calls == nil {
-		g.calls = PassThrough{}
-	}
-	g.streams, g.stopStreams = context.WithCancel(context.Background())
 	switch g.subjectH {
 	case "":
 		g.subjectH = DefaultSubjectHeader
@@ -148,8 +152,34 @@ func New(cfg Config) (*Gateway, error) {
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
+	ic := mcpcall.DefaultConfig()
+	if cfg.Instrumentation != nil {
+		ic = *cfg.Instrumentation
+	}
+	if ic.Logger == nil {
+		ic.Logger = g.log
+	}
+	ic.Subject = subjectFromContext
+	ic.UnscopedAdvice = func(tool string) string {
+		return "The idemkit gateway in front of this server needs to know the caller (by default the Authorization header's bearer token), " +
+			"and this request had none. Send " + tool + " again with the caller's credentials."
+	}
+	ic.UnscopedFix = "send the caller's identity in the subject header (--subject-header, by default Authorization: Bearer …), " +
+		"or --bypass the tool to forward its calls unprotected, " +
+		"or run with --subject-header - to scope calls by the gateway's own sessions"
+	g.in = mcpcall.New(cfg.Guard, ic)
+	g.streams, g.stopStreams = context.WithCancel(context.Background())
 	go g.reap()
 	return g, nil
+}
+
+type subjectKey struct{}
+
+// subjectFromContext is the Instrumenter's Subject function: the subject
+// the gateway took from the request's header.
+func subjectFromContext(ctx context.Context) string {
+	s, _ := ctx.Value(subjectKey{}).(string)
+	return s
 }
 
 // Close ends every session (and its upstream session or process) and stops
@@ -172,7 +202,7 @@ func (g *Gateway) Close(ctx context.Context) error {
 	g.stopStreams()
 	var wg sync.WaitGroup
 	for _, s := range sessions {
-		wg.Go(func() { _ = s.conn.Close(ctx) })
+		wg.Go(func() { _ = s.close(ctx, "") })
 	}
 	wg.Wait()
 	return nil
@@ -205,7 +235,7 @@ func (g *Gateway) reap() {
 			g.mu.Unlock()
 			for _, s := range idle {
 				g.log.Info("closing an idle session", "session", s.id, "idle", g.idle)
-				go func() { _ = s.conn.Close(context.Background()) }()
+				go func() { _ = s.close(context.Background(), "") }()
 			}
 		}
 	}
@@ -236,28 +266,29 @@ func (g *Gateway) subject(h http.Header) string {
 
 // session is one of the gateway's MCP sessions and its upstream session.
 type session struct {
-	g        *Gateway
-	id       string // "" on stdio
-	conn     Conn
-	local    bool   // stdio: one client
-	netTrans string // "tcp" or "pipe"
+	g     *Gateway
+	id    string // "" on stdio
+	conn  Conn
+	local bool // stdio: one client
+	start time.Time
 
 	nextID   atomic.Int64
 	lastUsed atomic.Int64 // Unix ns
 	active   atomic.Int32 // requests and streams in progress
 
-	mu       sync.Mutex // protects protocol, inflight
-	protocol string
-	inflight map[string]json.RawMessage // client request ID (idKey) -> upstream ID
+	mu        sync.Mutex // protects the fields below
+	protocol  string
+	transport mcpcall.Transport          // of the request that started the session
+	inflight  map[string]json.RawMessage // client request ID (idKey) -> upstream ID
+
+	endOnce sync.Once
 
 	tools toolIndex
 }
 
 func newSession(g *Gateway, conn Conn, local bool) *session {
-	s := &session{g: g, conn: conn, local: local, inflight: map[string]json.RawMessage{}, netTrans: "tcp"}
-	if local {
-		s.netTrans = "pipe"
-	} else {
+	s := &session{g: g, conn: conn, local: local, inflight: map[string]json.RawMessage{}, start: time.Now()}
+	if !local {
 		s.id = newSessionID()
 	}
 	s.touch()
@@ -276,6 +307,20 @@ func (s *session) protocolVersion() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.protocol
+}
+
+// close closes the upstream side of the session and records the session's
+// duration (mcp.server.session.duration) once; errType is "" when the
+// client or the gateway ended it, spancontract.ErrorTypeOther when the
+// upstream did.
+func (s *session) close(ctx context.Context, errType string) error {
+	s.endOnce.Do(func() {
+		s.mu.Lock()
+		protocol, t := s.protocol, s.transport
+		s.mu.Unlock()
+		s.g.in.RecordSession(context.WithoutCancel(ctx), s.start, protocol, &t, errType)
+	})
+	return s.conn.Close(ctx)
 }
 
 // sink receives the messages the upstream sends for a request before its
@@ -336,25 +381,79 @@ func (s *session) roundTrip(ctx context.Context, req *Message, h http.Header, ou
 	}
 }
 
-// handle answers one client request. lost reports that the upstream no
-// longer knows the session: the gateway session is then closed.
-func (s *session) handle(ctx context.Context, req *Message, h http.Header, out sink) (resp *Message, lost bool) {
+// requestParams are the members of a request's params the gateway reads.
+type requestParams struct {
+	Name           string          `json:"name"`
+	URI            string          `json:"uri"`
+	Arguments      json.RawMessage `json:"arguments"`
+	Meta           map[string]any  `json:"_meta"`
+	Cursor         json.RawMessage `json:"cursor"`
+	RequestState   json.RawMessage `json:"requestState"`
+	InputResponses json.RawMessage `json:"inputResponses"`
+}
+
+// handle answers one client request, which arrived on transport t, in its
+// own SERVER span. lost reports that the upstream no longer knows the
+// session: the gateway session is then closed.
+func (s *session) handle(ctx context.Context, req *Message, h http.Header, t *mcpcall.Transport, out sink) (resp *Message, lost bool) {
 	s.active.Add(1)
 	defer s.active.Add(-1)
 	defer s.touch()
-	var err error
+
+	var p requestParams
+	perr := error(nil)
+	if len(req.Params) > 0 {
+		perr = json.Unmarshal(req.Params, &p)
+	}
+	r := mcpcall.Request{Method: req.Method, Meta: p.Meta, SessionID: s.id, ProtocolVersion: s.protocolVersion(), Transport: *t}
+	r.ID, r.HasID = mcpcall.FormatRawRequestID(req.ID)
 	switch req.Method {
-	case "tools/call":
-		resp, err = s.toolsCall(ctx, req, h, out)
-	case "tools/list":
-		resp, err = s.toolsList(ctx, req, h, out)
+	case spancontract.MethodToolsCall, spancontract.MethodPromptsGet:
+		r.Target = p.Name
+	case spancontract.MethodResourcesRead, spancontract.MethodResourcesSubscribe, spancontract.MethodResourcesUnsubscribe:
+		r.ResourceURI = p.URI
+	}
+	ctx = context.WithValue(ctx, subjectKey{}, s.g.subject(h))
+	_, op := s.g.in.Start(ctx, &r)
+	// op ends however the request ends, a panic included (which the HTTP
+	// server recovers): a request never leaves its span open.
+	var end mcpcall.Response
+	defer func() {
+		if p := recover(); p != nil {
+			op.End(mcpcall.Response{Panicked: true})
+			panic(p)
+		}
+		op.End(end)
+	}()
+
+	var err error
+	switch {
+	case req.Method == spancontract.MethodToolsCall:
+		if perr != nil || p.Name == "" {
+			resp = newErrorResponse(req.ID, codeInvalidParams, "Invalid params: tools/call needs params.name (the tool) and params.arguments (an object).")
+			break
+		}
+		resp, err = s.toolsCall(op, req, &p, h, out)
+	case req.Method == spancontract.MethodToolsList:
+		resp, err = s.toolsList(op, req, h, out)
 	default:
-		resp, err = s.roundTrip(ctx, req, h, out, nil)
+		resp, err = s.roundTrip(op, req, h, out, nil)
+		if err == nil && req.Method == spancontract.MethodInitialize && resp.Error == nil {
+			s.initialized(resp, t)
+			op.SetSession(s.id, s.protocolVersion())
+		}
 	}
 	if err != nil {
-		return s.errorResponse(req, err), errors.Is(err, ErrSessionLost)
+		resp, lost = s.errorResponse(req, err), errors.Is(err, ErrSessionLost)
+		end.Err = err
 	}
-	return resp, false
+	if e := resp.Error; e != nil {
+		end.HasCode, end.Code, end.Message = true, int64(e.Code), e.Message
+		if end.Err == nil {
+			end.Err = e
+		}
+	}
+	return resp, lost
 }
 
 // errorResponse turns a failure into the JSON-RPC error the client gets.
@@ -379,34 +478,32 @@ func (s *session) errorResponse(req *Message, err error) *Message {
 }
 
 // toolsList forwards a tools/list, records the tools' annotations and
-// advertises the idempotency_key argument on the protected ones.
-func (s *session) toolsList(ctx context.Context, req *Message, h http.Header, out sink) (*Message, error) {
-	resp, err := s.roundTrip(ctx, req, h, out, nil)
+// advertises the idempotency_key argument on the tools whose calls the
+// listing caller gets protected.
+func (s *session) toolsList(op *mcpcall.Op, req *Message, h http.Header, out sink) (*Message, error) {
+	resp, err := s.roundTrip(op, req, h, out, nil)
 	if err != nil || resp.Error != nil || resp.Result == nil {
 		return resp, err
 	}
-	s.tools.observe(listCursor(req.Params), resp.Result)
-	if !s.g.keyParam || (!s.local && s.g.subject(h) == "" && s.g.subjectH != "") {
-		// Calls without a subject are refused: claim no retry safety.
+	result, tools, derr := s.g.in.DecorateRawToolsList(resp.Result, op.Scope())
+	if derr != nil {
+		s.g.log.Warn("the upstream's tools/list answer could not be read; passed on as it is, and its tools' calls are handled as write tools'",
+			"session", s.id, "error", derr)
 		return resp, nil
 	}
-	if r, changed := s.g.advertise(resp.Result); changed {
-		resp = resp.withResult(r)
+	s.tools.observe(listCursor(req.Params), tools, nextCursor(resp.Result))
+	if !bytes.Equal(result, resp.Result) {
+		resp = resp.withResult(result)
 	}
 	return resp, nil
 }
 
-// toolsCall runs a tools/call through the CallHandler.
-func (s *session) toolsCall(ctx context.Context, req *Message, h http.Header, out sink) (*Message, error) {
-	var p struct {
-		Name      string          `json:"name"`
-		Arguments json.RawMessage `json:"arguments"`
-		Meta      json.RawMessage `json:"_meta"`
-	}
-	if err := json.Unmarshal(req.Params, &p); err != nil || p.Name == "" {
-		return newErrorResponse(req.ID, -32602, "Invalid params: tools/call needs params.name (the tool) and params.arguments (an object)."), nil
-	}
-	info := s.tools.lookup(ctx, p.Name, func(ctx context.Context) error {
+// toolsCall runs a tools/call through the machinery (mcpcall.CallTool):
+// the call's protection, scope, key and outcome are decided there, and
+// forward runs at most once per key while a result is kept.
+func (s *session) toolsCall(op *mcpcall.Op, req *Message, p *requestParams, h http.Header, out sink) (*Message, error) {
+	in := s.g.in
+	tool := s.tools.lookup(op, p.Name, func(ctx context.Context) error {
 		err := s.fetchTools(ctx, h)
 		if err != nil {
 			s.g.log.Warn("listing the upstream's tools failed; the call is handled as a write tool's (MCP's default annotations)",
@@ -414,61 +511,65 @@ func (s *session) toolsCall(ctx context.Context, req *Message, h http.Header, ou
 		}
 		return err
 	})
-	call := &ToolCall{
-		Tool:            p.Name,
-		Arguments:       p.Arguments,
-		Meta:            p.Meta,
-		SessionID:       s.id,
-		RequestID:       formatID(req.ID),
-		ProtocolVersion: s.protocolVersion(),
-		Subject:         s.g.subject(h),
-		Local:           s.local,
-		Annotations:     info.ann,
-		Transport:       s.netTrans,
+	call := &mcpcall.ToolCall{
+		Tool:         p.Name,
+		Arguments:    p.Arguments,
+		Meta:         p.Meta,
+		Info:         tool.info,
+		Continuation: nonNull(p.RequestState) || nonNull(p.InputResponses),
 	}
 	fwd := req
-	protected := s.g.calls.Protects(p.Name, info.ann)
-	if protected && !info.declaresKey {
-		if args, ok := stripKey(p.Arguments); ok {
+	if in.StripsKey(p.Name, tool.info) {
+		if args, key := mcpcall.StripKeyArgument(p.Arguments); key != nil {
 			params, err := setMember(req.Params, "arguments", args)
 			if err != nil {
 				return nil, err
 			}
-			fwd = req.withParams(params)
+			call.Arguments, call.StrippedKey, fwd = args, key, req.withParams(params)
 		}
 	}
-	var lastBeat time.Time
-	forward := func(fctx context.Context) (json.RawMessage, error) {
-		resp, err := s.roundTrip(fctx, fwd, h, out, func(m *Message) {
-			if progressOf(m) == nil {
+	if in.WriteTool(p.Name, tool.info) {
+		call.Validator = tool.validator()
+	}
+	res, err := mcpcall.CallTool(op, call, mcpcall.RawCodec{}, func(ctx context.Context) (json.RawMessage, error) {
+		c := idemkit.CallFromContext(ctx)
+		if c != nil {
+			// A protected call runs to its end and records its outcome even
+			// when the client goes away: its retry will ask for that
+			// outcome.
+			ctx = context.WithoutCancel(ctx)
+		}
+		var lastBeat time.Time
+		resp, err := s.roundTrip(ctx, fwd, h, out, func(m *Message) {
+			if c == nil || progressOf(m) == nil || time.Since(lastBeat) < s.g.beatEvery {
 				return
 			}
-			if c := idemkit.CallFromContext(fctx); c != nil && time.Since(lastBeat) >= s.g.beatEvery {
-				lastBeat = time.Now()
-				if err := c.Heartbeat(fctx); err != nil {
-					s.g.log.Warn("extending a call's lease failed", "tool", p.Name, "error", err)
-				}
+			lastBeat = time.Now()
+			if err := c.Heartbeat(ctx); err != nil {
+				s.g.log.Warn("extending a call's lease failed", "tool", p.Name, "error", err)
 			}
 		})
-		if err != nil {
+		switch {
+		case err != nil:
 			return nil, err
-		}
-		if resp.Error != nil {
+		case resp.Error != nil:
 			return nil, resp.Error
+		case len(resp.Result) == 0 || string(resp.Result) == "null":
+			return nil, errNoResult
 		}
 		return resp.Result, nil
-	}
-	cctx := ctx
-	if protected {
-		// A protected call runs to its end and records its outcome even when
-		// the client goes away: its retry will ask for that outcome.
-		cctx = context.WithoutCancel(ctx)
-	}
-	res, err := s.g.calls.HandleCall(cctx, call, forward)
+	})
 	if err != nil {
 		return nil, err
 	}
 	return newResponse(req.ID, res), nil
+}
+
+var errNoResult = &RPCError{Code: codeInternalError, Message: "the upstream MCP server answered tools/call without a result"}
+
+func nonNull(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) > 0 && string(t) != "null"
 }
 
 // fetchTools lists every page of the upstream's tools into the index.
@@ -479,202 +580,23 @@ func (s *session) fetchTools(ctx context.Context, h http.Header) error {
 		if cursor != nil {
 			params, _ = json.Marshal(map[string]json.RawMessage{"cursor": cursor})
 		}
-		resp, err := s.roundTrip(ctx, &Message{JSONRPC: "2.0", ID: nil, Method: "tools/list", Params: params}, h, nil, nil)
+		resp, err := s.roundTrip(ctx, &Message{JSONRPC: "2.0", ID: nil, Method: spancontract.MethodToolsList, Params: params}, h, nil, nil)
 		if err != nil {
 			return err
 		}
 		if resp.Error != nil {
 			return resp.Error
 		}
-		cursor = s.tools.observe(cursor, resp.Result)
-		if cursor == nil {
+		tools, err := parseTools(resp.Result)
+		if err != nil {
+			return err
+		}
+		next := nextCursor(resp.Result)
+		s.tools.observe(cursor, tools, next)
+		if next == nil {
 			return nil
 		}
+		cursor = next
 	}
 	return errors.New("the upstream's tools/list did not end after 1000 pages")
-}
-
-// stripKey removes the idempotency_key member from a call's arguments. ok
-// is false when there was none.
-func stripKey(args json.RawMessage) (json.RawMessage, bool) {
-	if !bytes.Contains(args, []byte(`"`+instrument.KeyArgument+`"`)) {
-		return nil, false
-	}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(args, &m) != nil {
-		return nil, false
-	}
-	if _, ok := m[instrument.KeyArgument]; !ok {
-		return nil, false
-	}
-	delete(m, instrument.KeyArgument)
-	b, err := json.Marshal(m)
-	if err != nil {
-		return nil, false
-	}
-	return b, true
-}
-
-// advertise adds the idempotency_key argument to the input schema of every
-// protected tool in a tools/list result, and the retry-safety sentence to
-// its description.
-func (g *Gateway) advertise(result json.RawMessage) (json.RawMessage, bool) {
-	var r map[string]json.RawMessage
-	if json.Unmarshal(result, &r) != nil {
-		return nil, false
-	}
-	var tools []map[string]json.RawMessage
-	if json.Unmarshal(r["tools"], &tools) != nil {
-		return nil, false
-	}
-	changed := false
-	for _, t := range tools {
-		var name string
-		_ = json.Unmarshal(t["name"], &name)
-		if !g.calls.Protects(name, annotationsOf(t["annotations"])) {
-			continue
-		}
-		var schema map[string]json.RawMessage
-		if json.Unmarshal(t["inputSchema"], &schema) != nil || schema == nil {
-			schema = map[string]json.RawMessage{"type": json.RawMessage(`"object"`)}
-		}
-		var props map[string]json.RawMessage
-		_ = json.Unmarshal(schema["properties"], &props)
-		if props == nil {
-			props = map[string]json.RawMessage{}
-		}
-		if _, ok := props[instrument.KeyArgument]; !ok {
-			props[instrument.KeyArgument], _ = json.Marshal(instrument.KeyParameterSchema())
-			schema["properties"], _ = json.Marshal(props)
-			t["inputSchema"], _ = json.Marshal(schema)
-			changed = true
-		}
-		var desc string
-		_ = json.Unmarshal(t["description"], &desc)
-		if !strings.Contains(desc, instrument.KeyDescription) {
-			if desc = strings.TrimRight(desc, " \n"); desc != "" {
-				desc += "\n\n"
-			}
-			t["description"], _ = json.Marshal(desc + instrument.KeyDescription)
-			changed = true
-		}
-	}
-	if !changed {
-		return nil, false
-	}
-	r["tools"], _ = json.Marshal(tools)
-	b, err := json.Marshal(r)
-	if err != nil {
-		return nil, false
-	}
-	return b, true
-}
-
-// listCursor returns params.cursor of a tools/list request, or nil.
-func listCursor(params json.RawMessage) json.RawMessage {
-	var p struct {
-		Cursor json.RawMessage `json:"cursor"`
-	}
-	if json.Unmarshal(params, &p) != nil || string(p.Cursor) == "null" {
-		return nil
-	}
-	return p.Cursor
-}
-
-func annotationsOf(raw json.RawMessage) Annotations {
-	var a struct {
-		ReadOnly   bool `json:"readOnlyHint"`
-		Idempotent bool `json:"idempotentHint"`
-	}
-	_ = json.Unmarshal(raw, &a)
-	return Annotations{ReadOnly: a.ReadOnly, Idempotent: a.Idempotent, Listed: true}
-}
-
-// toolInfo is what the gateway knows of one upstream tool.
-type toolInfo struct {
-	ann         Annotations
-	declaresKey bool // its own input schema has an idempotency_key property
-}
-
-// toolIndex holds a session's upstream tools, learned from tools/list.
-type toolIndex struct {
-	fetch sync.Mutex // serialises the gateway's own tools/list fetches
-
-	mu       sync.Mutex // protects the fields below
-	tools    map[string]toolInfo
-	complete bool
-	building map[string]toolInfo // pages of a listing in progress
-	gen      int                 // bumped by invalidate
-}
-
-// observe records one page of a tools/list result, listed from cursor (nil
-// for the first page), and returns the next page's cursor, or nil.
-func (x *toolIndex) observe(cursor, result json.RawMessage) json.RawMessage {
-	var r struct {
-		Tools []struct {
-			Name        string          `json:"name"`
-			Annotations json.RawMessage `json:"annotations"`
-			InputSchema struct {
-				Properties map[string]json.RawMessage `json:"properties"`
-			} `json:"inputSchema"`
-		} `json:"tools"`
-		NextCursor json.RawMessage `json:"nextCursor"`
-	}
-	if json.Unmarshal(result, &r) != nil {
-		return nil
-	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if cursor == nil || x.building == nil {
-		x.building = map[string]toolInfo{}
-	}
-	for _, t := range r.Tools {
-		_, declares := t.InputSchema.Properties[instrument.KeyArgument]
-		x.building[t.Name] = toolInfo{ann: annotationsOf(t.Annotations), declaresKey: declares}
-	}
-	next := r.NextCursor
-	if len(next) == 0 || string(next) == "null" || string(next) == `""` {
-		x.tools, x.building, x.complete = x.building, nil, true
-		return nil
-	}
-	// Tools seen so far count even before the last page.
-	if x.tools == nil {
-		x.tools = map[string]toolInfo{}
-	}
-	for k, v := range x.building {
-		x.tools[k] = v
-	}
-	return next
-}
-
-func (x *toolIndex) invalidate() {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.tools, x.complete, x.building = nil, false, nil
-	x.gen++
-}
-
-func (x *toolIndex) get(name string) (toolInfo, bool, bool) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	t, ok := x.tools[name]
-	return t, ok, x.complete
-}
-
-// lookup returns what is known of a tool, listing the upstream's tools with
-// fetch when the index has no complete listing that names it. A tool that
-// stays unknown (or a listing that fails) gets MCP's default annotations:
-// a write tool.
-func (x *toolIndex) lookup(ctx context.Context, name string, fetch func(context.Context) error) toolInfo {
-	if t, ok, complete := x.get(name); ok || complete {
-		return t
-	}
-	x.fetch.Lock()
-	defer x.fetch.Unlock()
-	if t, ok, complete := x.get(name); ok || complete {
-		return t
-	}
-	_ = fetch(ctx)
-	t, _, _ := x.get(name)
-	return t
 }

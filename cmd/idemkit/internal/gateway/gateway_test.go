@@ -1,9 +1,14 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http/httptest"
 	"sort"
 	"strings"
@@ -16,6 +21,12 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/mcpcall"
 )
 
 // upstreamServer is a real mcp-go server over Streamable HTTP with stateful
@@ -23,6 +34,14 @@ import (
 type upstreamServer struct {
 	URL  string
 	runs sync.Map // tool -> *atomic.Int64
+	args sync.Map // tool -> map[string]any: the last call's arguments
+}
+
+// lastArgs returns the arguments the last call of tool arrived with.
+func (u *upstreamServer) lastArgs(tool string) map[string]any {
+	v, _ := u.args.Load(tool)
+	m, _ := v.(map[string]any)
+	return m
 }
 
 func (u *upstreamServer) count(tool string) int64 {
@@ -42,11 +61,13 @@ func newUpstream(t testing.TB) *upstreamServer {
 	s.AddTool(mcp.NewTool("issue_refund", mcp.WithString("order_id", mcp.Required()), mcp.WithNumber("amount_cents")),
 		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			u.inc("issue_refund")
+			u.args.Store("issue_refund", req.GetArguments())
 			return mcp.NewToolResultText("refund issued for " + req.GetString("order_id", "")), nil
 		})
 	s.AddTool(mcp.NewTool("lookup", mcp.WithReadOnlyHintAnnotation(true), mcp.WithString("order_id")),
 		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			u.inc("lookup")
+			u.args.Store("lookup", req.GetArguments())
 			return mcp.NewToolResultText("paid"), nil
 		})
 	s.AddTool(mcp.NewTool("slow", mcp.WithNumber("steps")),
@@ -76,14 +97,16 @@ func newUpstream(t testing.TB) *upstreamServer {
 	return u
 }
 
-// newGatewayServer serves a Gateway in front of upstream on loopback.
-func newGatewayServer(t testing.TB, upstreamURL string, calls CallHandler) (*Gateway, string) {
+// newGatewayServer serves a Gateway in front of upstream on loopback,
+// configured by cfg (its Upstream is set here).
+func newGatewayServer(t testing.TB, upstreamURL string, cfg Config) (*Gateway, string) {
 	t.Helper()
 	up, err := NewHTTPUpstream(upstreamURL, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := New(Config{Upstream: up, Calls: calls})
+	cfg.Upstream = up
+	g, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,6 +116,64 @@ func newGatewayServer(t testing.TB, upstreamURL string, calls CallHandler) (*Gat
 		_ = g.Close(context.Background())
 	})
 	return g, hs.URL
+}
+
+// telemetryPair is a span recorder and a metric reader.
+type telemetryPair struct {
+	spans  *tracetest.SpanRecorder
+	reader *sdkmetric.ManualReader
+	tp     *sdktrace.TracerProvider
+	mp     *sdkmetric.MeterProvider
+}
+
+func newTelemetryPair() *telemetryPair {
+	p := &telemetryPair{spans: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader()}
+	p.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(p.spans))
+	p.mp = sdkmetric.NewMeterProvider(sdkmetric.WithReader(p.reader))
+	return p
+}
+
+// config returns the instrumentation of a gateway recording into p.
+func (p *telemetryPair) config() *mcpcall.Config {
+	c := mcpcall.DefaultConfig()
+	c.TracerProvider, c.MeterProvider = p.tp, p.mp
+	return &c
+}
+
+// toolSpans returns the ended tools/call spans of tool, in end order, by
+// their attributes.
+func (p *telemetryPair) toolSpans(tool string) []map[string]any {
+	var out []map[string]any
+	for _, s := range p.spans.Ended() {
+		if s.Name() == "tools/call "+tool {
+			out = append(out, attrsOf(s))
+		}
+	}
+	return out
+}
+
+func attrsOf(s sdktrace.ReadOnlySpan) map[string]any {
+	m := map[string]any{}
+	for _, kv := range s.Attributes() {
+		m[string(kv.Key)] = kv.Value.AsInterface()
+	}
+	return m
+}
+
+func newGuard(t testing.TB) *idemkit.Guard {
+	t.Helper()
+	g, err := idemkit.NewGuard(&idemkit.MemoryStore{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// subjectHash is the idemkit.subject.hash of a caller presenting a bearer
+// token: the gateway's subject is the token's SHA-256, never the token.
+func subjectHash(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return idemkit.ShortHash("bearer:" + hex.EncodeToString(sum[:]))
 }
 
 // mcpClient returns an initialized mcp-go Streamable HTTP client of url.
@@ -138,32 +219,10 @@ func text(r *mcp.CallToolResult) string {
 	return b.String()
 }
 
-// recordingHandler protects the tools a set names, records the calls it is
-// given and forwards them.
-type recordingHandler struct {
-	protect map[string]bool
-	mu      sync.Mutex
-	calls   []ToolCall
-}
-
-func (h *recordingHandler) Protects(tool string, a Annotations) bool {
-	if v, ok := h.protect[tool]; ok {
-		return v
-	}
-	return !a.ReadOnly && !a.Idempotent
-}
-
-func (h *recordingHandler) HandleCall(ctx context.Context, call *ToolCall, forward Forward) (json.RawMessage, error) {
-	h.mu.Lock()
-	h.calls = append(h.calls, *call)
-	h.mu.Unlock()
-	return forward(ctx)
-}
-
 func TestGateway_MCPGoClientAndServer(t *testing.T) {
 	up := newUpstream(t)
-	h := &recordingHandler{}
-	_, url := newGatewayServer(t, up.URL, h)
+	tel := newTelemetryPair()
+	_, url := newGatewayServer(t, up.URL, Config{Guard: newGuard(t), Instrumentation: tel.config()})
 	c := mcpClient(t, url, "tok")
 
 	tools, err := c.ListTools(context.Background(), mcp.ListToolsRequest{})
@@ -189,26 +248,38 @@ func TestGateway_MCPGoClientAndServer(t *testing.T) {
 	if text(r) != "refund issued for o-1" || up.count("issue_refund") != 1 {
 		t.Fatalf("issue_refund: %q, %d runs", text(r), up.count("issue_refund"))
 	}
-	callTool(t, c, "lookup", map[string]any{"order_id": "o-1"})
+	// The key is the gateway's: a protected tool never sees it.
+	if _, ok := up.lastArgs("issue_refund")["idempotency_key"]; ok || up.lastArgs("issue_refund")["order_id"] != "o-1" {
+		t.Errorf("the upstream got %v: the key must be stripped, the rest kept", up.lastArgs("issue_refund"))
+	}
+	// A read-only tool's arguments are forwarded as they are.
+	callTool(t, c, "lookup", map[string]any{"order_id": "o-1", "idempotency_key": "mine"})
+	if up.lastArgs("lookup")["idempotency_key"] != "mine" {
+		t.Errorf("the read-only tool got %v: an unprotected tool's arguments must pass untouched", up.lastArgs("lookup"))
+	}
 
-	h.mu.Lock()
-	calls := append([]ToolCall(nil), h.calls...)
-	h.mu.Unlock()
-	if len(calls) != 2 {
-		t.Fatalf("the handler saw %d calls", len(calls))
+	calls := tel.toolSpans("issue_refund")
+	if len(calls) != 1 {
+		t.Fatalf("%d issue_refund spans", len(calls))
 	}
 	c0 := calls[0]
-	if c0.Tool != "issue_refund" || c0.SessionID == "" || c0.RequestID == "" || c0.Annotations != (Annotations{Listed: true}) ||
-		!strings.HasPrefix(c0.Subject, "bearer:") || strings.Contains(c0.Subject, "tok") || c0.Transport != "tcp" || c0.ProtocolVersion == "" {
-		t.Errorf("the first call: %+v", c0)
+	for k, want := range map[string]any{
+		"idemkit.outcome": "executed", "idemkit.key.source": "explicit", "idemkit.subject.hash": subjectHash("tok"),
+		"network.transport": "tcp", "network.protocol.name": "http", "network.protocol.version": "1.1",
+		"client.address": "127.0.0.1", "mcp.protocol.version": mcp.LATEST_LEGACY_PROTOCOL_VERSION,
+		"gen_ai.operation.name": "execute_tool", "mcp.method.name": "tools/call",
+	} {
+		if c0[k] != want {
+			t.Errorf("issue_refund span %s = %v, want %v", k, c0[k], want)
+		}
 	}
-	var args map[string]any
-	_ = json.Unmarshal(c0.Arguments, &args)
-	if args["idempotency_key"] != "k-1" {
-		t.Errorf("the handler did not get the key in the arguments: %s", c0.Arguments)
+	for _, k := range []string{"mcp.session.id", "jsonrpc.request.id", "client.port", "idemkit.key.hash", "idemkit.args.hash"} {
+		if c0[k] == nil || c0[k] == "" {
+			t.Errorf("issue_refund span lacks %s: %v", k, c0)
+		}
 	}
-	if calls[1].Annotations != (Annotations{ReadOnly: true, Listed: true}) {
-		t.Errorf("lookup's annotations: %+v", calls[1].Annotations)
+	if l := tel.toolSpans("lookup"); len(l) != 1 || l[0]["idemkit.outcome"] != "bypassed" || l[0]["idemkit.bypass.reason"] != "unprotected" {
+		t.Errorf("lookup spans: %v", l)
 	}
 
 	// Progress passes through as it comes.
@@ -237,8 +308,8 @@ func TestGateway_MCPGoClientAndServer(t *testing.T) {
 
 func TestGateway_LearnsToolsWhenTheClientNeverListed(t *testing.T) {
 	up := newUpstream(t)
-	h := &recordingHandler{}
-	_, url := newGatewayServer(t, up.URL, h)
+	tel := newTelemetryPair()
+	_, url := newGatewayServer(t, up.URL, Config{Guard: newGuard(t), Instrumentation: tel.config()})
 	c := mcpClient(t, url, "tok")
 	callTool(t, c, "lookup", map[string]any{})
 	var r mcp.CallToolRequest
@@ -246,46 +317,15 @@ func TestGateway_LearnsToolsWhenTheClientNeverListed(t *testing.T) {
 	if _, err := c.CallTool(context.Background(), r); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("an unknown tool: %v, want the upstream's error", err)
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.calls[0].Annotations != (Annotations{ReadOnly: true, Listed: true}) {
-		t.Errorf("lookup without a prior tools/list: %+v", h.calls[0].Annotations)
+	// lookup was learned read-only from the gateway's own tools/list.
+	if l := tel.toolSpans("lookup"); len(l) != 1 || l[0]["idemkit.bypass.reason"] != "unprotected" {
+		t.Errorf("lookup without a prior tools/list: %v", l)
 	}
-	if h.calls[1].Annotations != (Annotations{}) {
-		t.Errorf("an unlisted tool must get MCP's default annotations (a write tool): %+v", h.calls[1].Annotations)
-	}
-}
-
-func TestGateway_StripsTheKeyFromProtectedCallsOnly(t *testing.T) {
-	for _, tc := range []struct {
-		args      string
-		protected bool
-		want      string
-	}{
-		{`{"a":1,"idempotency_key":"k"}`, true, `{"a":1}`},
-		{`{"a":1,"idempotency_key":"k"}`, false, `{"a":1,"idempotency_key":"k"}`},
-		{`{"a":1}`, true, `{"a":1}`},
-	} {
-		got := json.RawMessage(tc.args)
-		if tc.protected {
-			if s, ok := stripKey(got); ok {
-				got = s
-			}
-		}
-		var g, w any
-		_ = json.Unmarshal(got, &g)
-		_ = json.Unmarshal([]byte(tc.want), &w)
-		if fmt.Sprint(g) != fmt.Sprint(w) {
-			t.Errorf("%s protected=%v: forwarded %s, want %s", tc.args, tc.protected, got, tc.want)
-		}
-	}
-}
-
-func TestFormatID(t *testing.T) {
-	for in, want := range map[string]string{`"abc"`: "abc", `7`: "7", `1e3`: "1000", `12345678901234567890`: "12345678901234567890", `null`: "", ``: "", `1.5`: "1.5"} {
-		if got := formatID(json.RawMessage(in)); got != want {
-			t.Errorf("formatID(%s) = %q, want %q", in, got, want)
-		}
+	// An unlisted tool gets MCP's default annotations: a write tool,
+	// claimed (and released when the upstream answers with an error).
+	u := tel.toolSpans("nonexistent_tool_x")
+	if len(u) != 1 || u[0]["idemkit.outcome"] != "executed" || u[0]["idemkit.key.hash"] == nil || u[0]["error.type"] == nil {
+		t.Errorf("an unlisted tool's span: %v", u)
 	}
 }
 
@@ -310,7 +350,7 @@ func TestSSEReader(t *testing.T) {
 // session: every answer reaches the request that asked for it.
 func TestGateway_ConcurrentCallsOnOneSession(t *testing.T) {
 	up := newUpstream(t)
-	_, url := newGatewayServer(t, up.URL, PassThrough{})
+	_, url := newGatewayServer(t, up.URL, Config{})
 	c := mcpClient(t, url, "tok")
 	var wg sync.WaitGroup
 	answers := make([]string, 20)
@@ -328,12 +368,10 @@ func TestGateway_ConcurrentCallsOnOneSession(t *testing.T) {
 	}
 }
 
-// TestGateway_ClaimsNoRetrySafetyWithoutASubject: over HTTP, a protected
-// call without the subject header is refused, so a tools/list without it
-// must not advertise the idempotency key either.
-func TestGateway_ClaimsNoRetrySafetyWithoutASubject(t *testing.T) {
-	up := newUpstream(t)
-	_, url := newGatewayServer(t, up.URL, &recordingHandler{})
+// anonymousClient returns an initialized client that sends no
+// Authorization header.
+func anonymousClient(t *testing.T, url string) *client.Client {
+	t.Helper()
 	c, err := client.NewStreamableHttpClient(url)
 	if err != nil {
 		t.Fatal(err)
@@ -342,14 +380,28 @@ func TestGateway_ClaimsNoRetrySafetyWithoutASubject(t *testing.T) {
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { _ = c.Close() })
 	var init mcp.InitializeRequest
 	init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
 	init.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "1"}
 	if _, err := c.Initialize(ctx, init); err != nil {
 		t.Fatal(err)
 	}
-	tools, err := c.ListTools(ctx, mcp.ListToolsRequest{})
+	return c
+}
+
+// TestGateway_RefusesProtectedCallsWithoutASubject: over HTTP, a protected
+// call without the subject header is refused (fail closed), with a span
+// that says why; a tools/list without it does not advertise the key
+// either; read-only tools are still forwarded.
+func TestGateway_RefusesProtectedCallsWithoutASubject(t *testing.T) {
+	up := newUpstream(t)
+	tel := newTelemetryPair()
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))
+	_, url := newGatewayServer(t, up.URL, Config{Guard: newGuard(t), Instrumentation: tel.config(), Logger: log})
+	c := anonymousClient(t, url)
+	tools, err := c.ListTools(context.Background(), mcp.ListToolsRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,6 +410,75 @@ func TestGateway_ClaimsNoRetrySafetyWithoutASubject(t *testing.T) {
 			t.Errorf("%s claims retry safety to a caller without a subject: %+v", tl.Name, tl)
 		}
 	}
+	for range 2 {
+		r := callTool(t, c, "issue_refund", map[string]any{"order_id": "o-1"})
+		refusal, _ := r.Meta.AdditionalFields[mcpcall.RefusalMetaKey].(map[string]any)
+		if !r.IsError || refusal["reason"] != "unscoped" || !strings.Contains(text(r), "nothing was done") || !strings.Contains(text(r), "credentials") {
+			t.Errorf("a protected call without a subject: %+v", r)
+		}
+	}
+	if n := up.count("issue_refund"); n != 0 {
+		t.Fatalf("the upstream ran %d refunds for callers it cannot tell apart", n)
+	}
+	callTool(t, c, "lookup", map[string]any{})
+	if up.count("lookup") != 1 {
+		t.Errorf("a read-only tool was not forwarded")
+	}
+	spans := tel.toolSpans("issue_refund")
+	if len(spans) != 2 {
+		t.Fatalf("%d issue_refund spans, want one per refused call", len(spans))
+	}
+	for _, sp := range spans {
+		if sp["idemkit.refusal.reason"] != "unscoped" || sp["error.type"] != "tool_error" || sp["idemkit.outcome"] != nil {
+			t.Errorf("a refused call's span: %v", sp)
+		}
+	}
+	if n := strings.Count(logs.String(), "refused a call of a protected tool"); n != 1 || !strings.Contains(logs.String(), "--subject-header") {
+		t.Errorf("the operator's log (want one line per tool naming the flag to set):\n%s", logs.String())
+	}
+}
+
+// TestGateway_NoSubjectHeaderScopesCallsBySession: with --subject-header -,
+// the gateway's own sessions (random IDs, only issued ones accepted) scope
+// the calls: a retry on the session is replayed, a new session's call runs.
+func TestGateway_NoSubjectHeaderScopesCallsBySession(t *testing.T) {
+	up := newUpstream(t)
+	_, url := newGatewayServer(t, up.URL, Config{Guard: newGuard(t), SubjectHeader: "-"})
+	a := anonymousClient(t, url)
+	tools, err := a.ListTools(context.Background(), mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	advertised := false
+	for _, tl := range tools.Tools {
+		_, ok := tl.InputSchema.Properties["idempotency_key"]
+		advertised = advertised || (tl.Name == "issue_refund" && ok)
+	}
+	if !advertised {
+		t.Errorf("issue_refund's calls are protected, but tools/list does not say so")
+	}
+	args := map[string]any{"order_id": "o-1"}
+	callTool(t, a, "issue_refund", args)
+	r := callTool(t, a, "issue_refund", args)
+	if up.count("issue_refund") != 1 || r.Meta == nil || r.Meta.AdditionalFields[mcpcall.ReplayMetaKey] == nil {
+		t.Fatalf("a retry on the same session: %d runs, %+v", up.count("issue_refund"), r)
+	}
+	callTool(t, anonymousClient(t, url), "issue_refund", args)
+	if up.count("issue_refund") != 2 {
+		t.Errorf("another session shared the first one's result: %d runs", up.count("issue_refund"))
+	}
+}
+
+// syncWriter serialises writes to a builder read by the test.
+type syncWriter struct {
+	mu sync.Mutex // protects w
+	w  *strings.Builder
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(p)
 }
 
 // TestGateway_ToolListChangedReachesTheClientAndRefreshesAnnotations: a
@@ -371,8 +492,8 @@ func TestGateway_ToolListChangedReachesTheClientAndRefreshesAnnotations(t *testi
 	})
 	hs := httptest.NewServer(server.NewStreamableHTTPServer(s, server.WithStateful(true)))
 	defer hs.Close()
-	h := &recordingHandler{}
-	_, url := newGatewayServer(t, hs.URL+"/mcp", h)
+	tel := newTelemetryPair()
+	_, url := newGatewayServer(t, hs.URL+"/mcp", Config{Guard: newGuard(t), Instrumentation: tel.config()})
 
 	// The standalone GET stream belongs to the session-based protocol the
 	// gateway serves (up to 2025-11-25), which this option keeps the
@@ -424,32 +545,108 @@ func TestGateway_ToolListChangedReachesTheClientAndRefreshesAnnotations(t *testi
 		break
 	}
 	callTool(t, c, "late_0", map[string]any{})
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if got := h.calls[len(h.calls)-1].Annotations; got != (Annotations{ReadOnly: true, Listed: true}) {
-		t.Errorf("the tool added at run time has annotations %+v: the gateway kept a stale tool list", got)
+	if l := tel.toolSpans("late_0"); len(l) != 1 || l[0]["idemkit.bypass.reason"] != "unprotected" {
+		t.Errorf("the read-only tool added at run time was handled as %v: the gateway kept a stale tool list", l)
 	}
 }
 
 func TestToolIndex_ObservesEveryPage(t *testing.T) {
 	var x toolIndex
-	next := x.observe(nil, json.RawMessage(`{"tools":[{"name":"a","annotations":{"readOnlyHint":true}}],"nextCursor":"p2"}`))
+	page1 := json.RawMessage(`{"tools":[{"name":"a","annotations":{"readOnlyHint":true}}],"nextCursor":"p2"}`)
+	tools, err := parseTools(page1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := nextCursor(page1)
 	if string(next) != `"p2"` {
 		t.Fatalf("next cursor %s", next)
 	}
-	if _, ok, complete := x.get("a"); !ok || complete {
-		t.Errorf("after page 1: known %v, complete %v", ok, complete)
+	x.observe(nil, tools, next)
+	if a, _ := x.get("a"); a == nil || !a.info.ReadOnlyHint {
+		t.Errorf("after page 1: a %v", a)
 	}
-	if next := x.observe(json.RawMessage(`"p2"`), json.RawMessage(`{"tools":[{"name":"b","inputSchema":{"type":"object","properties":{"idempotency_key":{"type":"string"}}}}]}`)); next != nil {
-		t.Fatalf("a last page returned cursor %s", next)
+	if _, known := x.get("c"); known {
+		t.Errorf("after page 1 of 2, c is known not to exist")
 	}
-	a, _, complete := x.get("a")
-	b, _, _ := x.get("b")
-	if !complete || a.ann != (Annotations{ReadOnly: true, Listed: true}) || !b.declaresKey || b.ann != (Annotations{Listed: true}) {
-		t.Errorf("after page 2: a %+v, b %+v, complete %v", a, b, complete)
+	page2 := json.RawMessage(`{"tools":[{"name":"b","inputSchema":{"type":"object","properties":{"idempotency_key":{"type":"string"}}}}]}`)
+	if tools, err = parseTools(page2); err != nil {
+		t.Fatal(err)
+	}
+	if next := nextCursor(page2); next != nil {
+		t.Fatalf("a last page has cursor %s", next)
+	}
+	x.observe(json.RawMessage(`"p2"`), tools, nil)
+	a, _ := x.get("a")
+	b, _ := x.get("b")
+	if a == nil || !a.info.ReadOnlyHint || b == nil || !b.info.DeclaresKey || b.info.ReadOnlyHint {
+		t.Errorf("after page 2: a %+v, b %+v", a, b)
+	}
+	if _, known := x.get("c"); !known {
+		t.Errorf("a complete listing must know that c does not exist")
 	}
 	x.invalidate()
-	if _, ok, complete := x.get("a"); ok || complete {
-		t.Errorf("after invalidate: known %v, complete %v", ok, complete)
+	if a, known := x.get("a"); a != nil || known {
+		t.Errorf("after invalidate: a %v, known %v", a, known)
+	}
+}
+
+// TestGateway_ServeStdio_SpansOfALocalClient: served over stdio, the
+// gateway's one client needs no subject (a local transport); its spans say
+// network.transport pipe and carry no session or client address.
+func TestGateway_ServeStdio_SpansOfALocalClient(t *testing.T) {
+	up := newUpstream(t)
+	u, err := NewHTTPUpstream(up.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel := newTelemetryPair()
+	g, err := New(Config{Upstream: u, Guard: newGuard(t), Instrumentation: tel.config()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	served := make(chan error, 1)
+	go func() { served <- g.ServeStdio(context.Background(), inR, outW) }()
+	answers := bufio.NewScanner(outR)
+	answers.Buffer(nil, 1<<20)
+	send := func(msg string) map[string]any {
+		t.Helper()
+		if _, err := io.WriteString(inW, msg+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		if !answers.Scan() {
+			t.Fatalf("no answer to %s: %v", msg, answers.Err())
+		}
+		var m map[string]any
+		if err := json.Unmarshal(answers.Bytes(), &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	if _, err := io.WriteString(inW, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	call := `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"issue_refund","arguments":{"order_id":"o-1"}}}`
+	send(fmt.Sprintf(call, 2))
+	second := send(fmt.Sprintf(call, 3))
+	if up.count("issue_refund") != 1 {
+		t.Fatalf("the duplicate ran: %d runs (%v)", up.count("issue_refund"), second)
+	}
+	inW.Close()
+	if err := <-served; err != nil {
+		t.Fatalf("ServeStdio: %v", err)
+	}
+	spans := tel.toolSpans("issue_refund")
+	if len(spans) != 2 || spans[1]["idemkit.outcome"] != "replayed" {
+		t.Fatalf("spans %v", spans)
+	}
+	for _, sp := range spans {
+		if sp["network.transport"] != "pipe" || sp["mcp.session.id"] != nil || sp["client.address"] != nil ||
+			sp["mcp.protocol.version"] != "2025-06-18" || sp["idemkit.subject.hash"] != nil || sp["jsonrpc.request.id"] == nil {
+			t.Errorf("a stdio call's span: %v", sp)
+		}
 	}
 }

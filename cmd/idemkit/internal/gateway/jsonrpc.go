@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 )
 
 // JSON-RPC error codes the gateway answers with.
 const (
 	codeParseError     = -32700
 	codeInvalidRequest = -32600
+	codeInvalidParams  = -32602
 	codeInternalError  = -32603
 	// codeUpstream is a server-defined code (the -32000 range): the upstream
 	// MCP server could not be reached or went away.
@@ -124,30 +124,6 @@ func newErrorResponse(id json.RawMessage, code int, msg string) *Message {
 	return &Message{JSONRPC: "2.0", ID: id, Error: &RPCError{Code: code, Message: msg}}
 }
 
-// formatID returns a JSON-RPC ID as the span contract writes it: a string
-// as it is, a number in full decimal notation without exponent, "" for a
-// null or absent ID.
-func formatID(id json.RawMessage) string {
-	id = bytes.TrimSpace(id)
-	if len(id) == 0 || string(id) == "null" {
-		return ""
-	}
-	if id[0] == '"' {
-		var s string
-		if json.Unmarshal(id, &s) == nil {
-			return s
-		}
-		return ""
-	}
-	if isIntegerLiteral(id) {
-		return string(id) // exact, however long
-	}
-	if f, err := strconv.ParseFloat(string(id), 64); err == nil {
-		return strconv.FormatFloat(f, 'f', -1, 64)
-	}
-	return string(id)
-}
-
 // idKey returns a map key for a JSON-RPC ID that tells 1 and "1" apart.
 func idKey(id json.RawMessage) string { return string(bytes.TrimSpace(id)) }
 
@@ -214,19 +190,4 @@ func setMember(obj json.RawMessage, name string, value json.RawMessage) (json.Ra
 		m[name] = value
 	}
 	return json.Marshal(m)
-}
-
-func isIntegerLiteral(b []byte) bool {
-	if len(b) > 0 && b[0] == '-' {
-		b = b[1:]
-	}
-	if len(b) == 0 {
-		return false
-	}
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
 }

@@ -11,8 +11,12 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/idemkit/idemkit/internal/mcpcall"
+	"github.com/idemkit/idemkit/spancontract"
 )
 
 // ServeHTTP serves MCP's Streamable HTTP transport: POST a message, GET the
@@ -131,7 +135,8 @@ func (g *Gateway) post(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := &httpSink{w: w, acceptsSSE: acceptsSSE(r)}
-	resp, lost := s.handle(r.Context(), msg, r.Header, out)
+	t := g.httpTransport(r)
+	resp, lost := s.handle(r.Context(), msg, r.Header, &t, out)
 	if lost {
 		g.drop(s)
 		if !out.started {
@@ -163,7 +168,8 @@ func (g *Gateway) initializeHTTP(w http.ResponseWriter, r *http.Request, msg *Me
 	// an SSE stream's.
 	w.Header().Set("Mcp-Session-Id", s.id)
 	out := &httpSink{w: w, acceptsSSE: acceptsSSE(r)}
-	resp, _ := s.handle(r.Context(), msg, r.Header, out)
+	t := g.httpTransport(r)
+	resp, _ := s.handle(r.Context(), msg, r.Header, &t, out)
 	if resp.Error != nil {
 		_ = s.conn.Close(context.WithoutCancel(r.Context()))
 		if !out.started {
@@ -172,9 +178,8 @@ func (g *Gateway) initializeHTTP(w http.ResponseWriter, r *http.Request, msg *Me
 		out.final(resp)
 		return
 	}
-	s.initialized(resp)
 	if !g.register(s) {
-		_ = s.conn.Close(context.WithoutCancel(r.Context()))
+		_ = s.close(context.WithoutCancel(r.Context()), "")
 		if !out.started {
 			w.Header().Del("Mcp-Session-Id")
 		}
@@ -193,16 +198,44 @@ func (g *Gateway) open(ctx context.Context, local bool) (*session, error) {
 	return newSession(g, conn, local), nil
 }
 
-// initialized records what the initialize answer negotiated.
-func (s *session) initialized(resp *Message) {
+// initialized records what the initialize answer negotiated, and the
+// transport the session started on.
+func (s *session) initialized(resp *Message, t *mcpcall.Transport) {
 	var r struct {
 		ProtocolVersion string `json:"protocolVersion"`
 	}
 	_ = json.Unmarshal(resp.Result, &r)
 	s.mu.Lock()
-	s.protocol = r.ProtocolVersion
+	s.protocol, s.transport = r.ProtocolVersion, *t
 	s.mu.Unlock()
 }
+
+// httpTransport describes the HTTP request r arrived on for its spans and
+// its scope. The gateway's sessions are authentic (it issues random IDs and
+// accepts only those), but they scope calls only when no subject header is
+// configured: with one, a call without the header is refused.
+func (g *Gateway) httpTransport(r *http.Request) mcpcall.Transport {
+	t := mcpcall.Transport{
+		Network:           spancontract.TransportTCP,
+		ProtocolName:      "http",
+		AuthenticSessions: g.subjectH == "",
+	}
+	switch {
+	case r.ProtoMajor == 1:
+		t.ProtocolVersion = "1." + strconv.Itoa(r.ProtoMinor)
+	case r.ProtoMajor > 1:
+		t.ProtocolVersion = strconv.Itoa(r.ProtoMajor)
+	}
+	if host, port, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		t.ClientAddress = host
+		t.ClientPort, _ = strconv.Atoi(port)
+	}
+	return t
+}
+
+// stdioTransport is the transport of a client served over stdio: one
+// client per gateway process.
+var stdioTransport = mcpcall.Transport{Network: spancontract.TransportPipe, Local: true}
 
 // register adds s to the sessions and closes it when the upstream ends it.
 func (g *Gateway) register(s *session) bool {
@@ -216,11 +249,15 @@ func (g *Gateway) register(s *session) bool {
 	go func() {
 		<-s.conn.Done()
 		g.mu.Lock()
-		if g.sessions[s.id] == s {
+		mine := g.sessions[s.id] == s
+		if mine {
 			delete(g.sessions, s.id)
-			g.log.Info("the upstream ended a session", "session", s.id, "upstream", g.up.Transport())
 		}
 		g.mu.Unlock()
+		if mine {
+			g.log.Info("the upstream ended a session", "session", s.id, "upstream", g.up.Transport())
+			_ = s.close(context.Background(), spancontract.ErrorTypeOther)
+		}
 	}()
 	return true
 }
@@ -232,7 +269,7 @@ func (g *Gateway) drop(s *session) {
 		delete(g.sessions, s.id)
 	}
 	g.mu.Unlock()
-	go func() { _ = s.conn.Close(context.Background()) }()
+	go func() { _ = s.close(context.Background(), spancontract.ErrorTypeOther) }()
 }
 
 // send forwards a notification or a response from the client. A
@@ -306,7 +343,7 @@ func (g *Gateway) delete(w http.ResponseWriter, r *http.Request) {
 	g.mu.Lock()
 	delete(g.sessions, s.id)
 	g.mu.Unlock()
-	_ = s.conn.Close(r.Context())
+	_ = s.close(r.Context(), "")
 	w.WriteHeader(http.StatusOK)
 }
 
@@ -376,9 +413,12 @@ func (g *Gateway) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) e
 	defer cancel()
 	w := &lineWriter{w: out}
 	var wg sync.WaitGroup
+	s.mu.Lock()
+	s.transport = stdioTransport
+	s.mu.Unlock()
 	defer func() {
 		cancel()
-		_ = s.conn.Close(context.Background())
+		_ = s.close(context.Background(), "")
 		wg.Wait()
 	}()
 
@@ -442,10 +482,8 @@ func (g *Gateway) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) e
 				continue
 			}
 			wg.Go(func() {
-				resp, _ := s.handle(ctx, msg, nil, w)
-				if msg.Method == "initialize" && resp.Error == nil {
-					s.initialized(resp)
-				}
+				t := stdioTransport
+				resp, _ := s.handle(ctx, msg, nil, &t, w)
 				_ = w.send(resp)
 			})
 		}

@@ -263,7 +263,7 @@ func (c *stdioConn) dispatch(line []byte) {
 	}
 	c.mu.Unlock()
 	if to == nil {
-		c.log.Debug("upstream message with no stream to deliver it to; dropped", "method", m.Method, "id", formatID(m.ID))
+		c.log.Debug("upstream message with no stream to deliver it to; dropped", "method", m.Method, "id", string(m.ID))
 		return
 	}
 	to.deliver(m)

@@ -2,14 +2,16 @@
 //
 //  1. builds the otelcol-idemkit Collector (scripts/collector-build.sh;
 //     about 6 minutes the first time on a fresh machine, seconds afterwards)
-//     and the demo programs (examples/refundserver, examples/dupgen);
+//     and the demo programs (examples/refundserver, examples/dupgen,
+//     cmd/idemkit);
 //  2. starts the Collector (examples/demo/collector.yaml, or with -topology
-//     the shipped collector/examples/single or two-tier) and two refund
-//     servers on free local ports with fresh databases: one protected by
-//     idemkit (SQLite store), one without idemkit;
+//     the shipped collector/examples/single or two-tier) and three targets
+//     on free local ports with fresh databases: a refund server protected by
+//     idemkit (SQLite store), one without idemkit, and idemkit gateway
+//     (SQLite store) in front of another one without idemkit;
 //  3. runs dupgen, an agent that makes refunds run twice the way each of the
 //     four layers does (transport retry, harness retry, model re-issue,
-//     reconnect replay) plus two controls, against both servers;
+//     reconnect replay) plus two controls, against every target;
 //  4. stops the servers (which flushes their telemetry), waits for the
 //     Collector's decisions, prints the report and writes it as a
 //     self-contained HTML page (report.html, its path printed last), which
@@ -146,7 +148,7 @@ func checkInBrowser(ctx context.Context, mode string, res *demo.Result) error {
 		return errors.New("-browser-check: auto, on or off")
 	}
 	png := filepath.Join(filepath.Dir(res.HTML), "report.png")
-	got, err := report.CheckInBrowser(ctx, res.HTML, png, res.Report)
+	got, err := report.CheckInBrowser(ctx, res.HTML, png, res.Report.Expect())
 	if err != nil {
 		return err
 	}
@@ -159,14 +161,15 @@ func printExplore(p *demo.Pipeline, prom *harness.Prometheus) {
 The pipeline keeps running (Ctrl-C stops it):
   Prometheus     %s   (it scraped the Collector every second from before the first call)
   Collector      OTLP/gRPC %s: send more traffic with
-                   go run ./examples/dupgen -otlp-endpoint %s -protected URL -unprotected URL
-                 (start refund servers first: go run ./examples/refundserver -otlp-endpoint %s)
+                   go run ./examples/dupgen -otlp-endpoint %s -protected URL -unprotected URL [-gateway URL]
+                 (start refund servers first: go run ./examples/refundserver -otlp-endpoint %s, and for
+                 -gateway: go run ./cmd/idemkit gateway --upstream URL --store memory --otlp-endpoint %s)
 
 See it in Grafana (10.4 or newer, one you run; it must reach %s):
   1. Connections → Data sources → Add → Prometheus, URL %s, Save & test.
   2. Dashboards → New → Import → upload each of
        %s
      and choose that data source for "Prometheus".
-`, prom.URL, p.Entry(), p.Entry(), p.Entry(), prom.URL, prom.URL,
+`, prom.URL, p.Entry(), p.Entry(), p.Entry(), p.Entry(), prom.URL, prom.URL,
 		filepath.Join(p.Opts.Root, "dashboards", "idemkit-*.json"))
 }
