@@ -186,17 +186,44 @@ func Open(ctx context.Context, path string, cfg *Config) (*Store, error) {
 
 	s := newStore(db)
 	s.owned = true
-	if err := db.PingContext(ctx); err != nil {
-		db.Close()
-		return nil, interpretError("open "+path, err)
-	}
-	if !c.NoMigrate {
-		if err := s.Migrate(ctx); err != nil {
-			db.Close()
-			return nil, err
+	if err := openRetrying(ctx, c.BusyTimeout, func() error {
+		if err := db.PingContext(ctx); err != nil {
+			return interpretError("open "+path, err)
 		}
+		if c.NoMigrate {
+			return nil
+		}
+		return s.Migrate(ctx)
+	}); err != nil {
+		db.Close()
+		return nil, err
 	}
 	return s, nil
+}
+
+// openRetrying runs open until it succeeds, fails with an error that is not
+// SQLite busy, or busy errors have lasted busyTimeout (or ctx ends). Several
+// processes opening one new file at once race to switch it to WAL and to
+// migrate it; SQLite answers some of those races with SQLITE_BUSY at once,
+// without waiting for the busy timeout (a journal-mode change, a read that
+// must upgrade to a write), so Open retries them itself.
+func openRetrying(ctx context.Context, busyTimeout time.Duration, open func() error) error {
+	deadline := time.Now().Add(busyTimeout)
+	wait := 5 * time.Millisecond
+	for {
+		err := open()
+		if err == nil || !errors.Is(err, ErrBusy) || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
 }
 
 // dsn builds the modernc.org/sqlite data source name of path.

@@ -211,8 +211,8 @@ func TestMigrate_IsIdempotentAndRecordsTheVersion(t *testing.T) {
 func TestMigrate_ConcurrentOpensOfOneFileApplyOnce(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.db")
 	var wg sync.WaitGroup
-	errs := make(chan error, 6)
-	for range 6 {
+	errs := make(chan error, 16)
+	for range 16 {
 		wg.Go(func() {
 			s, err := sqlitestore.Open(context.Background(), path, nil)
 			if err == nil {
