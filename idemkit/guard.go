@@ -330,6 +330,12 @@ func (g *Guard) policy(tool string) *toolPolicy {
 	return &g.base
 }
 
+// Now returns the Guard's clock for store requests: Config.Now's time, or
+// the zero time, which tells the store to use its own clock (for SQL
+// stores, the database's). Layers that call the Store directly pass it as
+// a request's Now.
+func (g *Guard) Now() time.Time { return g.now() }
+
 func (g *Guard) now() time.Time {
 	if g.cfg.Now != nil {
 		return g.cfg.Now()
