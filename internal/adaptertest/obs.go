@@ -31,6 +31,7 @@ type rig struct {
 	log    *lockedBuffer
 	store  idemkit.Store
 	guard  *idemkit.Guard
+	jobs   *instrument.Jobs
 	srv    Server
 }
 
@@ -61,7 +62,7 @@ type setup struct {
 	opts      []instrument.Option
 	tools     []Tool
 	jobTools  []Tool
-	jobs      *instrument.Jobs
+	jobsCfg   *instrument.JobsConfig
 	prompts   []string
 	resources []string
 }
@@ -85,6 +86,20 @@ func start(t *testing.T, h Harness, s setup) *rig {
 			t.Fatal(err)
 		}
 		r.guard = g
+		if len(s.jobTools) > 0 {
+			jobs, err := instrument.NewJobs(g, s.jobsCfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := jobs.Close(ctx); err != nil {
+					t.Errorf("Jobs.Close: %v", err)
+				}
+			})
+			r.jobs = jobs
+		}
 	}
 	opts := append([]instrument.Option{
 		instrument.WithTracerProvider(tp),
@@ -94,7 +109,7 @@ func start(t *testing.T, h Harness, s setup) *rig {
 	}, s.opts...)
 	r.srv = h.Start(t, Config{
 		Transport: s.transport, Guard: r.guard, Options: opts, Bearer: s.bearer,
-		Tools: s.tools, JobTools: s.jobTools, Jobs: s.jobs, Prompts: s.prompts, Resources: s.resources,
+		Tools: s.tools, JobTools: s.jobTools, Jobs: r.jobs, Prompts: s.prompts, Resources: s.resources,
 	})
 	return r
 }
