@@ -98,13 +98,13 @@ func (t *Tasks) Close(ctx context.Context) error { return t.e.Close(ctx) }
 
 // taskJSON is the Task object of the specification.
 type taskJSON struct {
-	TaskID        string  `json:"taskId"`
-	Status        string  `json:"status"`
-	StatusMessage string  `json:"statusMessage,omitempty"`
-	CreatedAt     string  `json:"createdAt"`
-	LastUpdatedAt string  `json:"lastUpdatedAt"`
-	TTL           *int64  `json:"ttl"`
-	PollInterval  *int64  `json:"pollInterval,omitempty"`
+	TaskID        string `json:"taskId"`
+	Status        string `json:"status"`
+	StatusMessage string `json:"statusMessage,omitempty"`
+	CreatedAt     string `json:"createdAt"`
+	LastUpdatedAt string `json:"lastUpdatedAt"`
+	TTL           *int64 `json:"ttl"`
+	PollInterval  *int64 `json:"pollInterval,omitempty"`
 }
 
 func timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
@@ -241,7 +241,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 // task-augmented call is answered with.
 func refusalError(res json.RawMessage, reason string) *RPCError {
 	var r struct {
-		Content []TextContent             `json:"content"`
+		Content []TextContent              `json:"content"`
 		Meta    map[string]json.RawMessage `json:"_meta"`
 	}
 	_ = json.Unmarshal(res, &r)
