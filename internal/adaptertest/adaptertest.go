@@ -8,6 +8,7 @@ package adaptertest
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"net/http"
 	"testing"
@@ -64,6 +65,13 @@ type Config struct {
 	// JobTools are registered with the adapter's AddJobTool on Jobs.
 	JobTools []Tool
 	Jobs     *instrument.Jobs
+	// Tasks advertises the tasks capability (list, cancel and task-augmented
+	// tools/call), for a harness whose SDK has tasks.
+	Tasks bool
+	// TxTools are registered with the adapter's transactional handler form
+	// (AddTxTool) on TxRunner, which is the Guard's store.
+	TxTools  []TxTool
+	TxRunner instrument.TxRunner[*sql.Tx]
 	// Prompts and Resources are registered with trivial handlers.
 	Prompts   []string
 	Resources []string
@@ -78,6 +86,25 @@ type Tool struct {
 	// Run handles a call: args are the arguments the handler receives. A Go
 	// error is returned to the SDK as the handler's error.
 	Run func(ctx context.Context, args map[string]any) (Result, error)
+	// TaskSupport is the tool's execution.taskSupport: "" (none),
+	// "optional" or "required" (a harness registers a "required" tool with
+	// its adapter's task tool form).
+	TaskSupport string
+}
+
+// TxTool describes a transactional tool: Run makes its writes through tx.
+type TxTool struct {
+	Name string
+	Run  func(ctx context.Context, tx *sql.Tx, args map[string]any) (Result, error)
+}
+
+// TaskHarness is implemented by a Harness whose front end serves MCP tasks
+// (specification 2025-11-25) from the Guard's store. The suite checks
+// durable tasks on it, and on the others that task-augmented calls are
+// served as plain calls (protected) and task methods are unknown.
+type TaskHarness interface {
+	Harness
+	ServesTasks() bool
 }
 
 // Result describes a CallToolResult independently of the SDK.

@@ -3,6 +3,7 @@ package adaptertest
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"log/slog"
 	"reflect"
@@ -63,6 +64,9 @@ type setup struct {
 	tools     []Tool
 	jobTools  []Tool
 	jobsCfg   *instrument.JobsConfig
+	tasks     bool
+	txTools   []TxTool
+	txRunner  instrument.TxRunner[*sql.Tx]
 	prompts   []string
 	resources []string
 }
@@ -110,6 +114,7 @@ func start(t *testing.T, h Harness, s setup) *rig {
 	r.srv = h.Start(t, Config{
 		Transport: s.transport, Guard: r.guard, Options: opts, Bearer: s.bearer,
 		Tools: s.tools, JobTools: s.jobTools, Jobs: r.jobs, Prompts: s.prompts, Resources: s.resources,
+		Tasks: s.tasks, TxTools: s.txTools, TxRunner: s.txRunner,
 	})
 	return r
 }

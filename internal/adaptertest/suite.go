@@ -41,6 +41,8 @@ func Run(t *testing.T, h Harness) {
 		{"RequestIDs_EachSpanCarriesItsCallsIDUnderConcurrency", testRequestIDs},
 		{"Progress_NotifiesTheClientAndKeepsTheClaim", testProgress},
 		{"Jobs_ReplicasShareOneDurableJob", testJobs},
+		{"Tasks_DuplicatesShareOneDurableTask", testTasks},
+		{"TxTool_ClaimWritesAndOutcomeCommitTogether", testTxTool},
 		{"MalformedInput_IsRejectedAndRunsNothing", testMalformed},
 		{"KeyArgument_IsStrippedBeforeStrictSchemasAndHandlers", testKeyStripped},
 		{"SpanShape_PerMethodAndErrorClass", testSpanShape},
