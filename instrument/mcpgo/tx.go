@@ -31,7 +31,11 @@ type TxToolHandlerFunc[T any] func(ctx context.Context, tx T, req mcp.CallToolRe
 // handler's writes, and is stored as the Guard's FailurePolicy says. When
 // the transaction cannot commit, nothing of the call happened: the caller
 // gets an isError answer that says so (refusal store_unavailable), and may
-// retry. A call that is not protected (WithBypass, an unscoped bypass, no
+// retry. The transaction is not bound to the request's cancellation: a
+// client that hangs up (a timeout, a dropped connection) does not roll a
+// call back half done; it completes and its outcome is stored, and a
+// duplicate that arrives meanwhile waits for it on the store's lock, then
+// gets the replay. A call that is not protected (WithBypass, an unscoped bypass, no
 // Guard) runs in a transaction of its own, without a claim; so does a task
 // of the tool (see AddTaskTool), whose outcome the task's record keeps.
 // The handler must make its writes through tx only.
