@@ -50,7 +50,7 @@ func openStore(ctx context.Context, o options) (*openedStore, error) {
 			_ = s.Close()
 			return nil, err
 		}
-		store, st.close = s, func() { _ = s.Close(); _ = st.db.Close() }
+		store, st.close = s, func() { _ = s.Close() }
 	case "memory":
 		if st.db, err = refunds.OpenDB(ctx, o.dbPath); err != nil {
 			return nil, err
