@@ -176,7 +176,9 @@ func CallTool[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.C
 		)
 		if call.Tx != nil {
 			var herr error
-			err = call.Tx.Run(op, func(ctx context.Context) error {
+			// Not bound to the request's cancellation: a client that hangs
+			// up does not roll back a call half done.
+			err = call.Tx.Run(context.WithoutCancel(op), func(ctx context.Context) error {
 				res, herr = next(ctx)
 				return herr
 			})
@@ -235,7 +237,10 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 	do := in.guard.Do
 	if call.Tx != nil {
 		do = func(ctx context.Context, key idemkit.Key, work idemkit.Work) (idemkit.Result, error) {
-			return call.Tx.Claim(ctx, in.guard, key, work)
+			// The transaction is not bound to the request's cancellation:
+			// a client that hangs up does not roll back a call half done;
+			// it completes, and its outcome is stored for the retry.
+			return call.Tx.Claim(context.WithoutCancel(ctx), in.guard, key, work)
 		}
 	}
 	r, derr := do(op, key, func(wctx context.Context) (idemkit.Response, error) {

@@ -97,7 +97,14 @@ func (t *tools) issueRefund(ctx context.Context, q querier, orderID string, amou
 	if order.Gateway == SlowGateway {
 		latency = t.slow
 	}
-	time.Sleep(latency)
+	// The gateway's latency. A cancelled task stops here, before the
+	// gateway (a plain call's context is not cancelled by its client
+	// hanging up: see mcpgo.AddTxTool).
+	select {
+	case <-ctx.Done():
+		return answer{}, fmt.Errorf("issue_refund: stopped before the gateway was called: %w", context.Cause(ctx))
+	case <-time.After(latency):
+	}
 	// The gateway is an external service: its refund does not roll back
 	// with the desk's transaction; its idempotency key deduplicates it.
 	ref, replayedByGateway, err := t.gw.Refund(context.WithoutCancel(ctx), gatewayKey, orderID, amount)

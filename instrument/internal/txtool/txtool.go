@@ -39,9 +39,7 @@ func (a runner[T]) Claim(ctx context.Context, g *idemkit.Guard, k idemkit.Key, w
 		ran     bool
 		workErr error
 	)
-	// The transaction is not bound to the request's cancellation: a client
-	// that hangs up does not roll back a call half done.
-	res, err := a.r.DoInTx(context.WithoutCancel(ctx), g, k, func(ctx context.Context, tx T) (idemkit.Response, error) {
+	res, err := a.r.DoInTx(ctx, g, k, func(ctx context.Context, tx T) (idemkit.Response, error) {
 		ran = true
 		resp, err := work(With(ctx, tx))
 		workErr = err
@@ -58,7 +56,7 @@ func (a runner[T]) Claim(ctx context.Context, g *idemkit.Guard, k idemkit.Key, w
 func (a runner[T]) Run(ctx context.Context, fn func(ctx context.Context) error) error {
 	var fnErr error
 	ran := false
-	err := a.r.InTx(context.WithoutCancel(ctx), func(ctx context.Context, tx T) error {
+	err := a.r.InTx(ctx, func(ctx context.Context, tx T) error {
 		ran = true
 		fnErr = fn(With(ctx, tx))
 		return fnErr
