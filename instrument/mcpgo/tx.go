@@ -39,6 +39,15 @@ type TxToolHandlerFunc[T any] func(ctx context.Context, tx T, req mcp.CallToolRe
 // Guard) runs in a transaction of its own, without a claim; so does a task
 // of the tool (see AddTaskTool), whose outcome the task's record keeps.
 // The handler must make its writes through tx only.
+//
+// The transaction lasts as long as the handler: keep slow external calls
+// short. On PostgreSQL it holds the rows it wrote (and the claim's row);
+// on SQLite it holds the database's one write lock, so every other write
+// (other calls' claims, the heartbeats of jobs and tasks) waits for it, up
+// to the store's busy timeout, and with the store's default single
+// connection every read waits too. A task of such a tool on SQLite whose
+// transaction outlasts the task lease is reported lost while it runs:
+// prefer PostgreSQL for long transactional tools.
 func AddTxTool[T any](s *server.MCPServer, runner instrument.TxRunner[T], tool mcp.Tool, handler TxToolHandlerFunc[T]) {
 	r := txtool.Runner(runner)
 	if m := instrumentationOf(s); m != nil {
