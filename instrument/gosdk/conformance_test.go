@@ -28,6 +28,14 @@ func TestConformance(t *testing.T) { adaptertest.Run(t, harness{}) }
 
 type harness struct{}
 
+// ServesTasks implements adaptertest.TaskHarness: the go-sdk has no MCP
+// tasks; the adapter serves task-augmented calls as plain calls and refuses
+// the task methods.
+func (harness) ServesTasks() bool { return false }
+
+// ServesTxTools implements adaptertest.TxHarness: AddTxTool.
+func (harness) ServesTxTools() bool { return true }
+
 type testServer struct {
 	srv *mcp.Server
 	tr  adaptertest.Transport

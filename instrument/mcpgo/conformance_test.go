@@ -34,6 +34,9 @@ type harness struct{}
 // adapter serves MCP tasks from the Guard's store.
 func (harness) ServesTasks() bool { return true }
 
+// ServesTxTools implements adaptertest.TxHarness: AddTxTool.
+func (harness) ServesTxTools() bool { return true }
+
 type testServer struct {
 	srv *server.MCPServer
 	tr  adaptertest.Transport

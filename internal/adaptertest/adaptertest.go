@@ -98,13 +98,24 @@ type TxTool struct {
 	Run  func(ctx context.Context, tx *sql.Tx, args map[string]any) (Result, error)
 }
 
-// TaskHarness is implemented by a Harness whose front end serves MCP tasks
-// (specification 2025-11-25) from the Guard's store. The suite checks
-// durable tasks on it, and on the others that task-augmented calls are
-// served as plain calls (protected) and task methods are unknown.
+// TaskHarness is implemented by a Harness that says how its front end
+// handles MCP tasks (specification 2025-11-25): ServesTasks is true when it
+// serves them from the Guard's store (the suite checks durable tasks), false
+// when it has none (the suite checks that a task-augmented call is served
+// as a plain, protected call and that the task methods are refused with
+// -32601). The suite skips its task case for other harnesses.
 type TaskHarness interface {
 	Harness
 	ServesTasks() bool
+}
+
+// TxHarness is implemented by a Harness whose front end has the
+// transactional handler form (Config.TxTools); the suite skips its
+// transactional case for other harnesses (a gateway relays calls to a
+// server it does not share a database with).
+type TxHarness interface {
+	Harness
+	ServesTxTools() bool
 }
 
 // Result describes a CallToolResult independently of the SDK.

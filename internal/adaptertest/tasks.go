@@ -107,12 +107,28 @@ func serves(h Harness) bool {
 	return ok && th.ServesTasks()
 }
 
+// Tasks are checked only on a harness that says how it handles them; the
+// transactional form only on one that has it.
+func skipUnlessDeclared(t *testing.T, h Harness, tasks bool) {
+	t.Helper()
+	if tasks {
+		if _, ok := h.(TaskHarness); !ok {
+			t.Skip("the harness does not say how its front end handles MCP tasks (adaptertest.TaskHarness)")
+		}
+		return
+	}
+	if th, ok := h.(TxHarness); !ok || !th.ServesTxTools() {
+		t.Skip("the front end has no transactional handler form (adaptertest.TxHarness)")
+	}
+}
+
 // Tasks: on a front end that serves them, a duplicate task-augmented call
 // gets the first call's task (its CreateTaskResult, replayed), the work runs
 // once, and the task methods answer from the store with SERVER spans; on
 // one that does not (the go-sdk has no tasks), a task-augmented call is a
 // plain protected call and the task methods are unknown.
 func testTasks(t *testing.T, h Harness) {
+	skipUnlessDeclared(t, h, true)
 	var runs counter
 	release := make(chan struct{})
 	var once sync.Once
@@ -264,6 +280,7 @@ func testTasks(t *testing.T, h Harness) {
 // its writes back and stores nothing; a commit that fails leaves nothing,
 // says so, and the retry runs once.
 func testTxTool(t *testing.T, h Harness) {
+	skipUnlessDeclared(t, h, false)
 	store, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "tx.db"), nil)
 	if err != nil {
 		t.Fatal(err)

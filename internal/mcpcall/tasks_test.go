@@ -294,3 +294,57 @@ func TestTasks_RefusalsAreJSONRPCErrors(t *testing.T) {
 		t.Errorf("the refused call's span %v", a)
 	}
 }
+
+// Concurrent duplicates of a task-augmented call all get the one task: the
+// ones that arrive while the first is creating it wait for its answer, and
+// replay it.
+func TestTasks_ConcurrentDuplicatesShareOneTask(t *testing.T) {
+	r := newRig(t, rigConfig{local: true})
+	r.withTasks(TasksConfig{})
+	var mu sync.Mutex
+	runs := 0
+	r.srv.tools["export"] = &rawTool{run: func(context.Context, json.RawMessage) (json.RawMessage, error) {
+		mu.Lock()
+		runs++
+		mu.Unlock()
+		return json.RawMessage(`{"content":[{"type":"text","text":"exported"}]}`), nil
+	}}
+	const n = 8
+	ids := make(chan string, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp := r.taskCall("export", `{"report":"q3"}`)
+			res, _ := resp["result"].(map[string]any)
+			task, _ := res["task"].(map[string]any)
+			id, _ := task["taskId"].(string)
+			ids <- id
+		}()
+	}
+	wg.Wait()
+	close(ids)
+	var first string
+	for id := range ids {
+		if id == "" || first != "" && id != first {
+			t.Fatalf("concurrent duplicates got tasks %q and %q, want one", first, id)
+		}
+		first = id
+	}
+	if got := r.waitStatus(first); got["status"] != "completed" {
+		t.Fatalf("the task: %v", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if runs != 1 {
+		t.Fatalf("the work ran %d times, want once", runs)
+	}
+	outcomes := map[any]int{}
+	for _, s := range r.spans("tools/call export") {
+		outcomes[attrMap(s)[spancontract.Outcome]]++
+	}
+	if outcomes[spancontract.OutcomeExecuted] != 1 || outcomes[spancontract.OutcomeReplayed] != n-1 {
+		t.Fatalf("outcomes %v, want 1 executed and %d replayed", outcomes, n-1)
+	}
+}
