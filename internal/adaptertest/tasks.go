@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -377,6 +378,21 @@ func testTxTool(t *testing.T, h Harness) {
 	recs, err := store.List(ctx, idemkit.ListRequest{Tool: "refund", State: idemkit.StateCompleted})
 	if err != nil || len(recs) != 3 {
 		t.Fatalf("completed records %d, %v; want 3 (o-1, o-2, o-404)", len(recs), err)
+	}
+	// The metrics of any protected tool: the handler error and the three
+	// committed calls executed, two replays, one call refused after its
+	// transaction did not commit (no outcome: nothing happened).
+	ms := r.metrics()
+	if got, want := sums(t, ms[instrument.MetricToolCalls]), map[string]int64{
+		key(sc.GenAIToolName, "refund", sc.Outcome, sc.OutcomeExecuted):               4,
+		key(sc.GenAIToolName, "refund", sc.Outcome, sc.OutcomeReplayed):               2,
+		key(sc.GenAIToolName, "refund", sc.RefusalReason, sc.RefusalStoreUnavailable): 1,
+	}; !reflect.DeepEqual(got, want) {
+		t.Errorf("%s = %v, want %v", instrument.MetricToolCalls, got, want)
+	}
+	if got := sums(t, ms[instrument.MetricFinishErrors]); !reflect.DeepEqual(got, map[string]int64{
+		key(sc.GenAIToolName, "refund", sc.FinishError, sc.FinishStoreError): 1}) {
+		t.Errorf("%s = %v", instrument.MetricFinishErrors, got)
 	}
 }
 
