@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -236,5 +235,3 @@ func eventually(t *testing.T, d time.Duration, what string, fn func() bool) {
 		time.Sleep(25 * time.Millisecond)
 	}
 }
-
-var errKilled = errors.New("killed")
