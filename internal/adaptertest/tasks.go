@@ -274,6 +274,26 @@ func testTasks(t *testing.T, h Harness) {
 	if got := resultOf(t, rc2.rpc("tasks/get", map[string]any{"taskId": id2})); got["status"] != "cancelled" {
 		t.Errorf("after the work stopped: %v", got)
 	}
+
+	// A job-and-poll tool called as a task: the task is the work itself
+	// (tasks/result returns the work's result, no job starts); called
+	// plainly, it is still job-and-poll.
+	var exports counter
+	export := Tool{Name: "export", Run: func(ctx context.Context, args map[string]any) (Result, error) {
+		return Result{Text: []string{fmt.Sprintf("exported %v (run %d)", args["what"], exports.inc())}}, nil
+	}}
+	r3 := start(t, h, setup{transport: HTTP, bearer: true, tasks: true, jobTools: []Tool{export}})
+	c3 := r3.connect(ClientConfig{Token: "token-alice", Protocol: LegacyProtocol})
+	rc3 := &rpcClient{t: t, url: r3.srv.URL(), sid: c3.SessionID(), token: "token-alice"}
+	asTask := resultOf(t, rc3.rpc("tools/call", map[string]any{"name": "export", "arguments": map[string]any{"what": "orders"}, "task": map[string]any{}}))
+	id3, _ := asTask["task"].(map[string]any)["taskId"].(string)
+	if got := resultOf(t, rc3.rpc("tasks/result", map[string]any{"taskId": id3})); text(got) != "exported orders (run 1)" {
+		t.Errorf("tasks/result of the job tool called as a task: %v, want the work's own result", got)
+	}
+	plain := call(t, c3, "export", map[string]any{"what": "invoices"}, nil)
+	if sc3, _ := plain["structuredContent"].(map[string]any); !strings.HasPrefix(fmt.Sprint(sc3["job_id"]), "job_") {
+		t.Errorf("the job tool called plainly: %v, want a job", plain)
+	}
 }
 
 // TxTool: a transactional tool's claim, its writes and its outcome commit

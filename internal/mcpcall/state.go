@@ -106,6 +106,13 @@ func Progress(ctx context.Context, progress, total float64, message string) erro
 	return idemkit.CallFromContext(ctx).Heartbeat(ctx)
 }
 
+// InRun reports whether ctx is the context of a background run's work (a
+// job's or a task's: see RunContext).
+func InRun(ctx context.Context) bool {
+	st := stateFrom(ctx)
+	return st != nil && st.job != nil
+}
+
 // CallerScope returns the scope of the call running in ctx (see ScopeOf):
 // the namespace of its key, which also owns the jobs and tasks it starts;
 // and whether the caller was identified (a subject, a local transport, an
