@@ -68,7 +68,11 @@ var ErrJobEnded = errors.New("instrument: the job has already ended")
 // ErrJobsClosed is returned by Jobs.Start after Close.
 var ErrJobsClosed = errors.New("instrument: jobs are shutting down")
 
-// JobsConfig configures Jobs. A nil *JobsConfig means all defaults.
+// JobsConfig configures Jobs. A nil *JobsConfig means all defaults. A job
+// is kept for its start tool's window (idemkit.Config.Window, or the tool's
+// ToolConfig.Window) from its start, and at least a Lease after its last
+// heartbeat: set the window above your longest job plus the time clients
+// take to poll its result.
 type JobsConfig struct {
 	// Lease is how long a worker holds a job without a heartbeat before
 	// the job is reported lost: after its process dies, its status tool

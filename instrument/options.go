@@ -226,7 +226,11 @@ func WithKeyArgumentPassedThrough() Option {
 
 // TasksConfig configures the MCP tasks (specification 2025-11-25) that an
 // adapter serves from the Guard's store (see mcpgo.NewStreamableHTTPHandler).
-// Zero fields take their defaults.
+// Zero fields take their defaults. A task is kept for its tool's window
+// (idemkit.Config.Window, or the tool's ToolConfig.Window) from its
+// creation, and at least a Lease after its last heartbeat: that window is
+// the ttl tasks report. Set it above your longest task plus the time
+// clients take to fetch its result.
 type TasksConfig struct {
 	// Lease is how long a task's worker holds it without a heartbeat before
 	// the task is reported failed because its worker was lost (its process
