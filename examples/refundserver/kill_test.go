@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/idemkit/idemkit/examples/internal/refunds"
 	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit/idemkit/idemkit/pgstore"
 	"github.com/idemkit/idemkit/idemkit/sqlitestore"
 	"github.com/idemkit/idemkit/instrument"
 	"github.com/idemkit/idemkit/internal/pgtest"
@@ -189,54 +191,89 @@ func TestKill_JobThenRestart(t *testing.T) {
 // write and its commit (the gateway has refunded, keyed by the call's
 // idempotency key). Neither the row nor the claim remains; the duplicate
 // then runs once: the gateway recognises the key, one row is written, and
-// the next duplicate is a replay.
+// the next duplicate is a replay. On both SQL stores.
 func TestKill_TxToolBetweenWriteAndCommit(t *testing.T) {
-	dir := t.TempDir()
-	held := filepath.Join(dir, "held")
-	p := startProcess(t, dir, serverArgs(dir, "-fault-hold-after-write", held)...)
-	c := connect(t, p.url, "demo-token-alice")
-	args := map[string]any{"name": "issue_refund", "arguments": map[string]any{"order_id": "ord_1001", "amount_cents": 1200}}
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.try("tools/call", args)
-		done <- err
-	}()
-	eventually(t, 10*time.Second, "the refund row is written, uncommitted", func() bool {
-		_, err := os.Stat(held)
-		return err == nil
-	})
-	p.kill()
-	if err := <-done; err == nil {
-		t.Fatal("the killed call answered")
-	}
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			dir := t.TempDir()
+			order, args := "ord_1001", serverArgs
+			if backend == "postgres" {
+				// The PostgreSQL database is shared by the package's tests:
+				// an order of its own.
+				order, args = "ord_1013", func(dir string, more ...string) []string { return pgArgs(t, dir, more...) }
+			}
+			rows := func() (int, int) {
+				if backend == "postgres" {
+					return pgCounts(t, dir, order)
+				}
+				r, _, g := counts(t, dir, order)
+				return r, g
+			}
+			claim := func() error {
+				// The key the instrumentation derives for the call.
+				k, err := idemkit.NewKey("user:alice", refunds.ToolIssueRefund, []byte(`{"order_id":"`+order+`","amount_cents":1200}`), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var store idemkit.Store
+				if backend == "postgres" {
+					if store, err = pgstore.New(pgtest.Pool(t), nil); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					s, err := sqlitestore.Open(context.Background(), filepath.Join(dir, "refunds.db"), nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer s.Close()
+					store = s
+				}
+				_, err = store.Lookup(context.Background(), idemkit.LookupRequest{Key: k.ID()})
+				return err
+			}
 
-	rows, _, gw := counts(t, dir, "ord_1001")
-	if rows != 0 || gw != 1 {
-		t.Fatalf("after the kill: %d refund rows, %d gateway refunds; want no row (rolled back) and the gateway's one refund", rows, gw)
-	}
-	store, err := sqlitestore.Open(context.Background(), filepath.Join(dir, "refunds.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs, err := store.List(context.Background(), idemkit.ListRequest{Tool: refunds.ToolIssueRefund})
-	_ = store.Close()
-	if err != nil || len(recs) != 0 {
-		t.Fatalf("after the kill: %d claim records (%v), want none: the claim rolled back with the row", len(recs), err)
-	}
+			held := filepath.Join(dir, "held")
+			p := startProcess(t, dir, args(dir, "-fault-hold-after-write", held)...)
+			c := connect(t, p.url, "demo-token-alice")
+			call := map[string]any{"name": "issue_refund", "arguments": map[string]any{"order_id": order, "amount_cents": 1200}}
+			done := make(chan error, 1)
+			go func() {
+				_, err := c.try("tools/call", call)
+				done <- err
+			}()
+			eventually(t, 10*time.Second, "the refund row is written, uncommitted", func() bool {
+				_, err := os.Stat(held)
+				return err == nil
+			})
+			p.kill()
+			if err := <-done; err == nil {
+				t.Fatal("the killed call answered")
+			}
+			if r, gw := rows(); r != 0 || gw != 1 {
+				t.Fatalf("after the kill: %d refund rows, %d gateway refunds; want no row (rolled back) and the gateway's one refund", r, gw)
+			}
+			if err := claim(); !errors.Is(err, idemkit.ErrNotFound) {
+				t.Fatalf("after the kill the claim record: %v, want none (rolled back with the row)", err)
+			}
 
-	p = startProcess(t, dir, serverArgs(dir)...)
-	c = connect(t, p.url, "demo-token-alice")
-	again := result(t, c.call("tools/call", args))
-	if again["isError"] == true || metaOf(again, instrument.ReplayMetaKey) != nil ||
-		!strings.Contains(text(again), "recognised the idempotency key") {
-		t.Fatalf("the duplicate after the restart: %v, want it to run, and the gateway to return its refund", again)
-	}
-	replay := result(t, c.call("tools/call", args))
-	if metaOf(replay, instrument.ReplayMetaKey)["replayed"] != true {
-		t.Fatalf("the next duplicate: %v, want a replay", replay)
-	}
-	p.kill()
-	if rows, _, gw := counts(t, dir, "ord_1001"); rows != 1 || gw != 1 {
-		t.Fatalf("in the end: %d refund rows, %d gateway refunds; want one of each", rows, gw)
+			p = startProcess(t, dir, args(dir)...)
+			c = connect(t, p.url, "demo-token-alice")
+			again := result(t, c.call("tools/call", call))
+			if again["isError"] == true || metaOf(again, instrument.ReplayMetaKey) != nil ||
+				!strings.Contains(text(again), "recognised the idempotency key") {
+				t.Fatalf("the duplicate after the restart: %v, want it to run, and the gateway to return its refund", again)
+			}
+			replay := result(t, c.call("tools/call", call))
+			if metaOf(replay, instrument.ReplayMetaKey)["replayed"] != true {
+				t.Fatalf("the next duplicate: %v, want a replay", replay)
+			}
+			p.kill()
+			if r, gw := rows(); r != 1 || gw != 1 {
+				t.Fatalf("in the end: %d refund rows, %d gateway refunds; want one of each", r, gw)
+			}
+			if err := claim(); err != nil {
+				t.Fatalf("in the end the claim record: %v", err)
+			}
+		})
 	}
 }

@@ -25,7 +25,7 @@ type replica struct {
 	db  *refunds.DB
 }
 
-func startReplica(t *testing.T, gw *refunds.Gateway) *replica {
+func startReplica(t *testing.T, gw *refunds.Gateway, sdk string) *replica {
 	t.Helper()
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, pgtest.DSN(t))
@@ -49,7 +49,7 @@ func startReplica(t *testing.T, gw *refunds.Gateway) *replica {
 		t.Fatal(err)
 	}
 	tp, mp := sdktrace.NewTracerProvider(), sdkmetric.NewMeterProvider()
-	desk, err := refunds.NewServer(refunds.Config{DB: db, Gateway: gw, Guard: guard, TracerProvider: tp, MeterProvider: mp,
+	desk, err := refunds.NewServer(refunds.Config{DB: db, Gateway: gw, Guard: guard, SDK: sdk, TracerProvider: tp, MeterProvider: mp,
 		Tokens: refunds.DemoTokens, FastLatency: time.Millisecond, SlowLatency: time.Second, ExportDuration: 200 * time.Millisecond,
 		Tasks: instrument.TasksConfig{Lease: 2 * time.Second, Heartbeat: 50 * time.Millisecond, PollInterval: 50 * time.Millisecond},
 		Jobs:  instrument.JobsConfig{Lease: 2 * time.Second, Heartbeat: 50 * time.Millisecond}})
@@ -76,7 +76,7 @@ func TestReplicas_SharePostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer gw.Close()
-	a, b := startReplica(t, gw), startReplica(t, gw)
+	a, b := startReplica(t, gw, refunds.SDKMCPGo), startReplica(t, gw, refunds.SDKMCPGo)
 	ca := connect(t, a.url, "demo-token-alice")
 	cb := connect(t, b.url, "demo-token-alice")
 	rows := func(order string) int {
@@ -173,4 +173,33 @@ func taskIDs(list map[string]any) []string {
 		}
 	}
 	return out
+}
+
+// The go-sdk's transactional handler form on PostgreSQL (a pgx.Tx): a
+// refund on one replica, its duplicate on another, one row; the task
+// methods are refused (-32601), the task-augmented call runs as a plain
+// call.
+func TestReplicas_GoSDKOnPostgres(t *testing.T) {
+	gw, err := refunds.OpenGateway(context.Background(), ":memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Close()
+	a, b := startReplica(t, gw, refunds.SDKGoSDK), startReplica(t, gw, refunds.SDKGoSDK)
+	ca := connect(t, a.url, "demo-token-alice")
+	cb := connect(t, b.url, "demo-token-alice")
+	plain := map[string]any{"name": "issue_refund", "arguments": map[string]any{"order_id": "ord_1014", "amount_cents": 150}}
+	first := result(t, ca.call("tools/call", plain))
+	withTask := map[string]any{"name": "issue_refund", "arguments": map[string]any{"order_id": "ord_1014", "amount_cents": 150}, "task": map[string]any{}}
+	again := result(t, cb.call("tools/call", withTask))
+	list, err := a.db.Refunds(context.Background(), "ord_1014")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first["isError"] == true || metaOf(again, instrument.ReplayMetaKey)["replayed"] != true || text(again) != text(first) || len(list) != 1 {
+		t.Fatalf("go-sdk on PostgreSQL: first %v, the task-augmented duplicate on B %v, %d rows", first, again, len(list))
+	}
+	if code, _ := rpcError(cb.call("tasks/get", map[string]any{"taskId": "task-x"})); code != -32601 {
+		t.Errorf("tasks/get on the go-sdk: code %d, want -32601", code)
+	}
 }
