@@ -71,6 +71,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -98,7 +99,8 @@ type Instrumentation struct {
 
 	sessions sync.Map // *mcp.ServerSession -> struct{}: sessions whose end is awaited
 
-	txTools sync.Map // tool name -> mcpcall.TxRunner (AddTxTool)
+	txTools sync.Map    // tool name -> mcpcall.TxRunner (AddTxTool)
+	hasTx   atomic.Bool // txTools is not empty
 }
 
 // New returns an Instrumentation that protects calls with guard (nil: spans
@@ -309,8 +311,10 @@ func (m *Instrumentation) callTool(op *mcpcall.Op, next mcp.MethodHandler, r *mc
 			call.Progress = progressSender{session: r.Session, token: tok}
 		}
 	}
-	if v, ok := m.txTools.Load(name); ok {
-		call.Tx = v.(mcpcall.TxRunner)
+	if m.hasTx.Load() {
+		if v, ok := m.txTools.Load(name); ok {
+			call.Tx = v.(mcpcall.TxRunner)
+		}
 	}
 	pass := r
 	if m.in.StripsKey(name, tool.info) {

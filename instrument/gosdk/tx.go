@@ -31,6 +31,7 @@ func AddTxTool[T any](s *mcp.Server, runner instrument.TxRunner[T], tool *mcp.To
 	r := txtool.Runner(runner)
 	if v, ok := servers.Load(s); ok {
 		v.(*Instrumentation).txTools.Store(tool.Name, r)
+		v.(*Instrumentation).hasTx.Store(true)
 	}
 	t := *tool
 	if t.InputSchema == nil {

@@ -124,6 +124,8 @@ type Instrumentation struct {
 	declared   sync.Map                            // tool name -> mcp.TaskSupport (AddTaskTool)
 	taskWarned sync.Map                            // tool name -> true: warned once
 	txTools    sync.Map                            // tool name -> mcpcall.TxRunner (AddTxTool)
+	hasTx      atomic.Bool                         // txTools is not empty
+	slots      atomic.Int32                        // task-layer requests in flight
 }
 
 // hookSet says which of the Instrumentation's hooks a Hooks holds.
@@ -287,12 +289,15 @@ func (t tracerAdapter) Start(ctx context.Context, name string, kind tracing.Span
 	r.Transport = transportOf(ctx, session)
 	r.SessionID = sessionIDOf(session)
 	ctx, op := m.in.Start(ctx, &r)
-	return ctx, opSpan{op}
+	return ctx, opSpan{m, op}
 }
 
 // opSpan is the tracing.Span mcp-go ends when the request's response is
 // ready.
-type opSpan struct{ op *mcpcall.Op }
+type opSpan struct {
+	m  *Instrumentation
+	op *mcpcall.Op
+}
 
 func (opSpan) SetAttributes(...tracing.Attribute) {}
 func (opSpan) RecordError(error)                  {}
@@ -300,7 +305,7 @@ func (opSpan) RecordError(error)                  {}
 // SetStatus receives the message of an error response. A response whose
 // code no hook reported is mcp-go's answer to an unknown method.
 func (s opSpan) SetStatus(code tracing.StatusCode, description string) {
-	if slot := taskSlotFrom(s.op); slot != nil && slot.isAnswered() {
+	if slot := s.m.slotOf(s.op); slot != nil && slot.isAnswered() {
 		return // the adapter's answer replaces mcp-go's
 	}
 	if code == tracing.StatusError && !s.op.ErrorRecorded() {
@@ -377,7 +382,7 @@ func (m *Instrumentation) onError(ctx context.Context, id any, _ mcp.MCPMethod, 
 		return
 	}
 	op.SetID(id)
-	if slot := taskSlotFrom(ctx); slot != nil && slot.isAnswered() {
+	if slot := m.slotOf(ctx); slot != nil && slot.isAnswered() {
 		return // mcp-go's own task engine did not know the task: the adapter answered
 	}
 	if je, ok := err.(jsonrpcError); ok {
@@ -591,8 +596,10 @@ func (m *Instrumentation) serve(op *mcpcall.Op, req mcp.CallToolRequest, next se
 			call.ValidatedArguments = r.Params.RawArguments
 		}
 	}
-	if v, ok := m.txTools.Load(name); ok {
-		call.Tx = v.(mcpcall.TxRunner)
+	if m.hasTx.Load() {
+		if v, ok := m.txTools.Load(name); ok {
+			call.Tx = v.(mcpcall.TxRunner)
+		}
 	}
 	handler := func(ctx context.Context) (*mcp.CallToolResult, error) {
 		res, err := next(ctx, r)
@@ -601,7 +608,7 @@ func (m *Instrumentation) serve(op *mcpcall.Op, req mcp.CallToolRequest, next se
 		}
 		return res, err
 	}
-	if slot := taskSlotFrom(op); slot != nil && slot.isTask() {
+	if slot := m.slotOf(op); slot != nil && slot.isTask() {
 		// A task-augmented call the adapter took from mcp-go's engine:
 		// its answer, the CreateTaskResult, goes to the slot.
 		result, rerr := mcpcall.CreateTask(op, m.tasks, &call, codec{}, handler)

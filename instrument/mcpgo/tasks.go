@@ -46,6 +46,16 @@ type taskSlot struct {
 
 type taskSlotKey struct{}
 
+// slotOf returns the slot of a request that came through the Streamable
+// HTTP handler's task layer, without searching ctx while no such request is
+// in flight (the common case: a search walks the whole context chain).
+func (m *Instrumentation) slotOf(ctx context.Context) *taskSlot {
+	if m.slots.Load() == 0 {
+		return nil
+	}
+	return taskSlotFrom(ctx)
+}
+
 func taskSlotFrom(ctx context.Context) *taskSlot {
 	s, _ := ctx.Value(taskSlotKey{}).(*taskSlot)
 	return s
@@ -105,7 +115,10 @@ func taskLayer(s *server.MCPServer, h http.Handler) http.Handler {
 		body, err := io.ReadAll(r.Body)
 		_ = r.Body.Close()
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		if err != nil {
+		// Most requests mention no task: pass them on undecoded (a method
+		// "tasks/…" or a "task" member both contain `"task`, also when a
+		// name is written with escapes, which a \u in the body reveals).
+		if err != nil || !bytes.Contains(body, []byte(`"task`)) && !bytes.Contains(body, []byte(`\u`)) {
 			h.ServeHTTP(w, r)
 			return
 		}
@@ -123,7 +136,9 @@ func taskLayer(s *server.MCPServer, h http.Handler) http.Handler {
 		}
 		slot := &taskSlot{id: msg.ID}
 		cw := &captureWriter{header: http.Header{}}
+		m.slots.Add(1)
 		h.ServeHTTP(cw, r.WithContext(context.WithValue(r.Context(), taskSlotKey{}, slot)))
+		m.slots.Add(-1)
 		slot.mu.Lock()
 		answered, result, rerr := slot.answered, slot.result, slot.err
 		slot.mu.Unlock()
@@ -204,8 +219,11 @@ func (m *Instrumentation) serveTaskMethod(ctx context.Context, method string, pa
 // HTTP handler and its tool supports tasks. mcp-go then runs the tool
 // middleware at once, which creates the task (serve).
 func (m *Instrumentation) takeTask(ctx context.Context, req *mcp.CallToolRequest) {
+	if req.Params.Task == nil || m.tasks == nil {
+		return
+	}
 	slot := taskSlotFrom(ctx)
-	if slot == nil || m.tasks == nil || req.Params.Task == nil {
+	if slot == nil {
 		return
 	}
 	t := findTool(ctx, req.Params.Name)

@@ -52,6 +52,7 @@ func AddTxTool[T any](s *server.MCPServer, runner instrument.TxRunner[T], tool m
 	r := txtool.Runner(runner)
 	if m := instrumentationOf(s); m != nil {
 		m.txTools.Store(tool.Name, r)
+		m.hasTx.Store(true)
 	}
 	s.AddTool(tool, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		if tx, ok := txtool.From[T](ctx); ok {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/idemkit/idemkit/idemkit"
 )
@@ -25,6 +26,7 @@ type callState struct {
 	mu       sync.Mutex // protects writeID and recorded
 	writeID  string
 	recorded []func(recorded bool)
+	pending  atomic.Bool // recorded is not empty
 }
 
 func (st *callState) reset(p ProgressSender) {
@@ -33,6 +35,7 @@ func (st *callState) reset(p ProgressSender) {
 	st.writeID = ""
 	st.recorded = nil
 	st.mu.Unlock()
+	st.pending.Store(false)
 }
 
 func (st *callState) recordedWrite() string {
@@ -43,6 +46,10 @@ func (st *callState) recordedWrite() string {
 
 // afterCall runs, once, the functions registered with OnRecorded.
 func (st *callState) afterCall(recorded bool) {
+	if !st.pending.Load() {
+		return
+	}
+	st.pending.Store(false)
 	st.mu.Lock()
 	fns := st.recorded
 	st.recorded = nil
@@ -85,6 +92,7 @@ func OnRecorded(ctx context.Context, fn func(recorded bool)) {
 	st.mu.Lock()
 	st.recorded = append(st.recorded, fn)
 	st.mu.Unlock()
+	st.pending.Store(true)
 }
 
 // JobReporter receives the progress a background run's work reports.
