@@ -34,12 +34,19 @@
 // by its Key (in progress with its last heartbeat note, completed with the
 // body a duplicate would get, or released after a failure with its error
 // text), and Store.List pages through records by state, tool and key prefix
-// for operators.
+// for operators. Guard.Cancel ends an attempt in progress from anywhere
+// (fencing its worker out, which learns at its next heartbeat), and
+// Guard.ReleaseAbandoned settles one whose worker died.
+//
+// Durable background runs (the jobs and MCP tasks of package instrument)
+// are claims too: NewRunKey gives each its record in its owner's namespace
+// (RunKeyPrefix), so that its status, progress note and outcome live in the
+// store, for every replica and after a restart.
 //
 // Stores: MemoryStore (this package; its zero value is ready to use),
-// idemkit/sqlitestore (embedded, durable) and idemkit/pgstore (PostgreSQL,
-// including DoTx, which commits the claim and the tool's own writes in one
-// transaction). Every store passes the conformance suite in idemkit/storetest.
+// idemkit/sqlitestore (embedded, durable) and idemkit/pgstore (PostgreSQL);
+// both SQL stores have DoTx and DoInTx, which commit the claim, the tool's
+// own writes and the outcome in one transaction. Every store passes the conformance suite in idemkit/storetest.
 //
 // This package depends on the standard library and the stdlib-only span
 // contract; it never imports a database driver, an MCP SDK

@@ -47,6 +47,11 @@ var (
 	// Config.FinishTimeout.
 	ErrTransient = errors.New("idemkit: transient store error")
 
+	// ErrNotInProgress is returned by Store.Cancel and Guard.Cancel for a
+	// record that has no attempt in progress: it completed, or was released
+	// (after a failure, or by an earlier cancellation).
+	ErrNotInProgress = errors.New("idemkit: no attempt in progress")
+
 	// ErrNotFound is returned by Store.Response when no stored body exists,
 	// and by Store.Lookup and Guard.Lookup when no record of the key exists.
 	ErrNotFound = errors.New("idemkit: not found")

@@ -330,6 +330,12 @@ func (g *Guard) policy(tool string) *toolPolicy {
 	return &g.base
 }
 
+// Now returns the Guard's clock for store requests: Config.Now's time, or
+// the zero time, which tells the store to use its own clock (for SQL
+// stores, the database's). Layers that call the Store directly pass it as
+// a request's Now.
+func (g *Guard) Now() time.Time { return g.now() }
+
 func (g *Guard) now() time.Time {
 	if g.cfg.Now != nil {
 		return g.cfg.Now()
@@ -763,6 +769,77 @@ func (g *Guard) Lookup(ctx context.Context, key Key) (Record, error) {
 		return Record{}, &MismatchError{Tool: key.tool}
 	}
 	return rec, nil
+}
+
+// Cancel ends the attempt in progress on key, whichever caller (in
+// whichever process) holds it, and releases the record with reason as its
+// Error (cut to MaxErrorBytes) and Record.Cancelled set: the attempt's next
+// heartbeat and its finish fail with ErrLeaseLost, and the next duplicate
+// takes the key over and runs the work again, as after a failure. Use it to
+// stop a background run on request, or, as an operator, to free a key whose
+// call hangs. It returns the record afterwards.
+//
+// It returns the record as it stands with an error matching
+// ErrNotInProgress when nothing is in progress (the call completed, or was
+// released or cancelled already), an error matching ErrNotFound when there
+// is no record, and errors matching ErrStore when the store fails. ctx
+// bounds the store call.
+func (g *Guard) Cancel(ctx context.Context, key Key, reason string) (Record, error) {
+	return g.cancel(ctx, key, reason, false)
+}
+
+// ReleaseAbandoned is Cancel for an abandoned attempt only: one whose lease
+// has run out, because its worker died or hangs. It releases the record as
+// Cancel does; a live attempt is left alone, and the record is returned
+// with an error matching ErrInProgress. A status reader calls it when it
+// finds a background run abandoned, so that its answer ("the worker
+// stopped") stays true: a worker that was only slow cannot heartbeat the
+// run back to life, nor record an outcome, after it.
+func (g *Guard) ReleaseAbandoned(ctx context.Context, key Key, reason string) (Record, error) {
+	return g.cancel(ctx, key, reason, true)
+}
+
+func (g *Guard) cancel(ctx context.Context, key Key, reason string, abandoned bool) (Record, error) {
+	if key.IsZero() {
+		return Record{}, fmt.Errorf("%w: the zero Key; build keys with NewKey", ErrInvalidKey)
+	}
+	rec, err := g.store.Cancel(ctx, CancelRequest{Key: key.id, Reason: TruncateText(reason, MaxErrorBytes), Abandoned: abandoned, Now: g.now()})
+	switch {
+	case err == nil:
+		return rec, nil
+	case errors.Is(err, ErrNotInProgress), errors.Is(err, ErrInProgress), errors.Is(err, ErrNotFound):
+		return rec, fmt.Errorf("idemkit: cancel %s: %w", key, err)
+	}
+	return rec, storeError("cancel", key, err)
+}
+
+// WithPolicy returns a copy of g, on the same store and clock, whose calls
+// of every tool use tc's non-zero fields instead of the configured ones. A
+// layer that runs its own kind of work through g's store uses it: durable
+// background runs set the lease their heartbeats keep and StoreToolErrors,
+// so that a run's error result is its outcome.
+func (g *Guard) WithPolicy(tc ToolConfig) *Guard {
+	c := *g
+	apply := func(p toolPolicy) toolPolicy {
+		if tc.StatusTool != "" {
+			p.statusTool = tc.StatusTool
+		}
+		p.window = orDuration(min(tc.Window, MaxDuration), p.window)
+		p.lease = orDuration(min(tc.Lease, MaxDuration), p.lease)
+		p.wait = orDuration(min(tc.Wait, MaxDuration), p.wait)
+		if tc.FailurePolicy != 0 {
+			p.failure = tc.FailurePolicy
+		}
+		return p
+	}
+	c.base = apply(g.base)
+	if g.tools != nil {
+		c.tools = make(map[string]toolPolicy, len(g.tools))
+		for name, p := range g.tools {
+			c.tools[name] = apply(p)
+		}
+	}
+	return &c
 }
 
 // Sweep deletes expired records in batches of Config.SweepBatch until a

@@ -46,9 +46,11 @@ type memRecord struct {
 	started     int64
 	leaseUntil  int64
 	expiresAt   int64
+	updated     int64
 	attempt     int32
 	state       memState
 	storage     Storage
+	cancelled   bool
 }
 
 func memNow(t time.Time) int64 {
@@ -101,6 +103,7 @@ func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (ClaimResult,
 			started:     now,
 			leaseUntil:  addDuration(now, req.Lease),
 			expiresAt:   addDuration(now, req.Window),
+			updated:     now,
 		}
 		t := fromNanos(now)
 		return ClaimResult{Status: ClaimAcquired, Attempt: 1, Started: t, Now: t}, nil
@@ -130,7 +133,8 @@ func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (ClaimResult,
 	r.started = now
 	r.leaseUntil = addDuration(now, req.Lease)
 	r.expiresAt = max(r.expiresAt, addDuration(now, req.Window))
-	r.lastError, r.note = "", ""
+	r.updated = now
+	r.lastError, r.note, r.cancelled = "", "", false
 	t := fromNanos(now)
 	return ClaimResult{Status: ClaimTakenOver, Attempt: int(r.attempt), Started: t, Now: t}, nil
 }
@@ -152,6 +156,7 @@ func (s *MemoryStore) Finish(ctx context.Context, req FinishRequest) error {
 	case r.state != memInProgress:
 		return ErrLeaseLost
 	}
+	r.updated = memNow(req.Now)
 	if !req.Succeeded {
 		r.state = memFailed
 		r.lastError = req.Error
@@ -184,10 +189,36 @@ func (s *MemoryStore) Extend(ctx context.Context, req ExtendRequest) error {
 	}
 	r.leaseUntil = addDuration(now, req.Lease)
 	r.expiresAt = max(r.expiresAt, r.leaseUntil)
+	r.updated = now
 	if req.Note != "" {
 		r.note = req.Note
 	}
 	return nil
+}
+
+// Cancel implements Store.
+func (s *MemoryStore) Cancel(ctx context.Context, req CancelRequest) (Record, error) {
+	if err := ctx.Err(); err != nil {
+		return Record{}, err
+	}
+	now := memNow(req.Now)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.records[req.Key]
+	switch {
+	case r == nil:
+		return Record{}, ErrNotFound
+	case r.state != memInProgress:
+		return r.record(req.Key, now), ErrNotInProgress
+	case req.Abandoned && now < r.leaseUntil:
+		return r.record(req.Key, now), ErrInProgress
+	}
+	r.state = memFailed
+	r.token = 0 // no attempt holds token 0: the running one is fenced out
+	r.lastError = req.Reason
+	r.cancelled = true
+	r.updated = now
+	return r.record(req.Key, now), nil
 }
 
 // Response implements Store. The memory store keeps every body in the
@@ -300,6 +331,8 @@ func (r *memRecord) record(key string, now int64) Record {
 		Now:         fromNanos(now),
 		Error:       r.lastError,
 		Note:        r.note,
+		Cancelled:   r.cancelled,
+		Updated:     fromNanos(r.updated),
 	}
 	if r.state == memSucceeded {
 		rec.WriteID = r.response.WriteID

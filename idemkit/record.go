@@ -118,11 +118,20 @@ type Record struct {
 	Body []byte
 
 	// Error is the failure text of the attempt that released the record
-	// (at most MaxErrorBytes), "" otherwise. A new attempt clears it.
+	// (at most MaxErrorBytes), or the reason of the Store.Cancel that
+	// released it, "" otherwise. A new attempt clears it.
 	Error string
 	// Note is the last progress note a heartbeat of the current attempt
 	// stored (at most MaxNoteBytes), "" when none. A new attempt clears it.
 	Note string
+	// Cancelled reports a record released by Store.Cancel rather than by
+	// its attempt's own finish: Error holds the canceller's reason. A new
+	// attempt clears it.
+	Cancelled bool
+	// Updated is when the record last changed: its claim, the last
+	// heartbeat, the finish or the cancellation (store clock). A record
+	// written before the store kept it reports Started.
+	Updated time.Time
 }
 
 // Expired reports whether the record no longer deduplicates at r.Now: its
@@ -140,6 +149,23 @@ func (r *Record) Expired() bool {
 // and the next duplicate takes it over.
 func (r *Record) Abandoned() bool {
 	return r.State == StateInProgress && !r.Now.Before(r.LeaseUntil)
+}
+
+// CancelRequest is the input of Store.Cancel.
+type CancelRequest struct {
+	// Key is Key.ID() of the record to cancel.
+	Key string
+	// Reason is kept as the record's Error (Record.Error), byte for byte.
+	// The Guard bounds it to MaxErrorBytes.
+	Reason string
+	// Abandoned cancels the attempt only if it is abandoned: its lease has
+	// run out at Now (its worker stopped heartbeating). A live attempt is
+	// left alone, and Cancel returns ErrInProgress. A status reader uses it
+	// to settle a background run whose worker died, so that a worker that
+	// was only slow cannot revive it later.
+	Abandoned bool
+	// Now is the current time, or zero for the store's clock.
+	Now time.Time
 }
 
 // LookupRequest is the input of Store.Lookup.

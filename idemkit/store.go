@@ -61,6 +61,22 @@ type Store interface {
 	// req.Body, a completed record's kept body comes back too.
 	Lookup(ctx context.Context, req LookupRequest) (Record, error)
 
+	// Cancel ends the attempt in progress on req.Key, whichever attempt
+	// holds it: the record is released (StateReleased) with Cancelled set
+	// and req.Reason as its Error, and the attempt is fenced out, so that
+	// its later Extend and Finish return ErrLeaseLost (its work learns at
+	// its next heartbeat that it must stop). The next Claim of the key
+	// takes the record over, as after a failure. It returns the record as
+	// it stands afterwards.
+	//
+	// It changes nothing, and returns the record as it stands, with an
+	// error matching ErrNotInProgress when the record is completed or
+	// released already, and with ErrInProgress when req.Abandoned is set
+	// and the attempt's lease still holds. It returns ErrNotFound when
+	// there is no record. Of a Cancel and a Finish racing on one record,
+	// exactly one wins.
+	Cancel(ctx context.Context, req CancelRequest) (Record, error)
+
 	// List returns up to req.PageSize() records that pass req's filters,
 	// in ascending Key order, after req.After; never their bodies. It is
 	// for operators and status tools, not for the hot path: a filter on

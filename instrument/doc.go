@@ -82,7 +82,33 @@
 //
 // Long tools call Progress, which sends MCP progress notifications and
 // extends the claim's lease together, or use the job-and-poll shape (Jobs,
-// mcpgo.AddJobTool, gosdk.AddJobTool).
+// mcpgo.AddJobTool, gosdk.AddJobTool), or, on mcp-go, MCP tasks.
+//
+// # Durable jobs and tasks
+//
+// A job's execution (Jobs) and an MCP task's (mcpgo: a task-augmented
+// tools/call) are themselves claims in the Guard's store: held by their
+// worker with a lease its heartbeats keep, with the last progress as their
+// note and the work's result as their stored outcome. A job or task started
+// on one replica is reported by every replica sharing the store, and after
+// a restart: running, succeeded (with its result), failed, cancelled, or
+// lost when its worker died (reported within its lease of the crash, and
+// never run again by itself). The call that starts one is an ordinary
+// protected call whose stored answer names it, so that a duplicate gets the
+// same job or task back, and the work starts only once that answer is
+// stored: it runs at most once. Jobs and tasks are visible to the caller's
+// scope only (see WithSubject). See WithTasks and JobsConfig for their
+// leases. The go-sdk (v1.8.0) has no tasks: see package gosdk.
+//
+// # Transactional tools
+//
+// A tool whose side effect is a write to the database holding the Guard's
+// records can take the transaction instead (mcpgo.AddTxTool,
+// gosdk.AddTxTool, on a TxRunner: *pgstore.Store or *sqlitestore.Store):
+// its claim, its writes and its recorded outcome commit together, so that a
+// process killed between the write and the commit leaves neither, and the
+// duplicate then runs once; the replay marker, the span's outcome and the
+// metrics are those of any protected tool.
 //
 // # Metrics
 //

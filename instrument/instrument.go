@@ -139,3 +139,19 @@ func RecordWrite(ctx context.Context, id string) { mcpcall.RecordWrite(ctx, id) 
 func Progress(ctx context.Context, progress, total float64, message string) error {
 	return mcpcall.Progress(ctx, progress, total, message)
 }
+
+// TxRunner is a store that runs a tool call's work in a database
+// transaction of its own, where the call's claim, the tool's writes and its
+// recorded outcome commit together (all or nothing, even if the process is
+// killed between them). *pgstore.Store is a TxRunner[pgx.Tx] and
+// *sqlitestore.Store a TxRunner[*sql.Tx]. The transactional handler forms,
+// mcpgo.AddTxTool and gosdk.AddTxTool, take one.
+type TxRunner[T any] interface {
+	// DoInTx begins a transaction, runs g's claim of key, work (with the
+	// transaction) and the recorded outcome in it, and commits it when they
+	// succeed; it rolls it back otherwise (see pgstore.Store.DoInTx).
+	DoInTx(ctx context.Context, g *idemkit.Guard, key idemkit.Key, work func(ctx context.Context, tx T) (idemkit.Response, error)) (idemkit.Result, error)
+	// InTx runs fn in a transaction of its own, committed when fn returns
+	// nil: a call that is not protected (see WithBypass) runs so.
+	InTx(ctx context.Context, fn func(ctx context.Context, tx T) error) error
+}

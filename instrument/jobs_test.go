@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idemkit/idemkit"
 )
 
 func waitJob(t *testing.T, j *Jobs, ctx context.Context, id string, done func(*Job) bool) *Job {
@@ -23,9 +25,22 @@ func waitJob(t *testing.T, j *Jobs, ctx context.Context, id string, done func(*J
 	}
 }
 
+func newJobs(t *testing.T, store idemkit.Store, cfg *JobsConfig) *Jobs {
+	t.Helper()
+	g, err := idemkit.NewGuard(store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := NewJobs(g, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = j.Close(context.Background()) })
+	return j
+}
+
 func TestJobs_RecordsResultsErrorsAndPanics(t *testing.T) {
-	j := NewJobs(&JobsConfig{Heartbeat: 10 * time.Millisecond})
-	defer func() { _ = j.Close(context.Background()) }()
+	j := newJobs(t, &idemkit.MemoryStore{}, &JobsConfig{Heartbeat: 10 * time.Millisecond})
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name  string
@@ -40,7 +55,7 @@ func TestJobs_RecordsResultsErrorsAndPanics(t *testing.T) {
 			}
 			return []byte(`{"ok":true}`), false, nil
 		}, JobSucceeded, func(j *Job) bool {
-			return string(j.Result) == `{"ok":true}` && j.WriteID == "w-1" && j.Message == "all"
+			return string(j.Result) == `{"ok":true}` && j.WriteID == "w-1" && j.Message == "all" && j.Progress == 1 && j.Total == 1
 		}},
 		{"isError result", func(context.Context) ([]byte, bool, error) { return []byte(`{"isError":true}`), true, nil }, JobFailed,
 			func(j *Job) bool { return j.IsError && j.Result != nil }},
@@ -51,7 +66,7 @@ func TestJobs_RecordsResultsErrorsAndPanics(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			job, err := j.Start(ctx, "export", tc.work)
-			if err != nil || job.State != JobRunning || !strings.HasPrefix(job.ID, "job_") {
+			if err != nil || job.State != JobRunning || !strings.HasPrefix(job.ID, "job_") || job.Expires.Sub(job.Created) != idemkit.DefaultWindow {
 				t.Fatalf("%#v %v", job, err)
 			}
 			got := waitJob(t, j, ctx, job.ID, (*Job).Done)
@@ -62,42 +77,55 @@ func TestJobs_RecordsResultsErrorsAndPanics(t *testing.T) {
 	}
 }
 
-func TestJobs_HeartbeatsAndAbandonment(t *testing.T) {
-	store := &MemoryJobStore{}
-	j := NewJobs(&JobsConfig{Store: store, Heartbeat: 10 * time.Millisecond, StaleAfter: time.Minute})
-	release := make(chan struct{})
-	job, err := j.Start(context.Background(), "export", func(ctx context.Context) ([]byte, bool, error) {
-		<-release
-		return []byte(`{}`), false, nil
+// A job started by one process is reported by another that shares the
+// store (a restart, a replica), and cancelled from it.
+func TestJobs_AnotherProcessReportsAndCancels(t *testing.T) {
+	store := &idemkit.MemoryStore{}
+	a := newJobs(t, store, &JobsConfig{Lease: time.Second, Heartbeat: 20 * time.Millisecond})
+	b := newJobs(t, store, &JobsConfig{Lease: time.Second, Heartbeat: 20 * time.Millisecond})
+	stopped := make(chan struct{})
+	job, err := a.Start(context.Background(), "export", func(ctx context.Context) ([]byte, bool, error) {
+		if err := Progress(ctx, 2, 5, "copying"); err != nil {
+			return nil, false, err
+		}
+		<-ctx.Done()
+		close(stopped)
+		return nil, false, ctx.Err()
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The worker heartbeats while the work runs.
-	got := waitJob(t, j, context.Background(), job.ID, func(g *Job) bool { return g.Heartbeat.After(job.Heartbeat) })
-	if !got.Heartbeat.After(job.Heartbeat) || got.State != JobRunning {
-		t.Errorf("no heartbeat recorded: %#v", got)
+	got := waitJob(t, b, context.Background(), job.ID, func(j *Job) bool { return j.Message == "copying" })
+	if got.State != JobRunning || got.Progress != 2 || got.Total != 5 {
+		t.Fatalf("the other process's view: %#v", got)
 	}
-	close(release)
-	if err := j.Close(context.Background()); err != nil {
+	if got, err := b.Cancel(context.Background(), job.ID, "the user cancelled it"); err != nil || got.State != JobCancelled {
+		t.Fatalf("Cancel from the other process: %#v, %v", got, err)
+	}
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the work did not stop at its next heartbeat")
+	}
+	if got, _ := a.Get(context.Background(), job.ID); got.State != JobCancelled || got.Error != "the user cancelled it" {
+		t.Fatalf("after the cancel: %#v", got)
+	}
+	if _, err := b.Cancel(context.Background(), job.ID, "again"); !errors.Is(err, ErrJobEnded) {
+		t.Fatalf("second Cancel: %v", err)
+	}
+	if _, err := b.Get(context.Background(), "job_0123456789abcdef0123456789abcdef"); !errors.Is(err, ErrJobNotFound) {
+		t.Fatalf("unknown job: %v", err)
+	}
+	if err := a.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	// A running record whose worker is gone (another process died).
-	dead := &Job{ID: "job_dead", Tool: "export", State: JobRunning, Heartbeat: time.Now().Add(-time.Minute)}
-	if err := store.Create(context.Background(), dead); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := j.Get(context.Background(), "job_dead"); got.State != JobAbandoned {
-		t.Errorf("stale job reported %s", got.State)
-	}
-	if _, err := j.Start(context.Background(), "export", nil); !errors.Is(err, ErrJobsClosed) {
+	if _, err := a.Start(context.Background(), "export", nil); !errors.Is(err, ErrJobsClosed) {
 		t.Errorf("Start after Close: %v", err)
 	}
 }
 
 func TestJobs_TimeoutCancelsTheWork(t *testing.T) {
-	j := NewJobs(&JobsConfig{Timeout: 20 * time.Millisecond})
-	defer func() { _ = j.Close(context.Background()) }()
+	j := newJobs(t, &idemkit.MemoryStore{}, &JobsConfig{Timeout: 20 * time.Millisecond})
 	job, err := j.Start(context.Background(), "export", func(ctx context.Context) ([]byte, bool, error) {
 		<-ctx.Done()
 		return nil, false, ctx.Err()
@@ -112,8 +140,7 @@ func TestJobs_TimeoutCancelsTheWork(t *testing.T) {
 }
 
 func TestJobs_OutliveTheRequest(t *testing.T) {
-	j := NewJobs(nil)
-	defer func() { _ = j.Close(context.Background()) }()
+	j := newJobs(t, &idemkit.MemoryStore{}, nil)
 	reqCtx, cancel := context.WithCancel(context.Background())
 	job, err := j.Start(reqCtx, "export", func(ctx context.Context) ([]byte, bool, error) {
 		time.Sleep(20 * time.Millisecond)
@@ -128,20 +155,12 @@ func TestJobs_OutliveTheRequest(t *testing.T) {
 	}
 }
 
-func TestMemoryJobStore_Retention(t *testing.T) {
-	s := &MemoryJobStore{Retention: time.Millisecond}
-	ctx := context.Background()
-	if err := s.Create(ctx, &Job{ID: "a", State: JobSucceeded, Updated: time.Now()}); err != nil {
-		t.Fatal(err)
+func TestNewJobs_RejectsBadConfig(t *testing.T) {
+	g, _ := idemkit.NewGuard(&idemkit.MemoryStore{}, nil)
+	if _, err := NewJobs(nil, nil); err == nil {
+		t.Error("NewJobs without a Guard")
 	}
-	if err := s.Create(ctx, &Job{ID: "a"}); err == nil {
-		t.Error("duplicate ID accepted")
-	}
-	time.Sleep(5 * time.Millisecond)
-	if _, err := s.Get(ctx, "a"); !errors.Is(err, ErrJobNotFound) {
-		t.Errorf("expired job: %v", err)
-	}
-	if err := s.Update(ctx, &Job{ID: "zzz"}); !errors.Is(err, ErrJobNotFound) {
-		t.Errorf("update unknown: %v", err)
+	if _, err := NewJobs(g, &JobsConfig{Lease: time.Second, Heartbeat: 2 * time.Second}); err == nil || !strings.Contains(err.Error(), "Heartbeat") {
+		t.Errorf("a heartbeat longer than the lease: %v", err)
 	}
 }

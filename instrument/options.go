@@ -3,6 +3,7 @@ package instrument
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
@@ -221,4 +222,37 @@ func WithoutKeyParameter() Option {
 // input schemas) do not fail on a field they never declared.
 func WithKeyArgumentPassedThrough() Option {
 	return optionFunc(func(c *mcpcall.Config) { c.StripKey = false })
+}
+
+// TasksConfig configures the MCP tasks (specification 2025-11-25) that an
+// adapter serves from the Guard's store (see mcpgo.NewStreamableHTTPHandler).
+// Zero fields take their defaults. A task is kept for its tool's window
+// (idemkit.Config.Window, or the tool's ToolConfig.Window) from its
+// creation, and at least a Lease after its last heartbeat: that window is
+// the ttl tasks report. Set it above your longest task plus the time
+// clients take to fetch its result.
+type TasksConfig struct {
+	// Lease is how long a task's worker holds it without a heartbeat before
+	// the task is reported failed because its worker was lost (its process
+	// died): a task's status is truthful within Lease of a crash. Defaults
+	// to 30s.
+	Lease time.Duration
+	// Heartbeat is how often a worker renews its lease, and so how soon a
+	// task cancelled on another replica stops. Defaults to a third of
+	// Lease.
+	Heartbeat time.Duration
+	// Timeout bounds one task's work. Defaults to 0 (no bound but
+	// tasks/cancel and shutdown).
+	Timeout time.Duration
+	// PollInterval is the pollInterval tasks suggest to clients. Defaults
+	// to 1s.
+	PollInterval time.Duration
+}
+
+// WithTasks configures the durable MCP tasks an adapter serves (see
+// TasksConfig). Defaults to the zero TasksConfig: all defaults.
+func WithTasks(cfg TasksConfig) Option {
+	return optionFunc(func(c *mcpcall.Config) {
+		c.Tasks = mcpcall.TasksConfig{Lease: cfg.Lease, Heartbeat: cfg.Heartbeat, Timeout: cfg.Timeout, PollInterval: cfg.PollInterval}
+	})
 }

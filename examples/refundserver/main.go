@@ -1,14 +1,21 @@
 // Command refundserver is the demo's MCP server: a refund desk served over
 // Streamable HTTP (stateful sessions) by mcp-go or, with -sdk gosdk, by the
-// official Go SDK, whose issue_refund tool writes a refund row to an SQLite
-// orders database. idemkit protects issue_refund (arguments validated, claim
-// before the work, replay the stored result to every duplicate), every MCP
-// request gets a SERVER span ("tools/call issue_refund"), and traces and
-// metrics go to a Collector over OTLP/gRPC.
+// official Go SDK. Its issue_refund tool refunds an order through a fake
+// payment gateway (an external service with its own ledger, keyed by
+// idemkit's per-call idempotency key) and writes the refund row to the
+// desk's database. idemkit protects issue_refund (arguments validated,
+// claim before the work, replay the stored result to every duplicate), and
+// with the SQLite or PostgreSQL store the desk's tables live in the store's
+// database: the refund row, the claim and the recorded outcome commit in one
+// transaction (the transactional handler form, mcpgo.AddTxTool). On mcp-go
+// the server advertises MCP tasks: a task-augmented issue_refund is a
+// durable task in the store. export_refunds is a job-and-poll tool whose
+// jobs live in the store too. Every MCP request gets a SERVER span ("tools/call
+// issue_refund"), and traces and metrics go to a Collector over OTLP/gRPC.
 //
-//	refundserver -addr 127.0.0.1:8080 -db refunds.db               # protected, mcp-go, SQLite store
+//	refundserver -addr 127.0.0.1:8080 -db refunds.db               # protected, mcp-go, SQLite store in refunds.db
 //	refundserver -sdk gosdk -addr 127.0.0.1:8082                   # the same tools, auth and store on the go-sdk
-//	refundserver -store postgres -postgres-dsn postgres://…         # protected, shared Postgres store
+//	refundserver -store postgres -postgres-dsn postgres://…         # protected, shared Postgres store and desk
 //	refundserver -unprotected -addr 127.0.0.1:8081 -db before.db   # "before idemkit": every duplicate refunds again
 //
 // Callers authenticate with "Authorization: Bearer <token>" (-tokens maps
@@ -37,13 +44,14 @@ import (
 
 	"github.com/idemkit/idemkit/examples/internal/refunds"
 	"github.com/idemkit/idemkit/examples/internal/telemetry"
+	"github.com/idemkit/idemkit/instrument"
 )
 
 // options are the command-line flags.
 type options struct {
 	addr, readyFile          string
 	sdk                      string
-	dbPath                   string
+	dbPath, gatewayDB        string
 	store, storeDB, pgDSN    string
 	window                   time.Duration
 	unprotected              bool
@@ -51,6 +59,9 @@ type options struct {
 	metricInterval           time.Duration
 	tokens                   string
 	fastLatency, slowLatency time.Duration
+	taskLease, jobLease      time.Duration
+	exportDuration           time.Duration
+	holdAfterWrite           string
 }
 
 func parseFlags() options {
@@ -58,9 +69,11 @@ func parseFlags() options {
 	flag.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen address (port 0: any free port; see -ready-file)")
 	flag.StringVar(&o.readyFile, "ready-file", "", "once listening, write the server's MCP URL to this file")
 	flag.StringVar(&o.sdk, "sdk", refunds.SDKMCPGo, "MCP SDK serving the tools: mcpgo (github.com/mark3labs/mcp-go) or gosdk (the official Go SDK)")
-	flag.StringVar(&o.dbPath, "db", "refunds.db", "SQLite orders database (created and seeded when missing)")
-	flag.StringVar(&o.store, "store", "sqlite", "idemkit store: sqlite, memory or postgres (ignored with -unprotected)")
-	flag.StringVar(&o.storeDB, "store-db", "", "SQLite file of the idemkit store (default: idemkit.db beside -db)")
+	flag.StringVar(&o.dbPath, "db", "refunds.db", "SQLite orders database (created and seeded when missing); with -store sqlite it holds idemkit's store too")
+	flag.StringVar(&o.gatewayDB, "gateway-db", "", "SQLite ledger of the fake payment gateway (default: gateway.db beside -db)")
+	flag.StringVar(&o.store, "store", "sqlite", "idemkit store: sqlite (in -db), memory or postgres (ignored with -unprotected)")
+	flag.StringVar(&o.storeDB, "store-db", "", "SQLite file of the idemkit store (default: the -db file, where a refund row commits in its claim's transaction; "+
+		"another file makes the row commit in a transaction of its own, after the claim)")
 	flag.StringVar(&o.pgDSN, "postgres-dsn", os.Getenv("DATABASE_URL"), "PostgreSQL DSN for -store postgres (default $DATABASE_URL)")
 	flag.DurationVar(&o.window, "window", 10*time.Minute, "how long a completed refund deduplicates its duplicates")
 	flag.BoolVar(&o.unprotected, "unprotected", false, "serve without idemkit: plain OpenTelemetry GenAI tracing, every duplicate runs")
@@ -70,6 +83,10 @@ func parseFlags() options {
 	flag.StringVar(&o.tokens, "tokens", refunds.FormatTokens(refunds.DemoTokens), "bearer tokens, token=subject,…")
 	flag.DurationVar(&o.fastLatency, "fast-latency", refunds.DefaultFastLatency, "gateway latency of fastpay orders")
 	flag.DurationVar(&o.slowLatency, "slow-latency", refunds.DefaultSlowLatency, "gateway latency of slowpay orders (every fourth order)")
+	flag.DurationVar(&o.taskLease, "task-lease", 0, "how long a task's worker holds it without a heartbeat before it is reported lost (default 30s)")
+	flag.DurationVar(&o.jobLease, "job-lease", 0, "how long a job's worker holds it without a heartbeat before it is reported lost (default 30s)")
+	flag.DurationVar(&o.exportDuration, "export-duration", refunds.DefaultExportDuration, "how long an export_refunds job works")
+	flag.StringVar(&o.holdAfterWrite, "fault-hold-after-write", "", "fault injection for crash tests: issue_refund writes this file once its row is written, then waits uncommitted")
 	flag.Parse()
 	if o.service == "" {
 		o.service = "refundserver"
@@ -77,8 +94,11 @@ func parseFlags() options {
 			o.service = "refundserver-unprotected"
 		}
 	}
-	if o.storeDB == "" {
-		o.storeDB = filepath.Join(filepath.Dir(o.dbPath), "idemkit.db")
+	if o.gatewayDB == "" {
+		o.gatewayDB = filepath.Join(filepath.Dir(o.dbPath), "gateway.db")
+		if o.dbPath == ":memory:" {
+			o.gatewayDB = ":memory:"
+		}
 	}
 	return o
 }
@@ -114,34 +134,45 @@ func run(o options, log *slog.Logger) error {
 		}
 	}()
 
-	for _, p := range []string{o.dbPath, o.storeDB} {
+	if o.storeDB == "" {
+		o.storeDB = o.dbPath
+	}
+	for _, p := range []string{o.dbPath, o.storeDB, o.gatewayDB} {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
 	}
-	db, err := refunds.OpenDB(ctx, o.dbPath)
+	gateway, err := refunds.OpenGateway(ctx, o.gatewayDB)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	defer gateway.Close()
 
 	cfg := refunds.Config{
-		DB: db, SDK: o.sdk, TracerProvider: tel.Tracer, MeterProvider: tel.Meter, Tokens: tokens,
+		Gateway: gateway, SDK: o.sdk, TracerProvider: tel.Tracer, MeterProvider: tel.Meter, Tokens: tokens,
 		FastLatency: o.fastLatency, SlowLatency: o.slowLatency,
+		Tasks: instrument.TasksConfig{Lease: o.taskLease}, Jobs: instrument.JobsConfig{Lease: o.jobLease},
+		ExportDuration: o.exportDuration, HoldAfterWrite: o.holdAfterWrite,
 	}
 	storeDesc := "none (unprotected)"
-	if !o.unprotected {
-		guard, closeStore, desc, err := openGuard(ctx, o)
+	if o.unprotected {
+		if cfg.DB, err = refunds.OpenDB(ctx, o.dbPath); err != nil {
+			return err
+		}
+	} else {
+		st, err := openStore(ctx, o)
 		if err != nil {
 			return err
 		}
-		defer closeStore()
-		cfg.Guard, storeDesc = guard, desc
+		defer st.close()
+		cfg.Guard, cfg.DB, storeDesc = st.guard, st.db, st.desc
 	}
-	handler, err := refunds.NewHandler(cfg)
+	defer cfg.DB.Close()
+	desk, err := refunds.NewServer(cfg)
 	if err != nil {
 		return err
 	}
+	handler := desk.Handler
 
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", handler)
@@ -166,11 +197,14 @@ func run(o options, log *slog.Logger) error {
 		return err
 	case <-ctx.Done():
 	}
-	log.Info("shutting down: waiting for in-flight calls")
+	log.Info("shutting down: waiting for in-flight calls, tasks and jobs")
 	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := desk.Close(sctx); err != nil {
+		log.Error("stopping tasks and jobs", "err", err)
 	}
 	log.Info("stopped")
 	return nil

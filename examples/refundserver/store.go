@@ -7,52 +7,82 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idemkit/examples/internal/refunds"
 	"github.com/idemkit/idemkit/idemkit"
 	"github.com/idemkit/idemkit/idemkit/pgstore"
 	"github.com/idemkit/idemkit/idemkit/sqlitestore"
 )
 
-// openGuard opens the idemkit store chosen by -store and returns a Guard on
-// it, the function that closes the store, and a description for the log.
-func openGuard(ctx context.Context, o options) (*idemkit.Guard, func(), string, error) {
+// openedStore is the idemkit store chosen by -store, with its Guard and
+// the refund desk's database.
+type openedStore struct {
+	guard *idemkit.Guard
+	db    *refunds.DB
+	desc  string
+	close func()
+}
+
+// openStore opens the idemkit store chosen by -store and the desk's
+// database: with postgres, and with sqlite in the -db file (the default),
+// the store's own (its tables beside idemkit's), so that issue_refund's
+// refund row commits in the transaction of its claim; with memory, or a
+// -store-db apart, the SQLite file -db.
+func openStore(ctx context.Context, o options) (*openedStore, error) {
 	var (
-		store   idemkit.Store
-		closeFn = func() {}
-		desc    string
+		store idemkit.Store
+		st    = &openedStore{close: func() {}}
+		err   error
 	)
 	switch o.store {
 	case "sqlite":
 		s, err := sqlitestore.Open(ctx, o.storeDB, nil)
 		if err != nil {
-			return nil, nil, "", err
+			return nil, err
 		}
-		store, closeFn, desc = s, func() { _ = s.Close() }, "sqlite "+o.storeDB
+		if o.storeDB == o.dbPath {
+			st.db, err = refunds.NewSQLiteDB(ctx, s.DB())
+			st.desc = "sqlite " + o.storeDB + " (refund rows in the claims' transactions)"
+		} else {
+			st.db, err = refunds.OpenDB(ctx, o.dbPath)
+			st.desc = "sqlite " + o.storeDB + " (refund rows in " + o.dbPath + ", committed after their claims)"
+		}
+		if err != nil {
+			_ = s.Close()
+			return nil, err
+		}
+		store, st.close = s, func() { _ = s.Close() }
 	case "memory":
-		store, desc = &idemkit.MemoryStore{}, "memory (lost on restart)"
+		if st.db, err = refunds.OpenDB(ctx, o.dbPath); err != nil {
+			return nil, err
+		}
+		store, st.desc = &idemkit.MemoryStore{}, "memory (lost on restart)"
 	case "postgres":
 		if o.pgDSN == "" {
-			return nil, nil, "", errors.New("-store postgres needs -postgres-dsn (or $DATABASE_URL)")
+			return nil, errors.New("-store postgres needs -postgres-dsn (or $DATABASE_URL)")
 		}
 		pool, err := pgxpool.New(ctx, o.pgDSN)
 		if err != nil {
-			return nil, nil, "", fmt.Errorf("postgres: %w", err)
+			return nil, fmt.Errorf("postgres: %w", err)
 		}
 		s, err := pgstore.New(pool, nil)
 		if err == nil {
 			err = s.Migrate(ctx)
 		}
+		if err == nil {
+			st.db, err = refunds.NewPostgresDB(ctx, pool)
+		}
 		if err != nil {
 			pool.Close()
-			return nil, nil, "", fmt.Errorf("postgres store: %w", err)
+			return nil, fmt.Errorf("postgres store: %w", err)
 		}
-		store, closeFn, desc = s, pool.Close, "postgres"
+		store, st.close, st.desc = s, pool.Close, "postgres (refund rows in the claims' transactions)"
 	default:
-		return nil, nil, "", fmt.Errorf("-store %q: want sqlite, memory or postgres", o.store)
+		return nil, fmt.Errorf("-store %q: want sqlite, memory or postgres", o.store)
 	}
-	guard, err := idemkit.NewGuard(store, &idemkit.Config{Window: o.window})
+	st.guard, err = idemkit.NewGuard(store, &idemkit.Config{Window: o.window})
 	if err != nil {
-		closeFn()
-		return nil, nil, "", err
+		st.close()
+		return nil, err
 	}
-	return guard, closeFn, desc, nil
+	return st, nil
 }

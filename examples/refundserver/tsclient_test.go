@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/idemkit/idemkit/examples/internal/refunds"
 	"github.com/idemkit/idemkit/idemkit"
 	"github.com/idemkit/idemkit/idemkit/sqlitestore"
+	"github.com/idemkit/idemkit/instrument"
 )
 
 // tsResult is what testdata/tsclient/client.mjs prints.
@@ -33,6 +35,22 @@ type tsResult struct {
 	Mismatch           tsCall            `json:"mismatch"`
 	Concurrent         []tsCall          `json:"concurrent"`
 	AfterReconnect     tsCall            `json:"afterReconnect"`
+	TasksCapability    bool              `json:"tasksCapability"`
+	TaskFirst          tsTask            `json:"taskFirst"`
+	TaskDuplicate      tsTask            `json:"taskDuplicate"`
+	StreamTaskID       string            `json:"streamTaskId"`
+	TaskEvents         []string          `json:"taskEvents"`
+	TaskResult         tsCall            `json:"taskResult"`
+	TaskError          string            `json:"taskError"`
+	TaskGet            string            `json:"taskGet"`
+	TaskList           []string          `json:"taskList"`
+	CancelCompleted    int               `json:"cancelCompleted"`
+}
+
+type tsTask struct {
+	TaskID   string `json:"taskId"`
+	Status   string `json:"status"`
+	Replayed bool   `json:"replayed"`
 }
 
 type tsTool struct {
@@ -124,11 +142,13 @@ func TestTypeScriptClient(t *testing.T) {
 	for _, sdk := range []string{refunds.SDKMCPGo, refunds.SDKGoSDK} {
 		t.Run(sdk, func(t *testing.T) {
 			ctx := context.Background()
-			db, err := refunds.OpenDB(ctx, ":memory:")
+			// The SQLite store holds the desk's tables: issue_refund writes
+			// its row in the transaction of its claim.
+			store, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "refunds.db"), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			store, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idemkit.db"), nil)
+			db, err := refunds.NewSQLiteDB(ctx, store.DB())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -137,16 +157,17 @@ func TestTypeScriptClient(t *testing.T) {
 				t.Fatal(err)
 			}
 			tp, mp := sdktrace.NewTracerProvider(), sdkmetric.NewMeterProvider()
-			h, err := refunds.NewHandler(refunds.Config{DB: db, SDK: sdk, Guard: guard, TracerProvider: tp, MeterProvider: mp,
-				Tokens: refunds.DemoTokens, FastLatency: time.Millisecond, SlowLatency: 500 * time.Millisecond})
+			desk, err := refunds.NewServer(refunds.Config{DB: db, SDK: sdk, Guard: guard, TracerProvider: tp, MeterProvider: mp,
+				Tokens: refunds.DemoTokens, FastLatency: time.Millisecond, SlowLatency: 500 * time.Millisecond,
+				Tasks: instrument.TasksConfig{PollInterval: 50 * time.Millisecond}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			hs := httptest.NewServer(h)
+			hs := httptest.NewServer(desk.Handler)
 			t.Cleanup(func() {
 				hs.Close()
+				_ = desk.Close(ctx)
 				_ = store.Close()
-				_ = db.Close()
 				_ = tp.Shutdown(ctx)
 				_ = mp.Shutdown(ctx)
 			})
@@ -160,11 +181,13 @@ func TestTypeScriptClient(t *testing.T) {
 			if err := cmd.Run(); err != nil {
 				t.Fatalf("node client.mjs: %v\n%s", err, stderr.String())
 			}
+			t.Logf("the client saw: %s", stdout.String())
 			var r tsResult
 			if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
 				t.Fatalf("%v: %s", err, stdout.String())
 			}
 			check(t, r, db)
+			checkTasks(t, sdk, r, db)
 		})
 	}
 }
@@ -218,5 +241,45 @@ func check(t *testing.T, r tsResult, db *refunds.DB) {
 		if len(list) != want {
 			t.Errorf("%s: %d refunds, want %d", order, len(list), want)
 		}
+	}
+}
+
+// checkTasks checks what the TypeScript client saw of MCP tasks: on mcp-go
+// one task for the refund, its duplicates answered with it (replayed), its
+// result through the SDK's task stream, one refund written; the go-sdk
+// advertises no tasks.
+func checkTasks(t *testing.T, sdk string, r tsResult, db *refunds.DB) {
+	t.Helper()
+	rows, err := db.Refunds(context.Background(), "ord_1006")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sdk == refunds.SDKGoSDK {
+		if r.TasksCapability || len(rows) != 0 {
+			t.Errorf("the go-sdk server advertised tasks (%v) or refunded ord_1006 (%d rows)", r.TasksCapability, len(rows))
+		}
+		return
+	}
+	if !r.TasksCapability {
+		t.Fatal("the mcp-go server does not advertise task-augmented tools/call")
+	}
+	id := r.TaskFirst.TaskID
+	if id == "" || r.TaskFirst.Replayed || r.TaskFirst.Status != "working" {
+		t.Errorf("first task-augmented call: %+v", r.TaskFirst)
+	}
+	if r.TaskDuplicate.TaskID != id || !r.TaskDuplicate.Replayed {
+		t.Errorf("duplicate task-augmented call: %+v, want task %s replayed", r.TaskDuplicate, id)
+	}
+	if r.StreamTaskID != id || r.TaskError != "" || r.TaskResult.RefundID == "" || r.TaskResult.IsError {
+		t.Errorf("the SDK's task stream: task %s, result %+v, error %q", r.StreamTaskID, r.TaskResult, r.TaskError)
+	}
+	if len(r.TaskEvents) < 3 || r.TaskEvents[0] != "taskCreated" || r.TaskEvents[len(r.TaskEvents)-1] != "result" {
+		t.Errorf("task stream events %v", r.TaskEvents)
+	}
+	if r.TaskGet != "completed" || !slices.Contains(r.TaskList, id) || r.CancelCompleted != -32602 {
+		t.Errorf("tasks/get %q, tasks/list %v, cancel of the completed task %d", r.TaskGet, r.TaskList, r.CancelCompleted)
+	}
+	if len(rows) != 1 || rows[0].ID != r.TaskResult.RefundID {
+		t.Errorf("ord_1006: %d refund rows (%v), want the task's one refund %s", len(rows), rows, r.TaskResult.RefundID)
 	}
 }

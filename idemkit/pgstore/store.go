@@ -88,7 +88,7 @@ type statements struct {
 	claimFresh, claimFreshDBClock, lookup, claim  string
 	finishSucceeded, finishFailed, finishExternal string
 	extend, response, sweep                       string
-	inspect, list                                 string
+	inspect, list, cancel                         string
 }
 
 func newStatements(schema string) *statements {
@@ -113,6 +113,7 @@ func newStatements(schema string) *statements {
 		sweep:             r.Replace(sweepSQL),
 		inspect:           r.Replace(inspectSQL),
 		list:              r.Replace(listSQL),
+		cancel:            r.Replace(cancelSQL),
 	}
 }
 
@@ -149,11 +150,12 @@ func newStatements(schema string) *statements {
 const (
 	claimInsert = `
 INSERT INTO {schema}idemkit_claims AS c
-    (key, tool, fingerprint, state, token, attempt, started_at, lease_until, expires_at)
+    (key, tool, fingerprint, state, token, attempt, started_at, lease_until, expires_at, updated_at)
 VALUES ($1, $2, $3, 'in_progress', $4, 1,
     coalesce($7::timestamptz, statement_timestamp()),
     coalesce($7::timestamptz, statement_timestamp()) + $5::bigint * interval '1 microsecond',
-    coalesce($7::timestamptz, statement_timestamp()) + $6::bigint * interval '1 microsecond')`
+    coalesce($7::timestamptz, statement_timestamp()) + $6::bigint * interval '1 microsecond',
+    coalesce($7::timestamptz, statement_timestamp()))`
 
 	claimFreshSQL = claimInsert + `
 ON CONFLICT (key) DO NOTHING
@@ -190,7 +192,9 @@ ON CONFLICT (key) DO UPDATE SET
     write_id    = CASE WHEN ` + claimCond + ` THEN NULL ELSE c.write_id END,
     is_error    = CASE WHEN ` + claimCond + ` THEN false ELSE c.is_error END,
     last_error  = CASE WHEN ` + claimCond + ` THEN NULL ELSE c.last_error END,
-    note        = CASE WHEN ` + claimCond + ` THEN NULL ELSE c.note END
+    note        = CASE WHEN ` + claimCond + ` THEN NULL ELSE c.note END,
+    cancelled   = CASE WHEN ` + claimCond + ` THEN false ELSE c.cancelled END,
+    updated_at  = CASE WHEN ` + claimCond + ` THEN excluded.started_at ELSE c.updated_at END
 RETURNING c.token = $4, c.attempt, c.fingerprint = $3, c.state, c.started_at, c.lease_until,
     c.storage, c.size, c.write_id, c.is_error,
     CASE WHEN c.token <> $4 AND c.state = 'succeeded' AND c.storage = 0 THEN c.response END,
@@ -202,19 +206,21 @@ RETURNING c.token = $4, c.attempt, c.fingerprint = $3, c.state, c.started_at, c.
 	// end state) and write the same values again, so the retry succeeds.
 	finishSucceededSQL = `
 UPDATE {schema}idemkit_claims
-SET state = 'succeeded', response = $3, storage = $4, size = $5, write_id = $6, is_error = $7
+SET state = 'succeeded', response = $3, storage = $4, size = $5, write_id = $6, is_error = $7,
+    updated_at = coalesce($8::timestamptz, statement_timestamp())
 WHERE key = $1 AND token = $2 AND state <> 'failed'`
 
 	finishFailedSQL = `
 UPDATE {schema}idemkit_claims
-SET state = 'failed', last_error = $3
+SET state = 'failed', last_error = $3, updated_at = coalesce($4::timestamptz, statement_timestamp())
 WHERE key = $1 AND token = $2 AND state <> 'succeeded'`
 
 	// The body goes to idemkit_responses only if the fenced update matched.
 	finishExternalSQL = `
 WITH done AS (
     UPDATE {schema}idemkit_claims
-    SET state = 'succeeded', response = NULL, storage = 1, size = $4, write_id = $5, is_error = $6
+    SET state = 'succeeded', response = NULL, storage = 1, size = $4, write_id = $5, is_error = $6,
+        updated_at = coalesce($7::timestamptz, statement_timestamp())
     WHERE key = $1 AND token = $2 AND state <> 'failed'
     RETURNING key
 )
@@ -226,7 +232,8 @@ ON CONFLICT (key) DO UPDATE SET body = excluded.body`
 UPDATE {schema}idemkit_claims
 SET lease_until = coalesce($4::timestamptz, statement_timestamp()) + $3::bigint * interval '1 microsecond',
     expires_at  = greatest(expires_at, coalesce($4::timestamptz, statement_timestamp()) + $3::bigint * interval '1 microsecond'),
-    note        = coalesce($5::bytea, note)
+    note        = coalesce($5::bytea, note),
+    updated_at  = coalesce($4::timestamptz, statement_timestamp())
 WHERE key = $1 AND token = $2 AND state = 'in_progress'`
 
 	responseSQL = `
@@ -237,7 +244,7 @@ WHERE r.key = $1 AND c.state = 'succeeded' AND c.storage = 1`
 	// recordColumns are the columns of an idemkit.Record, in scanRecord's
 	// order.
 	recordColumns = `c.key, c.tool, c.fingerprint, c.state, c.attempt, c.started_at, c.lease_until, c.expires_at,
-    c.storage, c.size, c.write_id, c.is_error, c.last_error, c.note`
+    c.storage, c.size, c.write_id, c.is_error, c.last_error, c.note, c.cancelled, coalesce(c.updated_at, c.started_at)`
 
 	// inspectSQL reads one record, and with $2 its kept body, inline or
 	// external.
@@ -259,6 +266,17 @@ WHERE c.key > $1 AND c.key >= $2 AND starts_with(c.key, $2)
   AND ($3 = '' OR c.tool = $3) AND ($4 = '' OR c.state = $4)
 ORDER BY c.key
 LIMIT $5`
+
+	// cancelSQL releases the record's attempt in progress, whichever token
+	// holds it (with $3, only when its lease has run out), and fences it
+	// out: no attempt holds token 0. No row comes back when it changed
+	// nothing.
+	cancelSQL = `
+UPDATE {schema}idemkit_claims AS c
+SET state = 'failed', token = 0, last_error = $2, cancelled = true, updated_at = n.now
+FROM (SELECT coalesce($4::timestamptz, statement_timestamp()) AS now) n
+WHERE c.key = $1 AND c.state = 'in_progress' AND (NOT $3 OR c.lease_until <= n.now)
+RETURNING ` + recordColumns + `, n.now`
 
 	// SKIP LOCKED lets many replicas sweep at once without waiting on, or
 	// double-counting, each other's rows.
@@ -393,15 +411,16 @@ func (s *Store) Finish(ctx context.Context, req idemkit.FinishRequest) error {
 	if body == nil {
 		body = []byte{}
 	}
+	now := nowArg(req.Now)
 	switch {
 	case !req.Succeeded:
-		tag, err = s.db.Exec(ctx, s.sql.finishFailed, req.Key, req.Token, nullBytes(req.Error))
+		tag, err = s.db.Exec(ctx, s.sql.finishFailed, req.Key, req.Token, nullBytes(req.Error), now)
 	case req.Storage == idemkit.StorageExternal:
-		tag, err = s.db.Exec(ctx, s.sql.finishExternal, req.Key, req.Token, body, req.Size, nullBytes(req.Response.WriteID), req.Response.IsError)
+		tag, err = s.db.Exec(ctx, s.sql.finishExternal, req.Key, req.Token, body, req.Size, nullBytes(req.Response.WriteID), req.Response.IsError, now)
 	case req.Storage == idemkit.StorageDropped:
-		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, nil, int16(idemkit.StorageDropped), req.Size, nullBytes(req.Response.WriteID), req.Response.IsError)
+		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, nil, int16(idemkit.StorageDropped), req.Size, nullBytes(req.Response.WriteID), req.Response.IsError, now)
 	default:
-		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, body, int16(idemkit.StorageInline), req.Size, nullBytes(req.Response.WriteID), req.Response.IsError)
+		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, body, int16(idemkit.StorageInline), req.Size, nullBytes(req.Response.WriteID), req.Response.IsError, now)
 	}
 	if err != nil {
 		return s.translate("finish", err)
@@ -468,6 +487,34 @@ func (s *Store) Lookup(ctx context.Context, req idemkit.LookupRequest) (idemkit.
 	return rec, nil
 }
 
+// Cancel implements idemkit.Store: one UPDATE decides, on the locked row,
+// so that of a Cancel and a Finish racing on a record exactly one wins.
+// When it changes nothing, a read of the record says why.
+func (s *Store) Cancel(ctx context.Context, req idemkit.CancelRequest) (idemkit.Record, error) {
+	now := nowArg(req.Now)
+	for try := 0; ; try++ {
+		var rec idemkit.Record
+		err := scanRecord(s.db.QueryRow(ctx, s.sql.cancel, req.Key, nullBytes(req.Reason), req.Abandoned, now), &rec)
+		if err == nil {
+			return rec, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return idemkit.Record{}, s.translate("cancel", err)
+		}
+		rec, err = s.Lookup(ctx, idemkit.LookupRequest{Key: req.Key, Now: req.Now})
+		switch {
+		case err != nil:
+			return idemkit.Record{}, err
+		case rec.State != idemkit.StateInProgress:
+			return rec, idemkit.ErrNotInProgress
+		case req.Abandoned && !rec.Abandoned(), try == 2:
+			return rec, idemkit.ErrInProgress
+		}
+		// A new attempt claimed the record between the two statements: try
+		// again, on it.
+	}
+}
+
 // List implements idemkit.Store.
 func (s *Store) List(ctx context.Context, req idemkit.ListRequest) ([]idemkit.Record, error) {
 	if err := req.Validate(); err != nil {
@@ -505,7 +552,7 @@ func scanRecord(row pgx.Row, rec *idemkit.Record, extra ...any) error {
 		writeID, lastErr, note []byte
 	)
 	dest := append([]any{&rec.Key, &rec.Tool, &rec.Fingerprint, &state, &attempt, &rec.Started, &rec.LeaseUntil, &rec.ExpiresAt,
-		&storage, &rec.Size, &writeID, &rec.IsError, &lastErr, &note, &rec.Now}, extra...)
+		&storage, &rec.Size, &writeID, &rec.IsError, &lastErr, &note, &rec.Cancelled, &rec.Updated, &rec.Now}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return err
 	}

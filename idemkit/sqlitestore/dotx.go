@@ -4,13 +4,15 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 
 	"github.com/idemkit/idemkit/idemkit"
 )
 
 // TxWork is the work of DoTx: it makes its writes through tx, the
-// transaction that also holds the claim.
-type TxWork func(ctx context.Context, tx *sql.Tx) (idemkit.Response, error)
+// transaction that also holds the claim. (It is an alias, so that *Store
+// implements instrument.TxRunner[*sql.Tx].)
+type TxWork = func(ctx context.Context, tx *sql.Tx) (idemkit.Response, error)
 
 // DoTx is g.Do with the claim, the work's writes and the recorded outcome
 // all in tx, a transaction the caller began on DB() and commits or rolls
@@ -110,6 +112,14 @@ func (t *txStore) Lookup(ctx context.Context, req idemkit.LookupRequest) (idemki
 	return lookup(t.tx.QueryRowContext(ctx, lookupSQL, req.Key, req.Body), req)
 }
 
+func (t *txStore) Cancel(ctx context.Context, req idemkit.CancelRequest) (idemkit.Record, error) {
+	return cancel(ctx, req,
+		func(args ...any) *sql.Row { return t.tx.QueryRowContext(ctx, cancelSQL, args...) },
+		func(lr idemkit.LookupRequest) (idemkit.Record, error) {
+			return lookup(t.tx.QueryRowContext(ctx, lookupSQL, lr.Key, lr.Body), lr)
+		})
+}
+
 func (t *txStore) List(ctx context.Context, req idemkit.ListRequest) ([]idemkit.Record, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
@@ -128,4 +138,65 @@ func (t *txStore) Sweep(ctx context.Context, req idemkit.SweepRequest) (int, err
 	}
 	n, err := res.RowsAffected()
 	return int(n), interpretError("sweep", err)
+}
+
+// DoInTx is DoTx in a transaction of its own: it begins one on DB(), runs
+// DoTx in it, and commits it when DoTx succeeds. It rolls it back
+// otherwise (work's error, a claim that failed, an in-progress or mismatch
+// answer), and when work panics, so that nothing of the call remains. When
+// the commit itself fails, nothing of the call happened either: DoInTx
+// returns an error matching idemkit.ErrStore, and a retry is safe.
+//
+// It is the claim a transactional tool handler runs under (the
+// instrument/mcpgo and instrument/gosdk AddTxTool handler forms use it).
+// work must write through its tx only (see DoTx). ctx bounds the whole
+// transaction.
+func (s *Store) DoInTx(ctx context.Context, g *idemkit.Guard, key idemkit.Key, work TxWork) (res idemkit.Result, err error) {
+	if g == nil || work == nil {
+		return idemkit.Result{}, errors.New("sqlitestore: DoInTx needs a Guard and work")
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return idemkit.Result{}, fmt.Errorf("%w: %w", idemkit.ErrStore, interpretError("begin", err))
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = tx.Rollback()
+		}
+	}()
+	res, err = s.DoTx(ctx, g, tx, key, work)
+	if err != nil {
+		return res, err
+	}
+	if err := tx.Commit(); err != nil {
+		return idemkit.Result{}, fmt.Errorf("%w: the transaction of %s did not commit, so nothing of the call happened: %w", idemkit.ErrStore, key, interpretError("commit", err))
+	}
+	committed = true
+	return res, nil
+}
+
+// InTx runs fn in a transaction of its own, begun on DB() and committed
+// when fn returns nil (rolled back otherwise, and when fn panics). A
+// transactional tool handler whose call is not protected (see DoInTx) runs
+// so.
+func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return interpretError("begin", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = tx.Rollback()
+		}
+	}()
+	if err := fn(ctx, tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return interpretError("commit", err)
+	}
+	committed = true
+	return nil
 }

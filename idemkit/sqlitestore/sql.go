@@ -73,6 +73,7 @@ ON CONFLICT (key) DO UPDATE SET
     is_error    = iif(` + condClaim + `, 0, c.is_error),
     last_error  = iif(` + condClaim + `, '', c.last_error),
     note        = iif(` + condClaim + `, '', c.note),
+    cancelled   = iif(` + condClaim + `, 0, c.cancelled),
     updated_at  = iif(` + condClaim + `, ?5, c.updated_at)
 RETURNING
     -- the status: statusAcquired (1), statusTakenOver (2), statusMismatch (5),
@@ -130,7 +131,17 @@ const sweepSQL = `DELETE FROM idemkit_claims WHERE key IN (
 
 // recordColumns are the columns of an idemkit.Record, in scanRecord's order.
 const recordColumns = `c.key, c.tool, c.fingerprint, c.state, c.attempt, c.started_at, c.lease_until, c.expires_at,
-    c.storage, c.size, c.write_id, c.is_error, c.last_error, c.note`
+    c.storage, c.size, c.write_id, c.is_error, c.last_error, c.note, c.cancelled, c.updated_at`
+
+// cancelSQL releases the record's attempt in progress, whichever token
+// holds it (with ?3, only when its lease has run out at ?4), and fences it
+// out: no attempt holds token 0. No row comes back when it changed
+// nothing. (RETURNING names the modified table's columns unqualified.)
+const cancelSQL = `UPDATE idemkit_claims SET
+    state = 'failed', token = 0, last_error = ?2, cancelled = 1, updated_at = ?4
+WHERE key = ?1 AND state = 'in_progress' AND (NOT ?3 OR lease_until <= ?4)
+RETURNING key, tool, fingerprint, state, attempt, started_at, lease_until, expires_at,
+    storage, size, write_id, is_error, last_error, note, cancelled, updated_at`
 
 // lookupSQL reads one record and, with ?2, its kept body, inline or
 // external.

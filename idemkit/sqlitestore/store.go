@@ -133,12 +133,12 @@ var _ idemkit.Store = (*Store)(nil)
 
 // statements are the store's statements prepared on its pool.
 type statements struct {
-	claim, succeeded, failed, extend, response, sweep, putResponse, lookup, list *sql.Stmt
+	claim, succeeded, failed, extend, response, sweep, putResponse, lookup, list, cancel *sql.Stmt
 }
 
 func (st *statements) close() error {
 	var errs []error
-	for _, s := range []*sql.Stmt{st.claim, st.succeeded, st.failed, st.extend, st.response, st.sweep, st.putResponse, st.lookup, st.list} {
+	for _, s := range []*sql.Stmt{st.claim, st.succeeded, st.failed, st.extend, st.response, st.sweep, st.putResponse, st.lookup, st.list, st.cancel} {
 		if s != nil {
 			errs = append(errs, s.Close())
 		}
@@ -320,6 +320,7 @@ func (s *Store) prepared(ctx context.Context) (*statements, error) {
 	prep(&st.putResponse, putResponseSQL)
 	prep(&st.lookup, lookupSQL)
 	prep(&st.list, listSQL)
+	prep(&st.cancel, cancelSQL)
 	if err != nil {
 		st.close()
 		return nil, notMigrated(ctx, s.db, interpretError("prepare", err))
@@ -611,6 +612,58 @@ func lookup(row *sql.Row, req idemkit.LookupRequest) (idemkit.Record, error) {
 	return rec, nil
 }
 
+// Cancel implements idemkit.Store. One UPDATE decides, under SQLite's write
+// lock, so that of a Cancel and a Finish racing on a record exactly one
+// wins; when it changes nothing, a read of the record says why.
+func (s *Store) Cancel(ctx context.Context, req idemkit.CancelRequest) (idemkit.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return idemkit.Record{}, err
+	}
+	st, err := s.prepared(ctx)
+	if err != nil {
+		return idemkit.Record{}, err
+	}
+	if err := s.lock(ctx); err != nil {
+		return idemkit.Record{}, err
+	}
+	defer s.unlock()
+	return cancel(ctx, req,
+		func(args ...any) *sql.Row { return st.cancel.QueryRowContext(ctx, args...) },
+		func(lr idemkit.LookupRequest) (idemkit.Record, error) {
+			return lookup(st.lookup.QueryRowContext(ctx, lr.Key, lr.Body), lr)
+		})
+}
+
+// cancel runs cancelSQL through query and, when it changed nothing, reads
+// the record through look to say why.
+func cancel(ctx context.Context, req idemkit.CancelRequest, query func(args ...any) *sql.Row, look func(idemkit.LookupRequest) (idemkit.Record, error)) (idemkit.Record, error) {
+	now := clock(req.Now)
+	for try := 0; ; try++ {
+		var rec idemkit.Record
+		err := scanRecord(query(req.Key, req.Reason, req.Abandoned, now.UnixNano()), &rec, now)
+		if err == nil {
+			return rec, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return idemkit.Record{}, interpretError("cancel", err)
+		}
+		if err := ctx.Err(); err != nil {
+			return idemkit.Record{}, err
+		}
+		rec, err = look(idemkit.LookupRequest{Key: req.Key, Now: now})
+		switch {
+		case err != nil:
+			return idemkit.Record{}, err
+		case rec.State != idemkit.StateInProgress:
+			return rec, idemkit.ErrNotInProgress
+		case req.Abandoned && !rec.Abandoned(), try == 2:
+			return rec, idemkit.ErrInProgress
+		}
+		// A new attempt claimed the record between the two statements: try
+		// again, on it.
+	}
+}
+
 // List implements idemkit.Store. It is a read, and runs beside writers.
 func (s *Store) List(ctx context.Context, req idemkit.ListRequest) ([]idemkit.Record, error) {
 	if err := req.Validate(); err != nil {
@@ -660,11 +713,11 @@ func list(rows *sql.Rows, err error, req idemkit.ListRequest) ([]idemkit.Record,
 // scanRecord scans recordColumns, then extra, into rec, whose Now is now.
 func scanRecord(row interface{ Scan(...any) error }, rec *idemkit.Record, now time.Time, extra ...any) error {
 	var (
-		state                                     string
-		attempt, started, lease, expires, storage int64
+		state                                              string
+		attempt, started, lease, expires, storage, updated int64
 	)
 	dest := append([]any{&rec.Key, &rec.Tool, &rec.Fingerprint, &state, &attempt, &started, &lease, &expires,
-		&storage, &rec.Size, &rec.WriteID, &rec.IsError, &rec.Error, &rec.Note}, extra...)
+		&storage, &rec.Size, &rec.WriteID, &rec.IsError, &rec.Error, &rec.Note, &rec.Cancelled, &updated}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return err
 	}
@@ -684,6 +737,7 @@ func scanRecord(row interface{ Scan(...any) error }, rec *idemkit.Record, now ti
 	rec.Started = time.Unix(0, started).UTC()
 	rec.LeaseUntil = time.Unix(0, lease).UTC()
 	rec.ExpiresAt = time.Unix(0, expires).UTC()
+	rec.Updated = time.Unix(0, updated).UTC()
 	rec.Now = now
 	return nil
 }

@@ -2,6 +2,7 @@ package gosdk
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"io"
@@ -26,6 +27,14 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestConformance(t *testing.T) { adaptertest.Run(t, harness{}) }
 
 type harness struct{}
+
+// ServesTasks implements adaptertest.TaskHarness: the go-sdk has no MCP
+// tasks; the adapter serves task-augmented calls as plain calls and refuses
+// the task methods.
+func (harness) ServesTasks() bool { return false }
+
+// ServesTxTools implements adaptertest.TxHarness: AddTxTool.
+func (harness) ServesTxTools() bool { return true }
 
 type testServer struct {
 	srv *mcp.Server
@@ -52,6 +61,20 @@ func (harness) Start(t *testing.T, cfg adaptertest.Config) adaptertest.Server {
 	}
 	for _, tool := range cfg.JobTools {
 		AddJobTool(srv, cfg.Jobs, toMCPTool(tool), toHandler(tool))
+	}
+	for _, tool := range cfg.TxTools {
+		run := tool.Run
+		AddTxTool(srv, cfg.TxRunner, toMCPTool(adaptertest.Tool{Name: tool.Name}), func(ctx context.Context, tx *sql.Tx, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var args map[string]any
+			if err := json.Unmarshal(req.Params.Arguments, &args); err != nil {
+				return nil, err
+			}
+			r, err := run(ctx, tx, args)
+			if err != nil {
+				return nil, err
+			}
+			return toResult(r), nil
+		})
 	}
 	for _, p := range cfg.Prompts {
 		srv.AddPrompt(&mcp.Prompt{Name: p}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
@@ -104,15 +127,19 @@ func toHandler(tool adaptertest.Tool) mcp.ToolHandler {
 		if err != nil {
 			return nil, err
 		}
-		res := &mcp.CallToolResult{IsError: r.IsError, Content: []mcp.Content{}}
-		for _, s := range r.Text {
-			res.Content = append(res.Content, &mcp.TextContent{Text: s})
-		}
-		if r.Structured != nil {
-			res.StructuredContent = r.Structured
-		}
-		return res, nil
+		return toResult(r), nil
 	}
+}
+
+func toResult(r adaptertest.Result) *mcp.CallToolResult {
+	res := &mcp.CallToolResult{IsError: r.IsError, Content: []mcp.Content{}}
+	for _, s := range r.Text {
+		res.Content = append(res.Content, &mcp.TextContent{Text: s})
+	}
+	if r.Structured != nil {
+		res.StructuredContent = r.Structured
+	}
+	return res
 }
 
 func (s *testServer) URL() string { return s.url }

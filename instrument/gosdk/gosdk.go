@@ -42,7 +42,25 @@
 //     library) before its key is derived; the SDK validates them again for
 //     tools added with mcp.AddTool.
 //
-// The SDK has no MCP Tasks; task methods pass through (with spans).
+// # MCP tasks
+//
+// The go-sdk v1.8.0 has no MCP tasks (specification 2025-11-25), so this
+// adapter serves none: a server never advertises the capability, a
+// task-augmented tools/call runs as a plain call (the SDK ignores the task
+// parameter, as the specification asks of a server without the
+// capability), protected as any other call, and NewStreamableHTTPHandler
+// answers tasks/get, tasks/result, tasks/cancel and tasks/list with the
+// JSON-RPC error -32601 (the SDK's own handler refuses them with HTTP 400),
+// each with its SERVER span. Nothing is half-served: no task is created
+// that a later request could not find. For durable tasks, serve the tools
+// with mcp-go (instrument/mcpgo); job-and-poll tools (AddJobTool) work on
+// both SDKs.
+//
+// # Transactional tools
+//
+// AddTxTool registers a tool whose handler receives the database
+// transaction of the Guard's store (a pgx.Tx, a *sql.Tx), in which the
+// call's claim, the handler's writes and the outcome commit together.
 package gosdk
 
 import (
@@ -53,6 +71,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -79,6 +98,9 @@ type Instrumentation struct {
 	idx toolIndex
 
 	sessions sync.Map // *mcp.ServerSession -> struct{}: sessions whose end is awaited
+
+	txTools sync.Map    // tool name -> mcpcall.TxRunner (AddTxTool)
+	hasTx   atomic.Bool // txTools is not empty
 }
 
 // New returns an Instrumentation that protects calls with guard (nil: spans
@@ -100,6 +122,7 @@ func Instrument(s *mcp.Server, guard *idemkit.Guard, opts ...instrument.Option) 
 // added to s later runs outside it; add it last so that its span covers the
 // other middleware.
 func (m *Instrumentation) Install(s *mcp.Server) {
+	servers.Store(s, m)
 	s.AddReceivingMiddleware(m.receive)
 	s.AddSendingMiddleware(m.send)
 }
@@ -286,6 +309,11 @@ func (m *Instrumentation) callTool(op *mcpcall.Op, next mcp.MethodHandler, r *mc
 	if r.Session != nil {
 		if tok := r.Params.GetProgressToken(); tok != nil {
 			call.Progress = progressSender{session: r.Session, token: tok}
+		}
+	}
+	if m.hasTx.Load() {
+		if v, ok := m.txTools.Load(name); ok {
+			call.Tx = v.(mcpcall.TxRunner)
 		}
 	}
 	pass := r

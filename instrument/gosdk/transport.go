@@ -182,7 +182,7 @@ func (c *idConn) Close() error {
 // another client's session ID is refused before any tool runs.
 func NewStreamableHTTPHandler(getServer func(*http.Request) *mcp.Server, opts *mcp.StreamableHTTPOptions) http.Handler {
 	validated := opts == nil || !opts.Stateless
-	return HTTPHandler(mcp.NewStreamableHTTPHandler(getServer, opts), validated)
+	return HTTPHandler(refuseTasks(getServer, mcp.NewStreamableHTTPHandler(getServer, opts)), validated)
 }
 
 // maxParsedBody bounds the request bodies HTTPHandler reads for a request

@@ -2,6 +2,7 @@ package mcpgo
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -28,6 +30,13 @@ func TestConformance(t *testing.T) { adaptertest.Run(t, harness{}) }
 
 type harness struct{}
 
+// ServesTasks implements adaptertest.TaskHarness: over Streamable HTTP the
+// adapter serves MCP tasks from the Guard's store.
+func (harness) ServesTasks() bool { return true }
+
+// ServesTxTools implements adaptertest.TxHarness: AddTxTool.
+func (harness) ServesTxTools() bool { return true }
+
 type testServer struct {
 	srv *server.MCPServer
 	tr  adaptertest.Transport
@@ -46,10 +55,48 @@ func (harness) Start(t *testing.T, cfg adaptertest.Config) adaptertest.Server {
 	if cfg.Bearer {
 		opts = append(opts, instrument.WithSubject(TokenSubject))
 	}
-	srv := server.NewMCPServer("test", "1.0.0", append(ServerOptions(cfg.Guard, opts...),
-		server.WithToolCapabilities(true), server.WithPromptCapabilities(false), server.WithResourceCapabilities(false, false))...)
+	sopts := append(ServerOptions(cfg.Guard, opts...),
+		server.WithToolCapabilities(true), server.WithPromptCapabilities(false), server.WithResourceCapabilities(false, false))
+	if cfg.Tasks {
+		sopts = append(sopts, server.WithTaskCapabilities(true, true, true))
+	}
+	srv := server.NewMCPServer("test", "1.0.0", sopts...)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := instrumentationOf(srv).Close(ctx); err != nil {
+			t.Errorf("closing the instrumentation's tasks: %v", err)
+		}
+	})
 	for _, tool := range cfg.Tools {
-		srv.AddTool(toMCPTool(tool), toHandler(tool))
+		switch tool.TaskSupport {
+		case "required":
+			handler := toHandler(tool)
+			AddTaskTool(srv, toMCPTool(tool), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CreateTaskResult, error) {
+				res, err := handler(ctx, req)
+				if err != nil {
+					return nil, err
+				}
+				return &mcp.CreateTaskResult{Content: res.Content, StructuredContent: res.StructuredContent, IsError: res.IsError}, nil
+			})
+		case "optional":
+			mt := toMCPTool(tool)
+			mt.Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}
+			srv.AddTool(mt, toHandler(tool))
+		default:
+			srv.AddTool(toMCPTool(tool), toHandler(tool))
+		}
+	}
+	for _, tool := range cfg.TxTools {
+		run := tool.Run
+		AddTxTool(srv, cfg.TxRunner, toMCPTool(adaptertest.Tool{Name: tool.Name}), func(ctx context.Context, tx *sql.Tx, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			args, _ := req.Params.Arguments.(map[string]any)
+			r, err := run(ctx, tx, args)
+			if err != nil {
+				return nil, err
+			}
+			return toResult(r), nil
+		})
 	}
 	for _, tool := range cfg.JobTools {
 		AddJobTool(srv, cfg.Jobs, toMCPTool(tool), toHandler(tool))
@@ -109,15 +156,19 @@ func toHandler(tool adaptertest.Tool) server.ToolHandlerFunc {
 		if err != nil {
 			return nil, err
 		}
-		res := &mcp.CallToolResult{IsError: r.IsError, Content: []mcp.Content{}}
-		for _, s := range r.Text {
-			res.Content = append(res.Content, mcp.NewTextContent(s))
-		}
-		if r.Structured != nil {
-			res.StructuredContent = r.Structured
-		}
-		return res, nil
+		return toResult(r), nil
 	}
+}
+
+func toResult(r adaptertest.Result) *mcp.CallToolResult {
+	res := &mcp.CallToolResult{IsError: r.IsError, Content: []mcp.Content{}}
+	for _, s := range r.Text {
+		res.Content = append(res.Content, mcp.NewTextContent(s))
+	}
+	if r.Structured != nil {
+		res.StructuredContent = r.Structured
+	}
+	return res
 }
 
 func (s *testServer) URL() string { return s.url }

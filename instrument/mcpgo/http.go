@@ -32,7 +32,7 @@ type httpInfo struct {
 // results.
 func NewStreamableHTTPHandler(s *server.MCPServer, opts ...server.StreamableHTTPOption) http.Handler {
 	opts = append(opts[:len(opts):len(opts)], server.WithStateful(true))
-	return HTTPHandler(server.NewStreamableHTTPServer(s, opts...), true)
+	return HTTPHandler(taskLayer(s, server.NewStreamableHTTPServer(s, opts...)), true)
 }
 
 // HTTPHandler returns h, an MCP HTTP handler of an instrumented server

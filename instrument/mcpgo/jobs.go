@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkit/idemkit/instrument"
 	"github.com/idemkit/idemkit/instrument/internal/jobtool"
+	"github.com/idemkit/idemkit/internal/mcpcall"
 )
 
 // AddJobTool registers tool on s in the job-and-poll shape, for work that
@@ -28,10 +29,17 @@ import (
 // work runs with a context detached from the request's cancellation and
 // cancelled by jobs.Close; instrument.Progress and instrument.RecordWrite
 // work in it. Its result is what the status tool returns.
+//
+// A client that supports MCP tasks may call tool as a task instead
+// (execution.taskSupport "optional"): served through NewStreamableHTTPHandler,
+// the task is the work itself, durable in the Guard's store like a job, and
+// tasks/get and tasks/result report it; no job is started. Job-and-poll
+// stays the answer to every other client.
 func AddJobTool(s *server.MCPServer, jobs *instrument.Jobs, tool mcp.Tool, work server.ToolHandlerFunc) {
 	name := tool.Name
 	status := instrument.StatusToolName(name)
 	tool.Description = jobtool.Description(tool.Description, name)
+	tool.Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}
 	meta := &mcp.Meta{AdditionalFields: map[string]any{}}
 	if tool.Meta != nil {
 		meta.ProgressToken = tool.Meta.ProgressToken
@@ -42,6 +50,10 @@ func AddJobTool(s *server.MCPServer, jobs *instrument.Jobs, tool mcp.Tool, work 
 	meta.AdditionalFields[instrument.StatusToolMetaKey] = status
 	tool.Meta = meta
 	s.AddTool(tool, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if mcpcall.InRun(ctx) {
+			// A task-augmented call: the task runs the work itself.
+			return work(ctx, req)
+		}
 		return jobtool.Start(ctx, jobs, codec{}, name, func(ctx context.Context) (*mcp.CallToolResult, error) {
 			return work(ctx, req)
 		}), nil

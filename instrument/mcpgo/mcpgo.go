@@ -50,8 +50,35 @@
 // scoped by their session. Without it such calls cannot be scoped and are
 // refused by default (see instrument.WithSubject).
 //
-// Tools added with AddTaskTool and task-augmented calls are not yet
-// protected.
+// # MCP tasks
+//
+// Task-augmented calls (MCP 2025-11-25) are traced and protected, and their
+// tasks live in the Guard's store, when the server advertises tasks
+// (server.WithTaskCapabilities) and is served with NewStreamableHTTPHandler:
+//
+//   - a task-augmented tools/call is a protected call whose answer is its
+//     CreateTaskResult: a duplicate (same subject, tool and canonical
+//     arguments, or the same explicit key) gets the first call's
+//     CreateTaskResult back, replayed with instrument.ReplayMetaKey, and the
+//     task's work runs once, in the background, once that answer is
+//     stored. Its tools/call span is the task-creating call's.
+//   - tasks/get, tasks/result, tasks/cancel and tasks/list are answered
+//     from the store, for the caller's scope only (its subject, else its
+//     session), on every replica that shares it and after a restart; each
+//     gets its SERVER span. A task whose worker died is reported failed
+//     ("lost") once its lease (instrument.TasksConfig) has run out, and is
+//     never run again by itself; tasks/cancel stops the work on any
+//     replica.
+//
+// A tool supports tasks when its execution.taskSupport says "optional"
+// (mcp.WithTaskSupport), or when it is added with AddTaskTool, the
+// adapter's replacement for server.AddTaskTool: mcp-go runs the handlers
+// of tools added with server.AddTaskTool without tool middleware, so idemkit
+// can neither protect nor trace their work, and logs a warning. Over other
+// transports (stdio, in-process) mcp-go's own task engine serves
+// task-augmented calls, in memory, with the tool middleware protecting
+// their work. Task status notifications (notifications/tasks/status) are
+// not sent: clients poll tasks/get, as the specification asks them to.
 package mcpgo
 
 import (
@@ -91,6 +118,14 @@ type Instrumentation struct {
 
 	decorated  sync.Map // tool name -> *decoration
 	validators sync.Map // tool name -> *validator
+
+	tasks      *mcpcall.Tasks                      // nil without a Guard
+	taskCaps   atomic.Pointer[mcp.TasksCapability] // as the server advertised it
+	declared   sync.Map                            // tool name -> mcp.TaskSupport (AddTaskTool)
+	taskWarned sync.Map                            // tool name -> true: warned once
+	txTools    sync.Map                            // tool name -> mcpcall.TxRunner (AddTxTool)
+	hasTx      atomic.Bool                         // txTools is not empty
+	slots      atomic.Int32                        // task-layer requests in flight
 }
 
 // hookSet says which of the Instrumentation's hooks a Hooks holds.
@@ -105,7 +140,16 @@ type sessionStart struct {
 // New returns an Instrumentation that protects calls with guard (nil:
 // spans and metrics only) configured by opts.
 func New(guard *idemkit.Guard, opts ...instrument.Option) *Instrumentation {
-	return &Instrumentation{in: mcpcall.New(guard, mcpcall.ConfigFrom(opts))}
+	m := &Instrumentation{in: mcpcall.New(guard, mcpcall.ConfigFrom(opts))}
+	if guard != nil {
+		tasks, err := m.in.NewTasks(m.in.Config().Tasks)
+		if err != nil {
+			m.in.Config().Logger.Error("idemkit: durable MCP tasks are off: their configuration is invalid; mcp-go serves tasks itself, in memory",
+				"err", err, "fix", "correct instrument.WithTasks")
+		}
+		m.tasks = tasks
+	}
+	return m
 }
 
 // ServerOptions is New(guard, opts...).ServerOptions(): everything to pass
@@ -141,6 +185,7 @@ func (m *Instrumentation) installHooks(s *server.MCPServer) {
 		h = &server.Hooks{}
 		server.WithHooks(h)(s)
 	}
+	servers.Store(s, m)
 	m.installMu.Lock()
 	defer m.installMu.Unlock()
 	if set, ok := m.hooked.Load(h); ok && set.(hookSet).session {
@@ -202,6 +247,26 @@ func (m *Instrumentation) addRequestHooks(h *server.Hooks) {
 			op.SetResourceURI(req.Params.URI)
 		}
 	})
+	h.AddBeforeGetTask(func(ctx context.Context, _ any, req *mcp.GetTaskRequest) {
+		if req != nil {
+			m.serveTaskMethod(ctx, spancontract.MethodTasksGet, req.Params)
+		}
+	})
+	h.AddBeforeTaskResult(func(ctx context.Context, _ any, req *mcp.TaskResultRequest) {
+		if req != nil {
+			m.serveTaskMethod(ctx, spancontract.MethodTasksResult, req.Params)
+		}
+	})
+	h.AddBeforeCancelTask(func(ctx context.Context, _ any, req *mcp.CancelTaskRequest) {
+		if req != nil {
+			m.serveTaskMethod(ctx, spancontract.MethodTasksCancel, req.Params)
+		}
+	})
+	h.AddBeforeListTasks(func(ctx context.Context, _ any, req *mcp.ListTasksRequest) {
+		if req != nil {
+			m.serveTaskMethod(ctx, spancontract.MethodTasksList, req.Params)
+		}
+	})
 }
 
 // tracerAdapter opens the span of every request mcp-go dispatches.
@@ -224,12 +289,15 @@ func (t tracerAdapter) Start(ctx context.Context, name string, kind tracing.Span
 	r.Transport = transportOf(ctx, session)
 	r.SessionID = sessionIDOf(session)
 	ctx, op := m.in.Start(ctx, &r)
-	return ctx, opSpan{op}
+	return ctx, opSpan{m, op}
 }
 
 // opSpan is the tracing.Span mcp-go ends when the request's response is
 // ready.
-type opSpan struct{ op *mcpcall.Op }
+type opSpan struct {
+	m  *Instrumentation
+	op *mcpcall.Op
+}
 
 func (opSpan) SetAttributes(...tracing.Attribute) {}
 func (opSpan) RecordError(error)                  {}
@@ -237,6 +305,9 @@ func (opSpan) RecordError(error)                  {}
 // SetStatus receives the message of an error response. A response whose
 // code no hook reported is mcp-go's answer to an unknown method.
 func (s opSpan) SetStatus(code tracing.StatusCode, description string) {
+	if slot := s.m.slotOf(s.op); slot != nil && slot.isAnswered() {
+		return // the adapter's answer replaces mcp-go's
+	}
 	if code == tracing.StatusError && !s.op.ErrorRecorded() {
 		s.op.RecordError(mcp.METHOD_NOT_FOUND, description, nil)
 	}
@@ -311,6 +382,9 @@ func (m *Instrumentation) onError(ctx context.Context, id any, _ mcp.MCPMethod, 
 		return
 	}
 	op.SetID(id)
+	if slot := m.slotOf(ctx); slot != nil && slot.isAnswered() {
+		return // mcp-go's own task engine did not know the task: the adapter answered
+	}
 	if je, ok := err.(jsonrpcError); ok {
 		e := je.ToJSONRPCError()
 		op.RecordError(int64(e.Error.Code), e.Error.Message, err)
@@ -323,6 +397,7 @@ func (m *Instrumentation) afterInitialize(ctx context.Context, _ any, _ *mcp.Ini
 	if op := mcpcall.FromContext(ctx); op != nil && res != nil {
 		op.SetSession(op.SessionID(), res.ProtocolVersion)
 	}
+	m.taskCaps.Store(taskCapsOf(res))
 }
 
 // beforeCallTool names the request's tool and, for a tool whose calls
@@ -336,6 +411,7 @@ func (m *Instrumentation) beforeCallTool(ctx context.Context, _ any, req *mcp.Ca
 	if op := mcpcall.FromContext(ctx); op != nil {
 		op.SetTarget(req.Params.Name)
 	}
+	m.takeTask(ctx, req)
 	args, ok := req.Params.Arguments.(map[string]any)
 	if !ok {
 		return
@@ -520,13 +596,29 @@ func (m *Instrumentation) serve(op *mcpcall.Op, req mcp.CallToolRequest, next se
 			call.ValidatedArguments = r.Params.RawArguments
 		}
 	}
-	return mcpcall.CallTool(op, &call, codec{}, func(ctx context.Context) (*mcp.CallToolResult, error) {
+	if m.hasTx.Load() {
+		if v, ok := m.txTools.Load(name); ok {
+			call.Tx = v.(mcpcall.TxRunner)
+		}
+	}
+	handler := func(ctx context.Context) (*mcp.CallToolResult, error) {
 		res, err := next(ctx, r)
 		if err == nil && res == nil {
 			err = errNoResult
 		}
 		return res, err
-	})
+	}
+	if slot := m.slotOf(op); slot != nil && slot.isTask() {
+		// A task-augmented call the adapter took from mcp-go's engine:
+		// its answer, the CreateTaskResult, goes to the slot.
+		result, rerr := mcpcall.CreateTask(op, m.tasks, &call, codec{}, handler)
+		if rerr != nil {
+			op.RecordError(rerr.Code, rerr.Message, nil)
+		}
+		slot.answer(result, rerr)
+		return &mcp.CallToolResult{}, nil
+	}
+	return mcpcall.CallTool(op, &call, codec{}, handler)
 }
 
 // serveDetached serves a tools/call that has no request span, with a span
@@ -622,6 +714,13 @@ func (m *Instrumentation) afterListTools(ctx context.Context, _ any, _ *mcp.List
 		t := &res.Tools[i]
 		if m.in.AdvertisesKey(t.Name, toolInfoOf(t), sc) {
 			res.Tools[i] = m.decorate(t)
+		}
+		if declared, ok := m.declaredTaskSupport(t.Name); ok {
+			res.Tools[i].Execution = &mcp.ToolExecution{TaskSupport: declared}
+		} else if t.Execution != nil && t.Execution.TaskSupport != "" && t.Execution.TaskSupport != mcp.TaskSupportForbidden &&
+			findTool(ctx, t.Name) == nil {
+			// Listed but not a regular tool: added with server.AddTaskTool.
+			m.warnTaskTool(t.Name)
 		}
 	}
 }

@@ -8,6 +8,7 @@ package adaptertest
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"net/http"
 	"testing"
@@ -64,6 +65,13 @@ type Config struct {
 	// JobTools are registered with the adapter's AddJobTool on Jobs.
 	JobTools []Tool
 	Jobs     *instrument.Jobs
+	// Tasks advertises the tasks capability (list, cancel and task-augmented
+	// tools/call), for a harness whose SDK has tasks.
+	Tasks bool
+	// TxTools are registered with the adapter's transactional handler form
+	// (AddTxTool) on TxRunner, which is the Guard's store.
+	TxTools  []TxTool
+	TxRunner instrument.TxRunner[*sql.Tx]
 	// Prompts and Resources are registered with trivial handlers.
 	Prompts   []string
 	Resources []string
@@ -78,6 +86,36 @@ type Tool struct {
 	// Run handles a call: args are the arguments the handler receives. A Go
 	// error is returned to the SDK as the handler's error.
 	Run func(ctx context.Context, args map[string]any) (Result, error)
+	// TaskSupport is the tool's execution.taskSupport: "" (none),
+	// "optional" or "required" (a harness registers a "required" tool with
+	// its adapter's task tool form).
+	TaskSupport string
+}
+
+// TxTool describes a transactional tool: Run makes its writes through tx.
+type TxTool struct {
+	Name string
+	Run  func(ctx context.Context, tx *sql.Tx, args map[string]any) (Result, error)
+}
+
+// TaskHarness is implemented by a Harness that says how its front end
+// handles MCP tasks (specification 2025-11-25): ServesTasks is true when it
+// serves them from the Guard's store (the suite checks durable tasks), false
+// when it has none (the suite checks that a task-augmented call is served
+// as a plain, protected call and that the task methods are refused with
+// -32601). The suite skips its task case for other harnesses.
+type TaskHarness interface {
+	Harness
+	ServesTasks() bool
+}
+
+// TxHarness is implemented by a Harness whose front end has the
+// transactional handler form (Config.TxTools); the suite skips its
+// transactional case for other harnesses (a gateway relays calls to a
+// server it does not share a database with).
+type TxHarness interface {
+	Harness
+	ServesTxTools() bool
 }
 
 // Result describes a CallToolResult independently of the SDK.

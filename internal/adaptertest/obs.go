@@ -3,6 +3,7 @@ package adaptertest
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"log/slog"
 	"reflect"
@@ -31,6 +32,7 @@ type rig struct {
 	log    *lockedBuffer
 	store  idemkit.Store
 	guard  *idemkit.Guard
+	jobs   *instrument.Jobs
 	srv    Server
 }
 
@@ -61,7 +63,10 @@ type setup struct {
 	opts      []instrument.Option
 	tools     []Tool
 	jobTools  []Tool
-	jobs      *instrument.Jobs
+	jobsCfg   *instrument.JobsConfig
+	tasks     bool
+	txTools   []TxTool
+	txRunner  instrument.TxRunner[*sql.Tx]
 	prompts   []string
 	resources []string
 }
@@ -85,6 +90,20 @@ func start(t *testing.T, h Harness, s setup) *rig {
 			t.Fatal(err)
 		}
 		r.guard = g
+		if len(s.jobTools) > 0 {
+			jobs, err := instrument.NewJobs(g, s.jobsCfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := jobs.Close(ctx); err != nil {
+					t.Errorf("Jobs.Close: %v", err)
+				}
+			})
+			r.jobs = jobs
+		}
 	}
 	opts := append([]instrument.Option{
 		instrument.WithTracerProvider(tp),
@@ -94,7 +113,8 @@ func start(t *testing.T, h Harness, s setup) *rig {
 	}, s.opts...)
 	r.srv = h.Start(t, Config{
 		Transport: s.transport, Guard: r.guard, Options: opts, Bearer: s.bearer,
-		Tools: s.tools, JobTools: s.jobTools, Jobs: s.jobs, Prompts: s.prompts, Resources: s.resources,
+		Tools: s.tools, JobTools: s.jobTools, Jobs: r.jobs, Prompts: s.prompts, Resources: s.resources,
+		Tasks: s.tasks, TxTools: s.txTools, TxRunner: s.txRunner,
 	})
 	return r
 }

@@ -40,7 +40,9 @@ func Run(t *testing.T, h Harness) {
 		{"FailClosed_OptIns", testUnscopedOptIns},
 		{"RequestIDs_EachSpanCarriesItsCallsIDUnderConcurrency", testRequestIDs},
 		{"Progress_NotifiesTheClientAndKeepsTheClaim", testProgress},
-		{"Jobs_DuplicateStartsShareOneJob", testJobs},
+		{"Jobs_ReplicasShareOneDurableJob", testJobs},
+		{"Tasks_DuplicatesShareOneDurableTask", testTasks},
+		{"TxTool_ClaimWritesAndOutcomeCommitTogether", testTxTool},
 		{"MalformedInput_IsRejectedAndRunsNothing", testMalformed},
 		{"KeyArgument_IsStrippedBeforeStrictSchemasAndHandlers", testKeyStripped},
 		{"SpanShape_PerMethodAndErrorClass", testSpanShape},
@@ -685,39 +687,55 @@ func testProgress(t *testing.T, h Harness) {
 	}
 }
 
+// Jobs live in the Guard's store: two replicas sharing it start the work
+// once (the duplicate start call on the other replica gets the same job
+// ID, replayed), and either reports the job.
 func testJobs(t *testing.T, h Harness) {
-	jobs := instrument.NewJobs(&instrument.JobsConfig{Heartbeat: 50 * time.Millisecond})
-	t.Cleanup(func() { _ = jobs.Close(context.Background()) })
+	store := &idemkit.MemoryStore{}
 	var runs counter
 	release := make(chan struct{})
 	work := Tool{Name: "export", Run: func(ctx context.Context, args map[string]any) (Result, error) {
 		n := runs.inc()
+		if err := instrument.Progress(ctx, 1, 3, "copying"); err != nil {
+			return Result{}, err
+		}
 		<-release
 		instrument.RecordWrite(ctx, "exp_1")
 		return Result{Text: []string{fmt.Sprintf("exported %v (run %d)", args["what"], n)}}, nil
 	}}
-	r := start(t, h, setup{transport: HTTP, bearer: true, jobTools: []Tool{work}, jobs: jobs})
-	c := r.connect(ClientConfig{Token: "token-alice", Protocol: LegacyProtocol})
-	first := call(t, c, "export", map[string]any{"what": "orders"}, nil)
-	second := call(t, c, "export", map[string]any{"what": "orders"}, nil)
+	cfg := &instrument.JobsConfig{Lease: 2 * time.Second, Heartbeat: 50 * time.Millisecond}
+	a := start(t, h, setup{transport: HTTP, bearer: true, store: store, jobTools: []Tool{work}, jobsCfg: cfg})
+	b := start(t, h, setup{transport: HTTP, bearer: true, store: store, jobTools: []Tool{work}, jobsCfg: cfg})
+	ca := a.connect(ClientConfig{Token: "token-alice", Protocol: LegacyProtocol})
+	cb := b.connect(ClientConfig{Token: "token-alice", Protocol: LegacyProtocol})
+	first := call(t, ca, "export", map[string]any{"what": "orders"}, nil)
+	second := call(t, cb, "export", map[string]any{"what": "orders"}, nil)
 	sc1, _ := first["structuredContent"].(map[string]any)
 	sc2, _ := second["structuredContent"].(map[string]any)
 	jobID, _ := sc1["job_id"].(string)
 	if !strings.HasPrefix(jobID, "job_") || sc2["job_id"] != jobID || marker(second, instrument.ReplayMetaKey) == nil {
-		t.Fatalf("start answers %v / %v", first, second)
+		t.Fatalf("start answers %v / %v: want one job, the other replica's answer replayed", first, second)
 	}
 	if sc1["status_tool"] != "export_status" || !strings.Contains(text(first), "call export_status") {
 		t.Errorf("start answer %v", first)
 	}
-	running := call(t, c, "export_status", map[string]any{"job_id": jobID}, nil)
-	if marker(running, instrument.JobMetaKey)["state"] != "running" || !strings.Contains(text(running), "is still running") {
-		t.Errorf("running status %v", running)
+	// The other replica reports the running job, with its progress.
+	deadline := time.Now().Add(5 * time.Second)
+	var running map[string]any
+	for {
+		running = call(t, cb, "export_status", map[string]any{"job_id": jobID}, nil)
+		if strings.Contains(text(running), "1 of 3 (copying)") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if marker(running, instrument.JobMetaKey)["state"] != "running" || !strings.Contains(text(running), "is still running: 1 of 3 (copying)") {
+		t.Errorf("running status on the other replica %v", running)
 	}
 	close(release)
-	deadline := time.Now().Add(5 * time.Second)
 	var status map[string]any
 	for {
-		status = call(t, c, "export_status", map[string]any{"job_id": jobID}, nil)
+		status = call(t, cb, "export_status", map[string]any{"job_id": jobID}, nil)
 		if marker(status, instrument.JobMetaKey)["state"] == "succeeded" || time.Now().After(deadline) {
 			break
 		}
@@ -729,12 +747,14 @@ func testJobs(t *testing.T, h Harness) {
 	if runs.get() != 1 {
 		t.Errorf("the work ran %d times", runs.get())
 	}
-	// Another caller cannot read the job.
-	bob := r.connect(ClientConfig{Token: "token-bob", Protocol: LegacyProtocol})
-	if res := call(t, bob, "export_status", map[string]any{"job_id": jobID}, nil); !isError(res) || !strings.Contains(text(res), "No job") {
-		t.Errorf("another subject read the job: %v", res)
+	// Another caller cannot read the job, on either replica.
+	for _, r := range []*rig{a, b} {
+		bob := r.connect(ClientConfig{Token: "token-bob", Protocol: LegacyProtocol})
+		if res := call(t, bob, "export_status", map[string]any{"job_id": jobID}, nil); !isError(res) || !strings.Contains(text(res), "No job") {
+			t.Errorf("another subject read the job: %v", res)
+		}
 	}
-	tools, err := c.ListTools(context.Background())
+	tools, err := ca.ListTools(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,6 +105,10 @@ type Config struct {
 	// StripKey removes the idempotency_key argument before the handler sees
 	// it, unless the tool's own schema declares it.
 	StripKey bool
+
+	// Tasks configures the durable MCP tasks of front ends that serve them
+	// (see NewTasks).
+	Tasks TasksConfig
 }
 
 // DefaultCaptureBytes is the cap of a recorded argument or result when the

@@ -35,6 +35,7 @@ type rawServer struct {
 	session   string
 	protocol  string
 	transport Transport
+	tasks     *Tasks // nil: no task support
 }
 
 type rawTool struct {
@@ -75,6 +76,7 @@ func (s *rawServer) handle(ctx context.Context, msg string) (resp map[string]any
 		Arguments    json.RawMessage `json:"arguments"`
 		Meta         map[string]any  `json:"_meta"`
 		RequestState string          `json:"requestState"`
+		Task         json.RawMessage `json:"task"`
 	}
 	_ = json.Unmarshal(req.Params, &params)
 	r := Request{Method: req.Method, Meta: params.Meta, SessionID: s.session, ProtocolVersion: s.protocol, Transport: s.transport}
@@ -103,6 +105,19 @@ func (s *rawServer) handle(ctx context.Context, msg string) (resp map[string]any
 	case "initialize", "ping", "tools/list", "prompts/get", "resources/read":
 		return result(map[string]any{})
 	case "tools/call":
+	case "tasks/get", "tasks/result", "tasks/cancel", "tasks/list":
+		if s.tasks == nil {
+			return fail(-32601, "Method "+req.Method+" not found", nil)
+		}
+		out, rerr := s.tasks.Serve(op, req.Method, req.Params)
+		if rerr != nil {
+			return map[string]any{"id": req.ID, "error": map[string]any{"code": rerr.Code, "message": rerr.Message, "data": rerr.Data}}
+		}
+		var v any
+		if err := json.Unmarshal(out, &v); err != nil {
+			panic(err)
+		}
+		return result(v)
 	default:
 		return fail(-32601, "Method "+req.Method+" not found", nil)
 	}
@@ -123,12 +138,25 @@ func (s *rawServer) handle(ctx context.Context, msg string) (resp map[string]any
 		}
 		call.Validator = v
 	}
-	out, err := CallTool(op, call, RawCodec{}, func(ctx context.Context) (json.RawMessage, error) {
+	upstream := func(ctx context.Context) (json.RawMessage, error) {
 		tool.mu.Lock()
 		tool.runs++
 		tool.mu.Unlock()
 		return tool.run(ctx, args)
-	})
+	}
+	if len(params.Task) > 0 && s.tasks != nil {
+		out, rerr := CreateTask(op, s.tasks, call, RawCodec{}, upstream)
+		if rerr != nil {
+			end = Response{HasCode: true, Code: rerr.Code, Message: rerr.Message}
+			return map[string]any{"id": req.ID, "error": map[string]any{"code": rerr.Code, "message": rerr.Message, "data": rerr.Data}}
+		}
+		var v any
+		if err := json.Unmarshal(out, &v); err != nil {
+			panic(err)
+		}
+		return result(v)
+	}
+	out, err := CallTool(op, call, RawCodec{}, upstream)
 	if err != nil {
 		var re *rpcError
 		if errors.As(err, &re) {

@@ -51,6 +51,11 @@ func unavailableText(tool string) string {
 		"Nothing was done. Retry the same call in a few seconds."
 }
 
+func rolledBackText(tool string) string {
+	return "The " + tool + " call was not completed: its database transaction could not be committed, so nothing it did was kept. " +
+		"Nothing was done. Retry the same call in a few seconds."
+}
+
 func unreadableText(tool string) string {
 	return "The " + tool + " call with these arguments already ran, but its stored result could not be read. " +
 		"Do not call it again: the work is done."

@@ -42,7 +42,32 @@ type ToolCall struct {
 	// ValidatedArguments is the raw JSON Validator checks when Decoded is
 	// nil: the arguments the handler receives. Defaults to Arguments.
 	ValidatedArguments []byte
+	// Tx, when not nil, runs the call in a database transaction: a
+	// protected call's claim, the handler's writes and the outcome commit
+	// together (TxRunner.Claim); an unprotected call runs in a
+	// transaction without a claim (TxRunner.Run).
+	Tx TxRunner
 }
+
+// TxRunner runs a transactional tool's calls in database transactions
+// (instrument.TxRunner adapts a store's DoInTx and InTx to it). The ctx it
+// hands to the work carries the transaction, for the handler to find.
+type TxRunner interface {
+	// Claim runs work under key's claim with g in a new transaction, and
+	// commits the claim, the work's writes and the outcome together. When
+	// the transaction does not commit after work succeeded, it returns an
+	// error matching ErrRolledBack: nothing of the call happened.
+	Claim(ctx context.Context, g *idemkit.Guard, key idemkit.Key, work idemkit.Work) (idemkit.Result, error)
+	// Run runs fn in a new transaction without a claim, committed when fn
+	// returns nil. A commit that fails returns an error matching
+	// ErrRolledBack.
+	Run(ctx context.Context, fn func(ctx context.Context) error) error
+}
+
+// ErrRolledBack marks the failure of a transactional call whose work ran
+// but whose transaction did not commit: nothing of it happened, and a
+// retry is safe.
+var ErrRolledBack = errors.New("the call's transaction did not commit: nothing of it happened")
 
 // ProgressSender sends MCP progress notifications for one request.
 type ProgressSender interface {
@@ -63,6 +88,7 @@ type callFacts struct {
 	writeID        string
 	claimed        bool
 	claimTime      time.Duration
+	recorded       bool // the answer was stored (or needs no storing)
 	isError        bool
 	finishErr      error
 	finishReason   string
@@ -106,9 +132,13 @@ func CallTool[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.C
 	*c = callFacts{ran: true, args: call.Arguments,
 		inputRequested: c.inputRequested, continuation: c.continuation || call.Continuation}
 	op.state.reset(call.Progress)
+	// The functions a handler registered with OnRecorded run once the
+	// outcome is settled (with false when the handler panics).
+	defer func() { op.state.afterCall(c.recorded) }()
 
 	c.scope = op.Scope()
 	op.state.scope, op.state.hasSubject = c.scope.Value, c.scope.Kind == ScopeSubject
+	op.state.scoped = c.scope.Kind != ScopeNone
 	write := in.WriteTool(call.Tool, call.Info)
 	var d decision
 	switch {
@@ -140,8 +170,28 @@ func CallTool[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.C
 				c.key = k
 			}
 		}
-		res, err := next(op)
+		var (
+			res R
+			err error
+		)
+		if call.Tx != nil {
+			var herr error
+			// Not bound to the request's cancellation: a client that hangs
+			// up does not roll back a call half done.
+			err = call.Tx.Run(context.WithoutCancel(op), func(ctx context.Context) error {
+				res, herr = next(ctx)
+				return herr
+			})
+			if err != nil && herr == nil {
+				// The transaction did not commit: nothing happened.
+				c.finishErr, c.finishReason = err, spancontract.FinishStoreError
+				return refuse(op, codec, spancontract.RefusalStoreUnavailable, rolledBackText(call.Tool), nil), nil
+			}
+		} else {
+			res, err = next(op)
+		}
 		c.writeID = op.state.recordedWrite()
+		c.recorded = err == nil
 		return answer(op, codec, res, err, nil)
 	}
 	return protect(op, call, codec, next)
@@ -184,7 +234,16 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 		body       []byte
 	)
 	claimStart := time.Now()
-	r, derr := in.guard.Do(op, key, func(wctx context.Context) (idemkit.Response, error) {
+	do := in.guard.Do
+	if call.Tx != nil {
+		do = func(ctx context.Context, key idemkit.Key, work idemkit.Work) (idemkit.Result, error) {
+			// The transaction is not bound to the request's cancellation:
+			// a client that hangs up does not roll back a call half done;
+			// it completes, and its outcome is stored for the retry.
+			return call.Tx.Claim(context.WithoutCancel(ctx), in.guard, key, work)
+		}
+	}
+	r, derr := do(op, key, func(wctx context.Context) (idemkit.Response, error) {
 		workStart, ran = time.Now(), true
 		attempt = idemkit.CallFromContext(wctx).Attempt()
 		// Known now, in case the handler panics: the span then still says
@@ -230,7 +289,14 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 		return answer(op, codec, codec.WithMeta(stored, ReplayMetaKey, replayMarker(r.Attempt, r.WriteID)), nil, r.Body)
 	case derr == nil:
 		c.outcome, c.attempt, c.writeID = ranOutcome(r.Outcome), r.Attempt, r.WriteID
+		c.recorded = true
 		return answer(op, codec, handlerRes, nil, body)
+	case ran && errors.Is(derr, ErrRolledBack) && (handlerErr == nil || !errors.Is(derr, handlerErr)):
+		// The work ran in a transaction that did not commit: neither its
+		// writes nor its claim remain, so nothing happened.
+		c.outcome, c.attempt, c.writeID = outcomeNone, 0, ""
+		c.finishErr, c.finishReason = derr, spancontract.FinishStoreError
+		return refuse(op, codec, spancontract.RefusalStoreUnavailable, rolledBackText(call.Tool), nil), nil
 	case ran:
 		// The work ran: its own error, a request for input, or an outcome
 		// that could not be recorded (the result is still delivered).

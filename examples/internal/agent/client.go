@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -23,8 +24,9 @@ import (
 // HTTP, initialized with the last protocol version that has sessions
 // (2025-11-25), so that the server hands out an Mcp-Session-Id.
 type Conn struct {
-	c      *client.Client
-	tracer trace.Tracer
+	c        *client.Client
+	tracer   trace.Tracer
+	taskReqs int // task-augmented requests sent (their IDs)
 }
 
 // dial opens a new session with the server at url, through hc (whose
@@ -153,3 +155,82 @@ func (metaPropagator) InjectMeta(ctx context.Context, meta *mcp.Meta) *mcp.Meta 
 }
 
 func (metaPropagator) ExtractMeta(ctx context.Context, _ *mcp.Meta) context.Context { return ctx }
+
+// callTask sends one task-augmented tools/call (MCP tasks, 2025-11-25)
+// inside a CLIENT span, as call does, and returns the task it created (or,
+// from idemkit, the first call's task, replayed). mcp-go's client has no
+// method for it: the request goes through its transport as it is.
+func (c *Conn) callTask(ctx context.Context, tool string, args map[string]any) (taskID string, replayed bool, err error) {
+	ctx, span := c.tracer.Start(ctx, "tools/call "+tool, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(
+			attribute.String(sc.MCPMethodName, sc.MethodToolsCall),
+			attribute.String(sc.GenAIToolName, tool),
+			attribute.String(sc.MCPSessionID, c.SessionID()),
+		))
+	defer span.End()
+	meta := metaPropagator{}.InjectMeta(ctx, nil)
+	params := map[string]any{"name": tool, "arguments": args, "task": map[string]any{"ttl": 600000}}
+	if meta != nil {
+		params["_meta"] = meta.AdditionalFields
+	}
+	c.taskReqs++
+	resp, err := c.c.GetTransport().SendRequest(ctx, transport.JSONRPCRequest{
+		JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId(fmt.Sprintf("task-call-%d", c.taskReqs)), Method: "tools/call", Params: params,
+	})
+	if err == nil && resp.Error != nil {
+		err = fmt.Errorf("tools/call as a task: %d %s", resp.Error.Code, resp.Error.Message)
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		return "", false, err
+	}
+	var created struct {
+		Task struct {
+			TaskID string `json:"taskId"`
+		} `json:"task"`
+		Meta map[string]any `json:"_meta"`
+	}
+	if err := json.Unmarshal(resp.Result, &created); err != nil || created.Task.TaskID == "" {
+		return "", false, fmt.Errorf("tools/call as a task: no task in %s", resp.Result)
+	}
+	_, replayed = created.Meta[instrument.ReplayMetaKey]
+	return created.Task.TaskID, replayed, nil
+}
+
+// waitTask polls tasks/get until the task ends, then fetches its result
+// with tasks/result.
+func (c *Conn) waitTask(ctx context.Context, taskID string, poll time.Duration) (*Result, string, error) {
+	for {
+		var get mcp.GetTaskRequest
+		get.Params.TaskId = taskID
+		task, err := c.c.GetTask(ctx, get)
+		if err != nil {
+			return nil, "", fmt.Errorf("tasks/get %s: %w", taskID, err)
+		}
+		if task.Status.IsTerminal() {
+			var req mcp.TaskResultRequest
+			req.Params.TaskId = taskID
+			res, err := c.c.TaskResult(ctx, req)
+			if err != nil {
+				return nil, string(task.Status), fmt.Errorf("tasks/result %s (%s): %w", taskID, task.Status, err)
+			}
+			out := &Result{IsError: res.IsError}
+			for _, content := range res.Content {
+				if t, ok := content.(mcp.TextContent); ok {
+					out.Text += t.Text
+				}
+			}
+			if res.StructuredContent != nil {
+				b, _ := json.Marshal(res.StructuredContent)
+				_ = json.Unmarshal(b, &out.Structured)
+			}
+			return out, string(task.Status), nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, string(task.Status), ctx.Err()
+		case <-time.After(poll):
+		}
+	}
+}

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -59,6 +60,17 @@ func Scenarios() []*Scenario {
 			Unprotected: Expectation{Requests: 2, Writes: 2, Intended: 1,
 				Duplicates: one(sc.CauseReconnectReplay, sc.EffectLeaked)},
 			run: reconnectReplay,
+		},
+		{
+			Name: "task_retry", Layer: sc.CauseHarnessRetry, Order: "ord_1009",
+			Title: "the agent runs the refund as an MCP task; the connection drops before the task's handle arrives, and the harness retries at once",
+			// Protected: the retry gets the first call's task back
+			// (idemkit replays its CreateTaskResult); one refund.
+			Protected: Expectation{Requests: 2, Writes: 1, Intended: 1, Duplicates: one(sc.CauseHarnessRetry, sc.EffectSuppressed)},
+			// Unprotected: mcp-go makes a second task, which refunds again.
+			Unprotected: Expectation{Requests: 2, Writes: 2, Intended: 1,
+				Duplicates: one(sc.CauseHarnessRetry, sc.EffectLeaked)},
+			run: taskRetry,
 		},
 		{
 			Name: "deliberate_repeat", Order: "ord_1005",
@@ -237,4 +249,49 @@ func keyReuse(ctx context.Context, se *session) error {
 	second["idempotency_key"] = "rk-" + randomHex(6)
 	res, err = se.call(ctx, "issue_refund", second)
 	return expectOK(res, err, "issue_refund (new key)")
+}
+
+// taskRetry: the refund runs as an MCP task (a task-augmented tools/call,
+// MCP 2025-11-25). The connection drops after the server answered with the
+// task's handle; the harness retries the call at once, on the same session
+// (a new request ID, no model output in between), then polls the task it
+// got back and fetches its result.
+func taskRetry(ctx context.Context, se *session) error {
+	args := decide(ctx, se, 2500)
+	se.note("network", "the connection will be reset after the server answers: the task's handle (its CreateTaskResult) is lost")
+	if _, _, err := se.callTask(WithFault(ctx, Reset), "issue_refund", args); err == nil {
+		return fmt.Errorf("issue_refund as a task: expected the injected connection reset")
+	} else if !isNetworkError(err) {
+		return fmt.Errorf("issue_refund as a task: %w", err)
+	}
+	se.note("harness", "attempt 1 raised (connection reset); retry policy: send the task-augmented call again at once")
+	id, _, err := se.callTask(ctx, "issue_refund", args)
+	if err != nil {
+		return fmt.Errorf("issue_refund as a task (retried): %w", err)
+	}
+	res, status, err := se.waitTask(ctx, id)
+	if err := expectOK(res, err, "the refund task "+id); err != nil {
+		return err
+	}
+	se.note("mcp-client", "task "+id+" "+status+": "+res.Text)
+	return nil
+}
+
+// callTask sends one task-augmented tools/call on the current session and
+// records it as a call.
+func (se *session) callTask(ctx context.Context, tool string, args map[string]any) (string, bool, error) {
+	st := Step{Kind: "call", Tool: tool, Args: maps.Clone(args), Session: se.conn.SessionID()}
+	id, replayed, err := se.conn.callTask(ctx, tool, args)
+	if err != nil {
+		st.Error = err.Error()
+	} else {
+		st.Result = &Result{Text: "task " + id + " (working)", Replayed: replayed}
+	}
+	se.step(st)
+	return id, replayed, err
+}
+
+// waitTask polls a task until it ends and returns its result.
+func (se *session) waitTask(ctx context.Context, id string) (*Result, string, error) {
+	return se.conn.waitTask(ctx, id, 50*time.Millisecond)
 }

@@ -82,7 +82,9 @@ func (t *Tracer) ServerOptions() []server.ServerOption {
 		}
 	})
 	hooks.AddAfterCallTool(func(_ context.Context, _ any, req *mcp.CallToolRequest, _ any) {
-		if req.Params.Meta != nil {
+		// A task-augmented call's handler runs after the request answered
+		// (mcp-go's task engine): the middleware takes the ID then.
+		if req.Params.Meta != nil && req.Params.Task == nil {
 			t.ids.Delete(req.Params.Meta)
 		}
 	})
@@ -102,6 +104,9 @@ func (t *Tracer) middleware(next server.ToolHandlerFunc) server.ToolHandlerFunc 
 			ctx = t.prop.Extract(ctx, metaCarrier(meta.AdditionalFields))
 			if id, ok := t.ids.Load(meta); ok {
 				attrs = append(attrs, attribute.String(sc.JSONRPCRequestID, id.(string)))
+				if req.Params.Task != nil {
+					t.ids.Delete(meta)
+				}
 			}
 		}
 		if s := server.ClientSessionFromContext(ctx); s != nil && s.SessionID() != "" {

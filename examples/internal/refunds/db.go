@@ -8,8 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	_ "modernc.org/sqlite" // the pure-Go SQLite driver, registered as "sqlite"
 )
@@ -31,24 +36,32 @@ type Order struct {
 	RefundedCts int64  `json:"refunded_cents"`
 }
 
-// Refund is one row of the refunds table: the side effect of issue_refund.
+// Refund is one row of the refunds table: the side effect of issue_refund,
+// written by the refund desk in its own database.
 type Refund struct {
-	ID          string    `json:"refund_id"`
-	OrderID     string    `json:"order_id"`
-	AmountCents int64     `json:"amount_cents"`
-	GatewayKey  string    `json:"gateway_key,omitempty"`
-	SessionID   string    `json:"session_id,omitempty"`
-	CreatedAt   time.Time `json:"created_at"`
+	ID          string `json:"refund_id"`
+	OrderID     string `json:"order_id"`
+	AmountCents int64  `json:"amount_cents"`
+	// GatewayKey is the idempotency key forwarded to the payment gateway
+	// (empty without idemkit); GatewayRef the gateway's own refund ID.
+	GatewayKey string    `json:"gateway_key,omitempty"`
+	GatewayRef string    `json:"gateway_ref,omitempty"`
+	SessionID  string    `json:"session_id,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
 }
 
-// DB is the refund desk's own database: the orders it sells and the refunds
-// written against them. It is a separate SQLite file from the idemkit store,
-// standing for the system of record a real refund tool writes to.
+// DB is the refund desk's own database: the orders it sells and the
+// refunds written against them, in SQLite or PostgreSQL. With idemkit's
+// SQLite or PostgreSQL store it is the store's database, so that a refund
+// row commits in the transaction that records its idempotency claim
+// (mcpgo.AddTxTool, gosdk.AddTxTool).
 type DB struct {
-	db *sql.DB
+	sql   *sql.DB       // SQLite; nil on PostgreSQL
+	pg    *pgxpool.Pool // PostgreSQL; nil on SQLite
+	owned bool          // Close closes sql
 }
 
-const schema = `
+const sqliteSchema = `
 CREATE TABLE IF NOT EXISTS orders (
 	id          TEXT PRIMARY KEY,
 	customer    TEXT NOT NULL,
@@ -60,13 +73,45 @@ CREATE TABLE IF NOT EXISTS refunds (
 	order_id     TEXT NOT NULL REFERENCES orders(id),
 	amount_cents INTEGER NOT NULL,
 	-- The idempotency key forwarded to the payment gateway. NULL when the
-	-- caller had none (a server without idemkit): the gateway cannot
-	-- deduplicate such refunds.
+	-- caller had none (a server without idemkit): nothing deduplicates such
+	-- refunds. UNIQUE: one refund row per key, whatever happens.
 	gateway_key  TEXT UNIQUE,
+	gateway_ref  TEXT NOT NULL DEFAULT '',
 	session_id   TEXT NOT NULL DEFAULT '',
 	created_at   INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS refunds_order ON refunds(order_id);
+CREATE TABLE IF NOT EXISTS exports (
+	id         TEXT PRIMARY KEY,
+	order_id   TEXT NOT NULL,
+	refunds    INTEGER NOT NULL,
+	created_at INTEGER NOT NULL
+);
+`
+
+const postgresSchema = `
+CREATE TABLE IF NOT EXISTS orders (
+	id          text PRIMARY KEY,
+	customer    text NOT NULL,
+	total_cents bigint NOT NULL,
+	gateway     text NOT NULL
+);
+CREATE TABLE IF NOT EXISTS refunds (
+	id           text PRIMARY KEY,
+	order_id     text NOT NULL REFERENCES orders(id),
+	amount_cents bigint NOT NULL,
+	gateway_key  text UNIQUE,
+	gateway_ref  text NOT NULL DEFAULT '',
+	session_id   text NOT NULL DEFAULT '',
+	created_at   bigint NOT NULL
+);
+CREATE INDEX IF NOT EXISTS refunds_order ON refunds(order_id);
+CREATE TABLE IF NOT EXISTS exports (
+	id         text PRIMARY KEY,
+	order_id   text NOT NULL,
+	refunds    bigint NOT NULL,
+	created_at bigint NOT NULL
+);
 `
 
 // SeedOrders are the orders every new database holds: ord_1001 to ord_1016,
@@ -84,22 +129,29 @@ func SeedOrders() []Order {
 	return out
 }
 
-// OpenDB opens (creating and seeding when new) the orders database at path,
-// or an in-memory one for ":memory:".
-func OpenDB(ctx context.Context, path string) (*DB, error) {
-	if path == "" {
-		return nil, errors.New("refunds: OpenDB needs a path")
-	}
+// sqliteDSN returns the DSN of the SQLite file at path (":memory:" for a
+// database in memory).
+func sqliteDSN(path string) string {
 	q := url.Values{}
 	q.Set("_busy_timeout", "5000")
 	q.Set("_foreign_keys", "1")
 	q.Set("_txlock", "immediate")
-	dsn := ":memory:?" + q.Encode()
-	if path != ":memory:" {
-		q.Set("_journal_mode", "WAL")
-		dsn = "file:" + strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path) + "?" + q.Encode()
+	if path == ":memory:" {
+		return ":memory:?" + q.Encode()
 	}
-	db, err := sql.Open("sqlite", dsn)
+	q.Set("_journal_mode", "WAL")
+	return "file:" + strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path) + "?" + q.Encode()
+}
+
+// OpenDB opens (creating and seeding when new) the orders database at path,
+// a SQLite file, or an in-memory one for ":memory:", on a connection pool of
+// its own. (A server whose idemkit store is SQLite keeps the desk in the
+// store's database instead: NewSQLiteDB.)
+func OpenDB(ctx context.Context, path string) (*DB, error) {
+	if path == "" {
+		return nil, errors.New("refunds: OpenDB needs a path")
+	}
+	db, err := sql.Open("sqlite", sqliteDSN(path))
 	if err != nil {
 		return nil, fmt.Errorf("refunds: open %s: %w", path, err)
 	}
@@ -108,22 +160,77 @@ func OpenDB(ctx context.Context, path string) (*DB, error) {
 	db.SetMaxOpenConns(1)
 	db.SetConnMaxLifetime(0)
 	db.SetConnMaxIdleTime(0)
-	if _, err := db.ExecContext(ctx, schema); err != nil {
+	d, err := NewSQLiteDB(ctx, db)
+	if err != nil {
 		db.Close()
-		return nil, fmt.Errorf("refunds: create schema in %s: %w", path, err)
+		return nil, fmt.Errorf("refunds: %s: %w", path, err)
 	}
+	d.owned = true
+	return d, nil
+}
+
+// NewSQLiteDB creates (when missing) and seeds the desk's tables in the
+// SQLite database db (an idemkit sqlitestore.Store's DB(), so that refund
+// rows commit with their claims), and returns the desk on it. Close does
+// not close db.
+func NewSQLiteDB(ctx context.Context, db *sql.DB) (*DB, error) {
+	if _, err := db.ExecContext(ctx, sqliteSchema); err != nil {
+		return nil, fmt.Errorf("refunds: create the desk's schema: %w", err)
+	}
+	// A database made before gateway_ref existed.
+	if _, err := db.ExecContext(ctx, `ALTER TABLE refunds ADD COLUMN gateway_ref TEXT NOT NULL DEFAULT ''`); err != nil &&
+		!strings.Contains(err.Error(), "duplicate column") {
+		return nil, fmt.Errorf("refunds: add refunds.gateway_ref: %w", err)
+	}
+	d := &DB{sql: db}
 	for _, o := range SeedOrders() {
 		if _, err := db.ExecContext(ctx, `INSERT INTO orders (id, customer, total_cents, gateway) VALUES (?, ?, ?, ?) ON CONFLICT(id) DO NOTHING`,
 			o.ID, o.Customer, o.TotalCents, o.Gateway); err != nil {
-			db.Close()
-			return nil, fmt.Errorf("refunds: seed orders in %s: %w", path, err)
+			return nil, fmt.Errorf("refunds: seed orders: %w", err)
 		}
 	}
-	return &DB{db: db}, nil
+	return d, nil
 }
 
-// Close closes the database.
-func (d *DB) Close() error { return d.db.Close() }
+// NewPostgresDB creates (when missing) and seeds the desk's tables in the
+// PostgreSQL database of pool (an idemkit pgstore.Store's), and returns the
+// desk on it. Many replicas may call it at once. Close does not close pool.
+func NewPostgresDB(ctx context.Context, pool *pgxpool.Pool) (*DB, error) {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// Replicas starting together create the schema one at a time.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(7220551)`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, postgresSchema); err != nil {
+			return err
+		}
+		for _, o := range SeedOrders() {
+			if _, err := tx.Exec(ctx, `INSERT INTO orders (id, customer, total_cents, gateway) VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING`,
+				o.ID, o.Customer, o.TotalCents, o.Gateway); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("refunds: create the desk's schema in PostgreSQL: %w", err)
+	}
+	return &DB{pg: pool}, nil
+}
+
+// Close closes the database when OpenDB opened it.
+func (d *DB) Close() error {
+	if d.owned {
+		return d.sql.Close()
+	}
+	return nil
+}
+
+// SQL returns the SQLite database, or nil on PostgreSQL.
+func (d *DB) SQL() *sql.DB { return d.sql }
+
+// Postgres returns the PostgreSQL pool, or nil on SQLite.
+func (d *DB) Postgres() *pgxpool.Pool { return d.pg }
 
 // ErrNoOrder is returned for an order ID that is not in the orders table.
 var ErrNoOrder = errors.New("no such order")
@@ -132,83 +239,202 @@ var ErrNoOrder = errors.New("no such order")
 // above its total.
 var ErrOverRefund = errors.New("refund exceeds the amount left to refund")
 
+// querier runs the desk's statements on one backend: a connection pool, or
+// one transaction. Statements are written with ? placeholders.
+type querier interface {
+	exec(ctx context.Context, q string, args ...any) error
+	row(ctx context.Context, q string, args ...any) scanner
+	query(ctx context.Context, q string, args ...any) (rows, error)
+	// lockOrder is the clause that locks the order row a refund is checked
+	// against, until the transaction ends ("" on SQLite, whose writer holds
+	// the database).
+	lockOrder() string
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+type rows interface {
+	scanner
+	Next() bool
+	Err() error
+	Close()
+}
+
+// sqlQ runs statements on an *sql.DB or an *sql.Tx.
+type sqlQ struct {
+	db interface {
+		ExecContext(context.Context, string, ...any) (sql.Result, error)
+		QueryRowContext(context.Context, string, ...any) *sql.Row
+		QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+	}
+}
+
+func (q sqlQ) exec(ctx context.Context, s string, args ...any) error {
+	_, err := q.db.ExecContext(ctx, s, args...)
+	return err
+}
+func (q sqlQ) row(ctx context.Context, s string, args ...any) scanner {
+	return q.db.QueryRowContext(ctx, s, args...)
+}
+func (q sqlQ) query(ctx context.Context, s string, args ...any) (rows, error) {
+	r, err := q.db.QueryContext(ctx, s, args...)
+	if err != nil {
+		return nil, err
+	}
+	return sqlRows{r}, nil
+}
+func (sqlQ) lockOrder() string { return "" }
+
+type sqlRows struct{ *sql.Rows }
+
+func (r sqlRows) Close() { _ = r.Rows.Close() }
+
+// pgQ runs statements on a pool or a pgx.Tx, with $n placeholders.
+type pgQ struct {
+	db interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+		QueryRow(context.Context, string, ...any) pgx.Row
+		Query(context.Context, string, ...any) (pgx.Rows, error)
+	}
+}
+
+func (q pgQ) exec(ctx context.Context, s string, args ...any) error {
+	_, err := q.db.Exec(ctx, dollars(s), args...)
+	return err
+}
+func (q pgQ) row(ctx context.Context, s string, args ...any) scanner {
+	return q.db.QueryRow(ctx, dollars(s), args...)
+}
+func (q pgQ) query(ctx context.Context, s string, args ...any) (rows, error) {
+	return q.db.Query(ctx, dollars(s), args...)
+}
+func (pgQ) lockOrder() string { return " FOR UPDATE" }
+
+// dollars numbers a statement's ? placeholders for PostgreSQL.
+func dollars(s string) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range s {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// q returns the querier of the desk's pool.
+func (d *DB) q() querier {
+	if d.pg != nil {
+		return pgQ{db: d.pg}
+	}
+	return sqlQ{db: d.sql}
+}
+
 // Order returns an order with the sum of its refunds.
 func (d *DB) Order(ctx context.Context, id string) (Order, error) {
+	return order(ctx, d.q(), id, false)
+}
+
+func order(ctx context.Context, q querier, id string, lock bool) (Order, error) {
 	var o Order
-	err := d.db.QueryRowContext(ctx, `SELECT o.id, o.customer, o.total_cents, o.gateway,
-		COALESCE((SELECT SUM(amount_cents) FROM refunds r WHERE r.order_id = o.id), 0)
-		FROM orders o WHERE o.id = ?`, id).Scan(&o.ID, &o.Customer, &o.TotalCents, &o.Gateway, &o.RefundedCts)
-	if errors.Is(err, sql.ErrNoRows) {
+	clause := ""
+	if lock {
+		clause = q.lockOrder()
+	}
+	err := q.row(ctx, `SELECT o.id, o.customer, o.total_cents, o.gateway FROM orders o WHERE o.id = ?`+clause, id).
+		Scan(&o.ID, &o.Customer, &o.TotalCents, &o.Gateway)
+	if errors.Is(err, sql.ErrNoRows) || errors.Is(err, pgx.ErrNoRows) {
 		return Order{}, fmt.Errorf("%w: %s", ErrNoOrder, id)
 	}
+	if err != nil {
+		return Order{}, err
+	}
+	err = q.row(ctx, `SELECT COALESCE(SUM(amount_cents), 0) FROM refunds WHERE order_id = ?`, id).Scan(&o.RefundedCts)
 	return o, err
 }
 
 // Refunds returns the refunds of an order ("" for all), oldest first.
 func (d *DB) Refunds(ctx context.Context, orderID string) ([]Refund, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT id, order_id, amount_cents, COALESCE(gateway_key, ''), session_id, created_at
-		FROM refunds WHERE ? = '' OR order_id = ? ORDER BY created_at, id`, orderID, orderID)
+	rs, err := d.q().query(ctx, `SELECT id, order_id, amount_cents, COALESCE(gateway_key, ''), gateway_ref, session_id, created_at
+		FROM refunds WHERE order_id = ? OR ? = '' ORDER BY created_at, id`, orderID, orderID)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
+	defer rs.Close()
 	var out []Refund
-	for rows.Next() {
+	for rs.Next() {
 		var r Refund
 		var created int64
-		if err := rows.Scan(&r.ID, &r.OrderID, &r.AmountCents, &r.GatewayKey, &r.SessionID, &created); err != nil {
+		if err := rs.Scan(&r.ID, &r.OrderID, &r.AmountCents, &r.GatewayKey, &r.GatewayRef, &r.SessionID, &created); err != nil {
 			return nil, err
 		}
 		r.CreatedAt = time.Unix(0, created)
 		out = append(out, r)
 	}
-	return out, rows.Err()
+	return out, rs.Err()
 }
 
-// writeRefund is the payment gateway's commit: it inserts a refund, unless
-// a refund with the same non-empty gateway key exists, in which case it
-// returns that one (the gateway replays its own idempotent requests, like
-// Stripe's Idempotency-Key). existing reports the replay.
-func (d *DB) writeRefund(ctx context.Context, orderID string, amount int64, gatewayKey, sessionID string) (r Refund, existing bool, err error) {
-	tx, err := d.db.BeginTx(ctx, nil)
+// checkRefund reads the order of a refund of amount cents, locking it until
+// the transaction ends, and refuses a refund over what is left.
+func checkRefund(ctx context.Context, q querier, orderID string, amount int64) (Order, error) {
+	o, err := order(ctx, q, orderID, true)
 	if err != nil {
-		return Refund{}, false, err
+		return Order{}, err
+	}
+	if o.RefundedCts+amount > o.TotalCents {
+		return Order{}, fmt.Errorf("%w: %s has %d of %d cents left", ErrOverRefund, orderID, o.TotalCents-o.RefundedCts, o.TotalCents)
+	}
+	return o, nil
+}
+
+// insertRefund writes a refund row.
+func insertRefund(ctx context.Context, q querier, r Refund) error {
+	var key any
+	if r.GatewayKey != "" {
+		key = r.GatewayKey
+	}
+	return q.exec(ctx, `INSERT INTO refunds (id, order_id, amount_cents, gateway_key, gateway_ref, session_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		r.ID, r.OrderID, r.AmountCents, key, r.GatewayRef, r.SessionID, r.CreatedAt.UnixNano())
+}
+
+// inTx runs fn in a transaction of the desk's own pool (a server whose
+// store cannot share it: the memory store, or none). A refund that has
+// reached the gateway is not abandoned because the caller hung up: the
+// transaction is not bound to the request's cancellation, as the
+// transactional handler form's is not.
+func (d *DB) inTx(ctx context.Context, fn func(ctx context.Context, q querier) error) error {
+	ctx = context.WithoutCancel(ctx)
+	if d.pg != nil {
+		return pgx.BeginFunc(ctx, d.pg, func(tx pgx.Tx) error { return fn(ctx, pgQ{db: tx}) })
+	}
+	tx, err := d.sql.BeginTx(ctx, nil)
+	if err != nil {
+		return err
 	}
 	defer tx.Rollback()
-	if gatewayKey != "" {
-		var created int64
-		err := tx.QueryRowContext(ctx, `SELECT id, order_id, amount_cents, gateway_key, session_id, created_at FROM refunds WHERE gateway_key = ?`, gatewayKey).
-			Scan(&r.ID, &r.OrderID, &r.AmountCents, &r.GatewayKey, &r.SessionID, &created)
-		if err == nil {
-			r.CreatedAt = time.Unix(0, created)
-			return r, true, nil
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return Refund{}, false, err
-		}
+	if err := fn(ctx, sqlQ{db: tx}); err != nil {
+		return err
 	}
-	var total, refunded int64
-	err = tx.QueryRowContext(ctx, `SELECT total_cents, COALESCE((SELECT SUM(amount_cents) FROM refunds WHERE order_id = ?), 0) FROM orders WHERE id = ?`,
-		orderID, orderID).Scan(&total, &refunded)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Refund{}, false, fmt.Errorf("%w: %s", ErrNoOrder, orderID)
-	}
-	if err != nil {
-		return Refund{}, false, err
-	}
-	if refunded+amount > total {
-		return Refund{}, false, fmt.Errorf("%w: %s has %d of %d cents left", ErrOverRefund, orderID, total-refunded, total)
-	}
-	r = Refund{ID: newRefundID(), OrderID: orderID, AmountCents: amount, GatewayKey: gatewayKey, SessionID: sessionID, CreatedAt: time.Now()}
-	var key any
-	if gatewayKey != "" {
-		key = gatewayKey
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO refunds (id, order_id, amount_cents, gateway_key, session_id, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
-		r.ID, r.OrderID, r.AmountCents, key, r.SessionID, r.CreatedAt.UnixNano()); err != nil {
-		return Refund{}, false, err
-	}
-	return r, false, tx.Commit()
+	return tx.Commit()
+}
+
+// addExport records that the refunds of an order were exported (the side
+// effect of the export_refunds job), and returns the export's ID.
+func (d *DB) addExport(ctx context.Context, orderID string, refunds int) (string, error) {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	id := "exp_" + hex.EncodeToString(b[:])
+	return id, d.q().exec(ctx, `INSERT INTO exports (id, order_id, refunds, created_at) VALUES (?, ?, ?, ?)`, id, orderID, refunds, time.Now().UnixNano())
+}
+
+// Exports returns how many exports of an order's refunds were made.
+func (d *DB) Exports(ctx context.Context, orderID string) (int, error) {
+	var n int
+	err := d.q().row(ctx, `SELECT count(*) FROM exports WHERE order_id = ?`, orderID).Scan(&n)
+	return n, err
 }
 
 func newRefundID() string {

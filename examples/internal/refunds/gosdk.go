@@ -2,9 +2,18 @@ package refunds
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 
 	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/jackc/pgx/v5"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit/idemkit/idemkit/pgstore"
+	"github.com/idemkit/idemkit/idemkit/sqlitestore"
+	"github.com/idemkit/idemkit/instrument"
+	"github.com/idemkit/idemkit/instrument/gosdk"
 )
 
 // The refund desk's tools for the official Go SDK: the same names,
@@ -27,20 +36,46 @@ func orderSchema() *jsonschema.Schema {
 	}
 }
 
-func addGoSDKTools(s *mcp.Server, t *tools) {
+func addGoSDKTools(s *mcp.Server, t *tools, mode txMode, g *idemkit.Guard, jobs *instrument.Jobs) {
 	one := 1.0
 	f := false
 	schema := orderSchema()
 	schema.Properties["amount_cents"] = &jsonschema.Schema{Type: "integer", Minimum: &one, Description: amountDescription}
 	schema.Required = append(schema.Required, "amount_cents")
-	mcp.AddTool(s, &mcp.Tool{Name: ToolIssueRefund, Description: issueRefundDescription, InputSchema: schema},
-		func(ctx context.Context, req *mcp.CallToolRequest, in issueRefundIn) (*mcp.CallToolResult, any, error) {
-			sessionID := ""
-			if req.Session != nil {
-				sessionID = req.Session.ID()
-			}
-			return gosdkResult(t.issueRefund(ctx, in.OrderID, in.AmountCents, sessionID))
+	refund := func(ctx context.Context, q querier, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var in issueRefundIn
+		if err := json.Unmarshal(req.Params.Arguments, &in); err != nil || in.OrderID == "" || in.AmountCents < 1 {
+			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{
+				Text: "issue_refund needs order_id, a string such as ord_1001, and amount_cents, a positive integer. Nothing was refunded."}}}, nil
+		}
+		sessionID := ""
+		if req.Session != nil {
+			sessionID = req.Session.ID()
+		}
+		res, _, err := gosdkResult(t.issueRefund(ctx, q, in.OrderID, in.AmountCents, sessionID))
+		return res, err
+	}
+	tool := &mcp.Tool{Name: ToolIssueRefund, Description: issueRefundDescription, InputSchema: schema}
+	switch mode {
+	case txSQLite:
+		// The transactional handler form: the refund row, the claim and
+		// the recorded outcome commit together.
+		gosdk.AddTxTool(s, g.Store().(*sqlitestore.Store), tool, func(ctx context.Context, tx *sql.Tx, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return refund(ctx, sqlQ{db: tx}, req)
 		})
+	case txPostgres:
+		gosdk.AddTxTool(s, g.Store().(*pgstore.Store), tool, func(ctx context.Context, tx pgx.Tx, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return refund(ctx, pgQ{db: tx}, req)
+		})
+	default:
+		s.AddTool(tool, func(ctx context.Context, req *mcp.CallToolRequest) (res *mcp.CallToolResult, err error) {
+			err = t.db.inTx(ctx, func(ctx context.Context, q querier) error {
+				res, err = refund(ctx, q, req)
+				return err
+			})
+			return res, err
+		})
+	}
 	read := &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, DestructiveHint: &f}
 	mcp.AddTool(s, &mcp.Tool{Name: ToolRefundStatus, Description: refundStatusDescription, InputSchema: orderSchema(), Annotations: read},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in orderIn) (*mcp.CallToolResult, any, error) {
@@ -50,6 +85,15 @@ func addGoSDKTools(s *mcp.Server, t *tools) {
 		func(ctx context.Context, _ *mcp.CallToolRequest, in orderIn) (*mcp.CallToolResult, any, error) {
 			return gosdkResult(t.lookupOrder(ctx, in.OrderID))
 		})
+	if jobs != nil {
+		gosdk.AddJobTool(s, jobs, &mcp.Tool{Name: ToolExportRefunds, Description: exportDescription, InputSchema: orderSchema()},
+			func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				var in orderIn
+				_ = json.Unmarshal(req.Params.Arguments, &in)
+				res, _, err := gosdkResult(t.exportRefunds(ctx, in.OrderID))
+				return res, err
+			})
+	}
 }
 
 func gosdkResult(a answer, err error) (*mcp.CallToolResult, any, error) {

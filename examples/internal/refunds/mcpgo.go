@@ -2,11 +2,19 @@ package refunds
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"math"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit/idemkit/idemkit/pgstore"
+	"github.com/idemkit/idemkit/idemkit/sqlitestore"
+	"github.com/idemkit/idemkit/instrument"
+	"github.com/idemkit/idemkit/instrument/mcpgo"
 )
 
 // The refund desk's tools for mcp-go.
@@ -20,6 +28,9 @@ func issueRefundTool() mcp.Tool {
 		mcp.WithDescription(issueRefundDescription),
 		mcp.WithString("order_id", mcp.Required(), mcp.Description(orderIDDescription)),
 		mcp.WithInteger("amount_cents", mcp.Required(), mcp.Min(1), mcp.Description(amountDescription)),
+		// A client may run it as an MCP task (task-augmented tools/call)
+		// or call it plainly.
+		mcp.WithTaskSupport(mcp.TaskSupportOptional),
 	)
 }
 
@@ -33,8 +44,8 @@ func readTool(name, description string) mcp.Tool {
 	)
 }
 
-func addMCPGoTools(s *server.MCPServer, t *tools) {
-	s.AddTool(issueRefundTool(), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+func addMCPGoTools(s *server.MCPServer, t *tools, mode txMode, g *idemkit.Guard, jobs *instrument.Jobs) {
+	refund := func(ctx context.Context, q querier, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		var args struct {
 			OrderID     string  `json:"order_id"`
 			AmountCents float64 `json:"amount_cents"`
@@ -49,14 +60,45 @@ func addMCPGoTools(s *server.MCPServer, t *tools) {
 		if s := server.ClientSessionFromContext(ctx); s != nil {
 			sessionID = s.SessionID()
 		}
-		return mcpgoResult(t.issueRefund(ctx, args.OrderID, int64(args.AmountCents), sessionID))
-	})
+		return mcpgoResult(t.issueRefund(ctx, q, args.OrderID, int64(args.AmountCents), sessionID))
+	}
+	switch mode {
+	case txSQLite:
+		// The transactional handler form: the refund row, the claim and
+		// the recorded outcome commit together.
+		mcpgo.AddTxTool(s, g.Store().(*sqlitestore.Store), issueRefundTool(), func(ctx context.Context, tx *sql.Tx, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return refund(ctx, sqlQ{db: tx}, req)
+		})
+	case txPostgres:
+		mcpgo.AddTxTool(s, g.Store().(*pgstore.Store), issueRefundTool(), func(ctx context.Context, tx pgx.Tx, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return refund(ctx, pgQ{db: tx}, req)
+		})
+	default:
+		s.AddTool(issueRefundTool(), func(ctx context.Context, req mcp.CallToolRequest) (res *mcp.CallToolResult, err error) {
+			err = t.db.inTx(ctx, func(ctx context.Context, q querier) error {
+				res, err = refund(ctx, q, req)
+				return err
+			})
+			return res, err
+		})
+	}
 	s.AddTool(readTool(ToolRefundStatus, refundStatusDescription), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return mcpgoResult(t.refundStatus(ctx, req.GetString("order_id", "")))
 	})
 	s.AddTool(readTool(ToolLookupOrder, lookupOrderDescription), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return mcpgoResult(t.lookupOrder(ctx, req.GetString("order_id", "")))
 	})
+	if jobs != nil {
+		// A job-and-poll tool: export_refunds answers with a job ID at
+		// once, export_refunds_status reports the job, from the Guard's
+		// store (on any replica, after a restart).
+		mcpgo.AddJobTool(s, jobs, mcp.NewTool(ToolExportRefunds,
+			mcp.WithDescription(exportDescription),
+			mcp.WithString("order_id", mcp.Required(), mcp.Description(orderIDDescription)),
+		), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcpgoResult(t.exportRefunds(ctx, req.GetString("order_id", "")))
+		})
+	}
 }
 
 func mcpgoResult(a answer, err error) (*mcp.CallToolResult, error) {

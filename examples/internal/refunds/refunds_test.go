@@ -88,7 +88,7 @@ func marker(r *mcp.CallToolResult, key string) map[string]any {
 	return m
 }
 
-func rows(t *testing.T, db *DB, order string) int {
+func refundRows(t *testing.T, db *DB, order string) int {
 	t.Helper()
 	list, err := db.Refunds(context.Background(), order)
 	if err != nil {
@@ -113,7 +113,7 @@ func TestRefundDesk_OnBothSDKs(t *testing.T) {
 					t.Errorf("amount %v: %+v", amount, res)
 				}
 			}
-			if n := rows(t, db, "ord_1001"); n != 0 {
+			if n := refundRows(t, db, "ord_1001"); n != 0 {
 				t.Fatalf("%d refunds written by mistyped calls", n)
 			}
 
@@ -122,8 +122,8 @@ func TestRefundDesk_OnBothSDKs(t *testing.T) {
 			if first.IsError || marker(again, instrument.ReplayMetaKey) == nil {
 				t.Fatalf("first %+v, again %+v", first, again)
 			}
-			if rows(t, db, "ord_1001") != 1 {
-				t.Errorf("%d refunds, want 1", rows(t, db, "ord_1001"))
+			if refundRows(t, db, "ord_1001") != 1 {
+				t.Errorf("%d refunds, want 1", refundRows(t, db, "ord_1001"))
 			}
 
 			// Another caller's identical call is its own.
@@ -131,8 +131,8 @@ func TestRefundDesk_OnBothSDKs(t *testing.T) {
 			if res := refund(t, bob, "ord_1001", 100); res.IsError || marker(res, instrument.ReplayMetaKey) != nil {
 				t.Errorf("bob %+v", res)
 			}
-			if rows(t, db, "ord_1001") != 2 {
-				t.Errorf("%d refunds, want 2", rows(t, db, "ord_1001"))
+			if refundRows(t, db, "ord_1001") != 2 {
+				t.Errorf("%d refunds, want 2", refundRows(t, db, "ord_1001"))
 			}
 
 			// Without a token, the validated session scopes the keys; its
@@ -160,8 +160,8 @@ func TestRefundDesk_OnBothSDKs(t *testing.T) {
 			if resp.StatusCode != http.StatusNotFound {
 				t.Errorf("a terminated session's ID: %s, want 404", resp.Status)
 			}
-			if rows(t, db, "ord_1002") != 1 {
-				t.Errorf("%d refunds of ord_1002, want 1", rows(t, db, "ord_1002"))
+			if refundRows(t, db, "ord_1002") != 1 {
+				t.Errorf("%d refunds of ord_1002, want 1", refundRows(t, db, "ord_1002"))
 			}
 
 			// An unknown token is refused.

@@ -1,6 +1,7 @@
 package refunds
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/idemkit/idemkit/examples/internal/genaitrace"
 	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit/idemkit/idemkit/pgstore"
+	"github.com/idemkit/idemkit/idemkit/sqlitestore"
 	"github.com/idemkit/idemkit/instrument"
 	"github.com/idemkit/idemkit/instrument/gosdk"
 	"github.com/idemkit/idemkit/instrument/mcpgo"
@@ -33,8 +36,14 @@ const (
 
 // Config configures the refund desk's MCP server.
 type Config struct {
-	// DB is the orders database. Required.
+	// DB is the orders database. Required. With a Guard on idemkit's
+	// SQLite or PostgreSQL store, make it the store's database
+	// (NewSQLiteDB(store.DB()), NewPostgresDB(pool)): issue_refund then
+	// writes its refund row in the transaction that holds its claim.
 	DB *DB
+	// Gateway is the fake payment gateway's ledger. Defaults to one in
+	// memory.
+	Gateway *Gateway
 	// SDK is the MCP SDK that serves the tools: SDKMCPGo
 	// (github.com/mark3labs/mcp-go) or SDKGoSDK (the official Go SDK).
 	// Defaults to SDKMCPGo.
@@ -52,7 +61,24 @@ type Config struct {
 	// FastLatency and SlowLatency are how long the fake payment gateway
 	// takes to refund an order paid through FastGateway and SlowGateway.
 	FastLatency, SlowLatency time.Duration
+	// Tasks configures the durable MCP tasks of the mcp-go server with a
+	// Guard (lease, poll interval). Defaults to instrument's defaults.
+	Tasks instrument.TasksConfig
+	// Jobs configures the export_refunds job (with a Guard). Defaults to
+	// instrument's defaults.
+	Jobs instrument.JobsConfig
+	// ExportDuration is how long an export_refunds job works. Defaults to
+	// DefaultExportDuration.
+	ExportDuration time.Duration
+	// HoldAfterWrite, when set, is fault injection for the crash tests:
+	// issue_refund writes this file once its refund row is written (not
+	// yet committed) and then waits for its request to end, so that a test
+	// can kill the process between the write and the commit.
+	HoldAfterWrite string
 }
+
+// DefaultExportDuration is how long an export_refunds job works by default.
+const DefaultExportDuration = 2 * time.Second
 
 // Name and Version are the MCP server's implementation info.
 const (
@@ -73,67 +99,185 @@ func (cfg *Config) options(subject instrument.Option) []instrument.Option {
 		// An in-progress answer tells the model which tool reports on the
 		// refund instead of "try again".
 		instrument.WithStatusTool(ToolIssueRefund, ToolRefundStatus),
+		instrument.WithTasks(cfg.Tasks),
 	}
 }
 
 func (cfg *Config) tools() *tools {
-	return &tools{db: cfg.DB, fast: orDefault(cfg.FastLatency, DefaultFastLatency), slow: orDefault(cfg.SlowLatency, DefaultSlowLatency)}
+	return &tools{db: cfg.DB, gw: cfg.Gateway, fast: orDefault(cfg.FastLatency, DefaultFastLatency), slow: orDefault(cfg.SlowLatency, DefaultSlowLatency),
+		export: orDefault(cfg.ExportDuration, DefaultExportDuration), holdFile: cfg.HoldAfterWrite}
 }
 
-// NewHandler returns the refund desk over Streamable HTTP, with stateful
+// txMode is how issue_refund writes its row.
+type txMode uint8
+
+const (
+	// txOwn: in a transaction of the desk's own, under the Guard's plain
+	// claim (the memory store), or without one (no Guard).
+	txOwn txMode = iota
+	// txSQLite and txPostgres: in the transaction of the store's DoInTx,
+	// with the claim and the outcome (the transactional handler form).
+	txSQLite
+	txPostgres
+)
+
+// txMode returns how issue_refund writes: in its claim's transaction when
+// the desk's database is the Guard's store's.
+func (cfg *Config) txMode() (txMode, error) {
+	if cfg.Guard == nil {
+		return txOwn, nil
+	}
+	switch st := cfg.Guard.Store().(type) {
+	case *sqlitestore.Store:
+		if cfg.DB.sql == st.DB() {
+			return txSQLite, nil
+		}
+	case *pgstore.Store:
+		if cfg.DB.pg != nil && st.DB() == pgstore.DB(cfg.DB.pg) {
+			return txPostgres, nil
+		}
+		return 0, errors.New("refunds: with a PostgreSQL store the desk's database must be the store's (NewPostgresDB on its pool)")
+	}
+	return txOwn, nil
+}
+
+// Server is the refund desk's MCP server over Streamable HTTP.
+type Server struct {
+	// Handler serves MCP at the path it is mounted at (/mcp).
+	Handler http.Handler
+	closers []func(context.Context) error
+}
+
+// Close stops the server's background work (the tasks it runs: it waits
+// for them until ctx is done) and closes the default gateway ledger.
+func (s *Server) Close(ctx context.Context) error {
+	var errs []error
+	for _, c := range s.closers {
+		errs = append(errs, c(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// NewHandler returns NewServer's Handler, for callers that never Close it.
+func NewHandler(cfg Config) (http.Handler, error) {
+	s, err := NewServer(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return s.Handler, nil
+}
+
+// NewServer returns the refund desk over Streamable HTTP, with stateful
 // sessions (every client gets an Mcp-Session-Id at initialize, and an
 // unknown or terminated one gets 404), behind bearer-token
-// authentication. Mount it at /mcp.
-func NewHandler(cfg Config) (http.Handler, error) {
+// authentication. Mount its Handler at /mcp. On mcp-go it advertises MCP
+// tasks, and issue_refund supports task augmentation: with a Guard, its
+// tasks live in the Guard's store.
+func NewServer(cfg Config) (*Server, error) {
 	if cfg.DB == nil || cfg.TracerProvider == nil || cfg.MeterProvider == nil {
 		return nil, errors.New("refunds: Config needs DB, TracerProvider and MeterProvider")
 	}
-	switch cfg.SDK {
-	case "", SDKMCPGo:
-		s, err := NewMCPGoServer(cfg)
+	srv := &Server{}
+	if cfg.Gateway == nil {
+		gw, err := OpenGateway(context.Background(), ":memory:")
 		if err != nil {
 			return nil, err
 		}
-		if cfg.Guard == nil {
-			return mcpgoAuth(cfg.Tokens, server.NewStreamableHTTPServer(s, server.WithStateful(true))), nil
+		cfg.Gateway = gw
+		srv.closers = append(srv.closers, func(context.Context) error { return gw.Close() })
+	}
+	mode, err := cfg.txMode()
+	if err != nil {
+		return nil, err
+	}
+	var jobs *instrument.Jobs
+	if cfg.Guard != nil {
+		if jobs, err = instrument.NewJobs(cfg.Guard, &cfg.Jobs); err != nil {
+			return nil, err
 		}
-		return mcpgoAuth(cfg.Tokens, mcpgo.NewStreamableHTTPHandler(s)), nil
+		srv.closers = append([]func(context.Context) error{jobs.Close}, srv.closers...)
+	}
+	switch cfg.SDK {
+	case "", SDKMCPGo:
+		s, inst, err := newMCPGoServer(cfg, mode, jobs)
+		if err != nil {
+			return nil, err
+		}
+		if inst == nil {
+			srv.Handler = mcpgoAuth(cfg.Tokens, server.NewStreamableHTTPServer(s, server.WithStateful(true)))
+		} else {
+			srv.Handler = mcpgoAuth(cfg.Tokens, mcpgo.NewStreamableHTTPHandler(s))
+			srv.closers = append([]func(context.Context) error{inst.Close}, srv.closers...)
+		}
 	case SDKGoSDK:
 		if cfg.Guard == nil {
 			return nil, errors.New("refunds: the server without idemkit is served by mcp-go only; use SDK mcpgo")
 		}
-		s := NewGoSDKServer(cfg)
-		return gosdkAuth(cfg.Tokens, gosdk.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)), nil
+		s := newGoSDKServer(cfg, mode, jobs)
+		srv.Handler = gosdkAuth(cfg.Tokens, gosdk.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	default:
+		return nil, fmt.Errorf("refunds: SDK %q: want %s or %s", cfg.SDK, SDKMCPGo, SDKGoSDK)
 	}
-	return nil, fmt.Errorf("refunds: SDK %q: want %s or %s", cfg.SDK, SDKMCPGo, SDKGoSDK)
+	return srv, nil
 }
 
 // NewMCPGoServer returns the refund desk on mcp-go: issue_refund (protected
-// when cfg.Guard is set), get_refund_status and lookup_order (read-only,
-// traced, never protected).
+// when cfg.Guard is set, and task-augmentable), get_refund_status and
+// lookup_order (read-only, traced, never protected).
 func NewMCPGoServer(cfg Config) (*server.MCPServer, error) {
-	var opts []server.ServerOption
+	mode, err := cfg.txMode()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Gateway == nil {
+		return nil, errors.New("refunds: NewMCPGoServer needs Config.Gateway")
+	}
+	s, _, err := newMCPGoServer(cfg, mode, nil)
+	return s, err
+}
+
+func newMCPGoServer(cfg Config, mode txMode, jobs *instrument.Jobs) (*server.MCPServer, *mcpgo.Instrumentation, error) {
+	var (
+		opts []server.ServerOption
+		inst *mcpgo.Instrumentation
+	)
 	if cfg.Guard != nil {
-		opts = mcpgo.ServerOptions(cfg.Guard, cfg.options(instrument.WithSubject(mcpgo.TokenSubject))...)
+		inst = mcpgo.New(cfg.Guard, cfg.options(instrument.WithSubject(mcpgo.TokenSubject))...)
+		opts = inst.ServerOptions()
 	} else {
 		tr, err := genaitrace.New(cfg.TracerProvider, cfg.MeterProvider)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		opts = tr.ServerOptions()
 	}
-	opts = append(opts, server.WithToolCapabilities(false))
+	// Tasks (MCP 2025-11-25): tasks/list, tasks/cancel and task-augmented
+	// tools/call. With a Guard they live in its store; without one, in
+	// mcp-go's memory.
+	opts = append(opts, server.WithToolCapabilities(false), server.WithTaskCapabilities(true, true, true))
 	s := server.NewMCPServer(Name, Version, opts...)
-	addMCPGoTools(s, cfg.tools())
-	return s, nil
+	addMCPGoTools(s, cfg.tools(), mode, cfg.Guard, jobs)
+	return s, inst, nil
 }
 
 // NewGoSDKServer returns the refund desk on the official Go SDK, protected
-// by cfg.Guard: the same tools as NewMCPGoServer.
-func NewGoSDKServer(cfg Config) *mcp.Server {
+// by cfg.Guard: the same tools as NewMCPGoServer (the go-sdk has no MCP
+// tasks).
+func NewGoSDKServer(cfg Config) (*mcp.Server, error) {
+	mode, err := cfg.txMode()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Gateway == nil {
+		return nil, errors.New("refunds: NewGoSDKServer needs Config.Gateway")
+	}
+	return newGoSDKServer(cfg, mode, nil), nil
+}
+
+func newGoSDKServer(cfg Config, mode txMode, jobs *instrument.Jobs) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: Name, Version: Version}, nil)
 	gosdk.Instrument(s, cfg.Guard, cfg.options(instrument.WithSubject(gosdk.TokenSubject))...)
-	addGoSDKTools(s, cfg.tools())
+	addGoSDKTools(s, cfg.tools(), mode, cfg.Guard, jobs)
 	return s
 }
 

@@ -79,7 +79,7 @@ func Status[R any](ctx context.Context, jobs *instrument.Jobs, codec mcpcall.Cod
 		"progress": job.Progress,
 		"total":    job.Total,
 		"message":  job.Message,
-	}, job.State == instrument.JobFailed || job.State == instrument.JobAbandoned)
+	}, job.State != instrument.JobRunning && job.State != instrument.JobSucceeded)
 	return codec.WithMeta(res, instrument.JobMetaKey, jobMeta(job))
 }
 
@@ -117,13 +117,18 @@ func statusText(job *instrument.Job, statusTool string) string {
 		b.WriteString(". It has not failed. Do not start it again; call ")
 		b.WriteString(statusTool)
 		b.WriteString(" again in a few seconds.")
-	case instrument.JobAbandoned:
-		b.WriteString("stopped reporting: the server running it went away, and it may or may not have completed its work. " +
-			"Check the effect before starting it again.")
+	case instrument.JobLost:
+		b.WriteString("was lost: ")
+		b.WriteString(job.Error)
+		b.WriteString(". It will not run again by itself. Check whether its effect happened (with a read tool) before starting it again.")
 	case instrument.JobFailed:
 		b.WriteString("failed: ")
 		b.WriteString(job.Error)
 		b.WriteString(".")
+	case instrument.JobCancelled:
+		b.WriteString("was cancelled (")
+		b.WriteString(job.Error)
+		b.WriteString("); it may have done part of its work.")
 	case instrument.JobSucceeded:
 		b.WriteString("succeeded.")
 	}
@@ -131,7 +136,8 @@ func statusText(job *instrument.Job, statusTool string) string {
 }
 
 func notFoundText(jobID string) string {
-	return "No job " + strconv.Quote(jobID) + " was found for this caller. Job IDs are returned by the tool that starts the job; finished jobs are kept for a limited time."
+	return "No job " + strconv.Quote(jobID) + " was found for this caller. Job IDs are returned by the tool that starts the job, " +
+		"and a job is kept as long as its start call's answer (the start tool's window)."
 }
 
 func jobMeta(job *instrument.Job) map[string]any {

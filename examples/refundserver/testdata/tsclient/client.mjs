@@ -5,6 +5,7 @@
 //	node client.mjs http://127.0.0.1:PORT/mcp demo-token-alice
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { CallToolResultSchema, CreateTaskResultSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const [url, token] = process.argv.slice(2);
 const REPLAY = "io.idemkit/replay";
@@ -61,6 +62,37 @@ out.mismatch = await call({ order_id: "ord_1005", amount_cents: 301, idempotency
 
 // Five identical calls at once on an order paid through the slow gateway.
 out.concurrent = await Promise.all(Array.from({ length: 5 }, () => call({ order_id: "ord_1004", amount_cents: 100 })));
+
+// MCP tasks, where the server advertises them (mcp-go): a task-augmented
+// refund, its duplicate (the first call's task, replayed), then the SDK's
+// own task stream (create, poll tasks/get, fetch tasks/result) for the same
+// refund, which finds that task too.
+out.tasksCapability = Boolean(client.getServerCapabilities()?.tasks?.requests?.tools?.call);
+if (out.tasksCapability) {
+  const args = { order_id: "ord_1006", amount_cents: 400 };
+  const create = () =>
+    client.request({ method: "tools/call", params: { name: "issue_refund", arguments: args } }, CreateTaskResultSchema, { task: { ttl: 60000 } });
+  const first = await create();
+  const dup = await create();
+  const meta = (r) => r._meta ?? {};
+  out.taskFirst = { taskId: first.task.taskId, status: first.task.status, replayed: meta(first)[REPLAY]?.replayed === true };
+  out.taskDuplicate = { taskId: dup.task.taskId, status: dup.task.status, replayed: meta(dup)[REPLAY]?.replayed === true };
+  out.taskEvents = [];
+  for await (const m of client.experimental.tasks.callToolStream({ name: "issue_refund", arguments: args }, CallToolResultSchema, { task: { ttl: 60000 } })) {
+    out.taskEvents.push(m.type);
+    if (m.type === "taskCreated") out.streamTaskId = m.task.taskId;
+    if (m.type === "result") out.taskResult = summary(m.result);
+    if (m.type === "error") out.taskError = String(m.error);
+  }
+  out.taskGet = (await client.experimental.tasks.getTask(first.task.taskId)).status;
+  out.taskList = (await client.experimental.tasks.listTasks()).tasks.map((t) => t.taskId);
+  try {
+    await client.experimental.tasks.cancelTask(first.task.taskId);
+    out.cancelCompleted = 0;
+  } catch (e) {
+    out.cancelCompleted = e.code ?? -1;
+  }
+}
 
 // A new session (a reconnect) still finds the refund: keys follow the caller.
 await client.close();

@@ -1,0 +1,279 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit/examples/internal/refunds"
+	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit/idemkit/idemkit/pgstore"
+	"github.com/idemkit/idemkit/idemkit/sqlitestore"
+	"github.com/idemkit/idemkit/instrument"
+	"github.com/idemkit/idemkit/internal/pgtest"
+)
+
+// counts reads, in the files a killed server left, the refund rows and the
+// exports of an order and the refunds the gateway made for it.
+func counts(t *testing.T, dir, order string) (rows, exports, gateway int) {
+	t.Helper()
+	ctx := context.Background()
+	db, err := refunds.OpenDB(ctx, filepath.Join(dir, "refunds.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	list, err := db.Refunds(ctx, order)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exports, err = db.Exports(ctx, order); err != nil {
+		t.Fatal(err)
+	}
+	gw, err := refunds.OpenGateway(ctx, filepath.Join(dir, "gateway.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Close()
+	if gateway, err = gw.Refunds(ctx, order); err != nil {
+		t.Fatal(err)
+	}
+	return len(list), exports, gateway
+}
+
+func serverArgs(dir string, more ...string) []string {
+	return append([]string{"-store", "sqlite", "-db", filepath.Join(dir, "refunds.db"), "-gateway-db", filepath.Join(dir, "gateway.db"),
+		"-task-lease", "1s", "-job-lease", "1s"}, more...)
+}
+
+// pgArgs are serverArgs on the package's PostgreSQL database: the store and
+// the desk's tables there, the gateway's ledger in dir.
+func pgArgs(t *testing.T, dir string, more ...string) []string {
+	return append([]string{"-store", "postgres", "-postgres-dsn", pgtest.DSN(t), "-gateway-db", filepath.Join(dir, "gateway.db"),
+		"-task-lease", "1s", "-job-lease", "1s"}, more...)
+}
+
+// pgCounts is counts on PostgreSQL.
+func pgCounts(t *testing.T, dir, order string) (rows, gateway int) {
+	t.Helper()
+	ctx := context.Background()
+	db, err := refunds.NewPostgresDB(ctx, pgtest.Pool(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := db.Refunds(ctx, order)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := refunds.OpenGateway(ctx, filepath.Join(dir, "gateway.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Close()
+	if gateway, err = gw.Refunds(ctx, order); err != nil {
+		t.Fatal(err)
+	}
+	return len(list), gateway
+}
+
+// A task-augmented refund is running when the server is SIGKILLed. After
+// the restart the task is reported failed (lost) once its lease has run out,
+// never "not found", never working forever; its duplicate gets the same
+// task back; and the refund ran at most once (here: not at all, the process
+// died before the gateway answered).
+//
+// On PostgreSQL: its refund holds a transaction for the gateway's latency,
+// which on SQLite would hold the database's one write lock, and with it the
+// task's heartbeats (see mcpgo.AddTxTool).
+func TestKill_TaskThenRestart(t *testing.T) {
+	dir := t.TempDir()
+	p := startProcess(t, dir, pgArgs(t, dir, "-slow-latency", "30s")...)
+	c := connect(t, p.url, "demo-token-alice")
+	args := map[string]any{"name": "issue_refund", "arguments": map[string]any{"order_id": "ord_1004", "amount_cents": 700}, "task": map[string]any{"ttl": 60000}}
+	created := result(t, c.call("tools/call", args))
+	task, _ := created["task"].(map[string]any)
+	id, _ := task["taskId"].(string)
+	if id == "" || task["status"] != "working" {
+		t.Fatalf("CreateTaskResult %v", created)
+	}
+	if got := result(t, c.call("tasks/get", map[string]any{"taskId": id})); got["status"] != "working" {
+		t.Fatalf("before the kill: %v", got)
+	}
+	p.kill()
+
+	p = startProcess(t, dir, pgArgs(t, dir, "-slow-latency", "30s")...)
+	c = connect(t, p.url, "demo-token-alice")
+	var final map[string]any
+	eventually(t, 10*time.Second, "the killed task is reported failed", func() bool {
+		final = result(t, c.call("tasks/get", map[string]any{"taskId": id}))
+		switch final["status"] {
+		case "working":
+			return false
+		case "failed":
+			return true
+		}
+		t.Fatalf("after the restart: %v, want working until the lease runs out, then failed", final)
+		return false
+	})
+	if msg, _ := final["statusMessage"].(string); !strings.Contains(msg, "lost") || !strings.Contains(msg, "will not run again") {
+		t.Errorf("the lost task's statusMessage %q", msg)
+	}
+	if code, msg := rpcError(c.call("tasks/result", map[string]any{"taskId": id})); code != -32603 || !strings.Contains(msg, "lost") {
+		t.Errorf("tasks/result of the lost task: %d %q", code, msg)
+	}
+	// The duplicate is answered with the same task, replayed: nothing new runs.
+	dup := result(t, c.call("tools/call", args))
+	if dup["task"].(map[string]any)["taskId"] != id || metaOf(dup, instrument.ReplayMetaKey)["replayed"] != true {
+		t.Fatalf("the duplicate after the restart: %v", dup)
+	}
+	if list := result(t, c.call("tasks/list", map[string]any{})); len(list["tasks"].([]any)) != 1 {
+		t.Errorf("tasks/list %v", list)
+	}
+	p.kill()
+	if rows, gw := pgCounts(t, dir, "ord_1004"); rows != 0 || gw != 0 {
+		t.Errorf("ord_1004: %d refund rows, %d gateway refunds; the killed task must not have refunded (it died waiting for the gateway)", rows, gw)
+	}
+}
+
+// An export job is running when the server is SIGKILLed. After the restart
+// its status tool reports it lost (not "no job found") once its lease has
+// run out, the duplicate start call gets the same job ID, and the export
+// never happened.
+func TestKill_JobThenRestart(t *testing.T) {
+	dir := t.TempDir()
+	p := startProcess(t, dir, serverArgs(dir, "-export-duration", "30s")...)
+	c := connect(t, p.url, "demo-token-alice")
+	start := map[string]any{"name": refunds.ToolExportRefunds, "arguments": map[string]any{"order_id": "ord_1007"}}
+	started := result(t, c.call("tools/call", start))
+	sc, _ := started["structuredContent"].(map[string]any)
+	jobID, _ := sc["job_id"].(string)
+	if !strings.HasPrefix(jobID, "job_") {
+		t.Fatalf("start answer %v", started)
+	}
+	status := map[string]any{"name": refunds.ToolExportRefunds + "_status", "arguments": map[string]any{"job_id": jobID}}
+	if st := result(t, c.call("tools/call", status)); metaOf(st, instrument.JobMetaKey)["state"] != "running" {
+		t.Fatalf("before the kill: %v", st)
+	}
+	p.kill()
+
+	p = startProcess(t, dir, serverArgs(dir, "-export-duration", "30s")...)
+	c = connect(t, p.url, "demo-token-alice")
+	var st map[string]any
+	eventually(t, 10*time.Second, "the killed job is reported lost", func() bool {
+		st = result(t, c.call("tools/call", status))
+		switch metaOf(st, instrument.JobMetaKey)["state"] {
+		case "running":
+			return false
+		case "lost":
+			return true
+		}
+		t.Fatalf("after the restart: %v, want running until the lease runs out, then lost", st)
+		return false
+	})
+	if st["isError"] != true || !strings.Contains(text(st), "was lost") || !strings.Contains(text(st), "will not run again by itself") {
+		t.Errorf("the lost job's status %v", st)
+	}
+	dup := result(t, c.call("tools/call", start))
+	if dsc, _ := dup["structuredContent"].(map[string]any); dsc["job_id"] != jobID || metaOf(dup, instrument.ReplayMetaKey) == nil {
+		t.Fatalf("the duplicate start after the restart: %v", dup)
+	}
+	p.kill()
+	if _, exports, _ := counts(t, dir, "ord_1007"); exports != 0 {
+		t.Errorf("%d exports of ord_1007: the killed job's work must not have run to its effect", exports)
+	}
+}
+
+// issue_refund, a transactional tool, is killed between its refund row's
+// write and its commit (the gateway has refunded, keyed by the call's
+// idempotency key). Neither the row nor the claim remains; the duplicate
+// then runs once: the gateway recognises the key, one row is written, and
+// the next duplicate is a replay. On both SQL stores.
+func TestKill_TxToolBetweenWriteAndCommit(t *testing.T) {
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			dir := t.TempDir()
+			order, args := "ord_1001", serverArgs
+			if backend == "postgres" {
+				// The PostgreSQL database is shared by the package's tests:
+				// an order of its own.
+				order, args = "ord_1013", func(dir string, more ...string) []string { return pgArgs(t, dir, more...) }
+			}
+			rows := func() (int, int) {
+				if backend == "postgres" {
+					return pgCounts(t, dir, order)
+				}
+				r, _, g := counts(t, dir, order)
+				return r, g
+			}
+			claim := func() error {
+				// The key the instrumentation derives for the call.
+				k, err := idemkit.NewKey("user:alice", refunds.ToolIssueRefund, []byte(`{"order_id":"`+order+`","amount_cents":1200}`), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var store idemkit.Store
+				if backend == "postgres" {
+					if store, err = pgstore.New(pgtest.Pool(t), nil); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					s, err := sqlitestore.Open(context.Background(), filepath.Join(dir, "refunds.db"), nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer s.Close()
+					store = s
+				}
+				_, err = store.Lookup(context.Background(), idemkit.LookupRequest{Key: k.ID()})
+				return err
+			}
+
+			held := filepath.Join(dir, "held")
+			p := startProcess(t, dir, args(dir, "-fault-hold-after-write", held)...)
+			c := connect(t, p.url, "demo-token-alice")
+			call := map[string]any{"name": "issue_refund", "arguments": map[string]any{"order_id": order, "amount_cents": 1200}}
+			done := make(chan error, 1)
+			go func() {
+				_, err := c.try("tools/call", call)
+				done <- err
+			}()
+			eventually(t, 10*time.Second, "the refund row is written, uncommitted", func() bool {
+				_, err := os.Stat(held)
+				return err == nil
+			})
+			p.kill()
+			if err := <-done; err == nil {
+				t.Fatal("the killed call answered")
+			}
+			if r, gw := rows(); r != 0 || gw != 1 {
+				t.Fatalf("after the kill: %d refund rows, %d gateway refunds; want no row (rolled back) and the gateway's one refund", r, gw)
+			}
+			if err := claim(); !errors.Is(err, idemkit.ErrNotFound) {
+				t.Fatalf("after the kill the claim record: %v, want none (rolled back with the row)", err)
+			}
+
+			p = startProcess(t, dir, args(dir)...)
+			c = connect(t, p.url, "demo-token-alice")
+			again := result(t, c.call("tools/call", call))
+			if again["isError"] == true || metaOf(again, instrument.ReplayMetaKey) != nil ||
+				!strings.Contains(text(again), "recognised the idempotency key") {
+				t.Fatalf("the duplicate after the restart: %v, want it to run, and the gateway to return its refund", again)
+			}
+			replay := result(t, c.call("tools/call", call))
+			if metaOf(replay, instrument.ReplayMetaKey)["replayed"] != true {
+				t.Fatalf("the next duplicate: %v, want a replay", replay)
+			}
+			p.kill()
+			if r, gw := rows(); r != 1 || gw != 1 {
+				t.Fatalf("in the end: %d refund rows, %d gateway refunds; want one of each", r, gw)
+			}
+			if err := claim(); err != nil {
+				t.Fatalf("in the end the claim record: %v", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,3 @@
+ALTER TABLE {schema}idemkit_claims
+    DROP COLUMN updated_at,
+    DROP COLUMN cancelled;

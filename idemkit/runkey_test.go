@@ -1,0 +1,74 @@
+package idemkit_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit/idemkit"
+)
+
+func TestNewRunKey_NamespacesByKindAndOwner(t *testing.T) {
+	id := idemkit.NewRunID()
+	if !idemkit.ValidRunID(id) || id == idemkit.NewRunID() {
+		t.Fatalf("NewRunID: %q (valid %v), and two calls must differ", id, idemkit.ValidRunID(id))
+	}
+	k, err := idemkit.NewRunKey("task", "user:alice", "issue_refund", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := idemkit.RunKeyPrefix("task", "user:alice")
+	if k.ID() != prefix+id || len(k.ID()) != 64 || k.Tool() != "issue_refund" || k.Fingerprint() != "" {
+		t.Fatalf("run key %q tool %q fingerprint %q, want %q+%q", k.ID(), k.Tool(), k.Fingerprint(), prefix, id)
+	}
+	if strings.Contains(k.ID(), "alice") {
+		t.Fatal("the run key carries the raw owner")
+	}
+	if got, ok := idemkit.RunID(k.ID()); !ok || got != id {
+		t.Fatalf("RunID(%q) = %q, %v", k.ID(), got, ok)
+	}
+	for _, other := range []string{idemkit.RunKeyPrefix("job", "user:alice"), idemkit.RunKeyPrefix("task", "user:bob"), idemkit.RunKeyPrefix("task", "")} {
+		if other == prefix {
+			t.Fatalf("two namespaces share the prefix %q", prefix)
+		}
+	}
+	for _, bad := range []string{"", "ABCDEF0123456789abcdef0123456789", id[:31], id + "0", "../" + id[3:]} {
+		if _, err := idemkit.NewRunKey("task", "o", "t", bad); !errors.Is(err, idemkit.ErrInvalidKey) {
+			t.Errorf("NewRunKey with ID %q: %v, want ErrInvalidKey", bad, err)
+		}
+	}
+	if _, ok := idemkit.RunID("short"); ok {
+		t.Error("RunID accepted a key that NewRunKey did not make")
+	}
+}
+
+func TestGuard_WithPolicyOverridesEveryTool(t *testing.T) {
+	store := &idemkit.MemoryStore{}
+	g, err := idemkit.NewGuard(store, &idemkit.Config{Lease: time.Hour, Tools: map[string]idemkit.ToolConfig{"export": {Lease: 2 * time.Hour}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := g.WithPolicy(idemkit.ToolConfig{Lease: time.Minute, FailurePolicy: idemkit.StoreToolErrors})
+	for _, tool := range []string{"export", "refund"} {
+		k, _ := idemkit.NewKey("s", tool, []byte(`{}`), nil)
+		res, err := short.Do(context.Background(), k, func(context.Context) (idemkit.Response, error) {
+			return idemkit.Response{Body: []byte("declined"), IsError: true}, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := g.Lookup(context.Background(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// StoreToolErrors: the error result is the stored outcome.
+		if rec.State != idemkit.StateCompleted || !rec.IsError || res.Outcome != idemkit.OutcomeExecuted {
+			t.Fatalf("%s: record %+v, want the error result stored", tool, rec)
+		}
+		if lease := rec.LeaseUntil.Sub(rec.Started); lease != time.Minute {
+			t.Fatalf("%s: lease %s, want the overriding minute", tool, lease)
+		}
+	}
+}

@@ -1,0 +1,17 @@
+package instrument_test
+
+import (
+	"database/sql"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idemkit/idemkit/pgstore"
+	"github.com/idemkit/idemkit/idemkit/sqlitestore"
+	"github.com/idemkit/idemkit/instrument"
+)
+
+// Both SQL stores run transactional tools.
+var (
+	_ instrument.TxRunner[pgx.Tx]  = (*pgstore.Store)(nil)
+	_ instrument.TxRunner[*sql.Tx] = (*sqlitestore.Store)(nil)
+)
