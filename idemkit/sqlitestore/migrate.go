@@ -44,8 +44,17 @@ type execQuerier interface {
 // Migrate applies the embedded migrations the database lacks, in one
 // transaction that takes the write lock at its start, so that processes
 // migrating one file at once apply each migration exactly once. It is
-// idempotent. ctx bounds the whole migration.
+// idempotent, and on a database that is already up to date it only reads
+// (no write lock), so that processes opening a busy file do not queue for
+// its write lock. ctx bounds the whole migration.
 func (s *Store) Migrate(ctx context.Context) (err error) {
+	ms, err := Migrations()
+	if err != nil {
+		return err
+	}
+	if v, verr := s.Version(ctx); verr == nil && len(ms) > 0 && v >= ms[len(ms)-1].Version {
+		return nil
+	}
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
