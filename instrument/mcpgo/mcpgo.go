@@ -611,7 +611,8 @@ func (m *Instrumentation) serve(op *mcpcall.Op, req mcp.CallToolRequest, next se
 	if slot := m.slotOf(op); slot != nil && slot.isTask() {
 		// A task-augmented call the adapter took from mcp-go's engine:
 		// its answer, the CreateTaskResult, goes to the slot.
-		result, rerr := mcpcall.CreateTask(op, m.tasks, &call, codec{}, handler)
+		tc := call // CreateTask keeps it; a copy keeps call on the stack
+		result, rerr := mcpcall.CreateTask(op, m.tasks, &tc, codec{}, handler)
 		if rerr != nil {
 			op.RecordError(rerr.Code, rerr.Message, nil)
 		}
