@@ -585,3 +585,81 @@ func TestBenchFloor_SameShapeAsIdemkit(t *testing.T) {
 		t.Errorf("mcp.server.operation.duration attributes:\nidemkit: %v\nfloor:   %v", slices.Sorted(maps.Keys(idem.metrics)), slices.Sorted(maps.Keys(fl.metrics)))
 	}
 }
+
+// BenchmarkOTelSDK measures what the OpenTelemetry SDK itself charges for
+// the pieces every instrumentation of a request pays (spans recorded and
+// dropped, metrics read by a manual reader): a SERVER span started and
+// ended with 0, 4 (a tools/list span's) or 13 (a tools/call span's)
+// attributes, set as the floor and idemkit set them; one histogram record
+// and one counter add from cached attribute sets. The per-attribute cost is
+// the difference between the span cases over the attribute count.
+func BenchmarkOTelSDK(b *testing.B) {
+	tp, mp := benchProviders(b, sdktrace.AlwaysSample(), nopProcessor{}, sdkmetric.NewManualReader())
+	tracer, meter := tp.Tracer("sdk"), mp.Meter("sdk")
+	ctx := context.Background()
+	method := attribute.String("mcp.method.name", "tools/call")
+	startOpts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(method, attribute.String("gen_ai.operation.name", "execute_tool"))}
+	end := []attribute.KeyValue{
+		attribute.String("jsonrpc.request.id", "12345"),
+		attribute.String("mcp.session.id", "mcp-session-0123456789abcdef"),
+		attribute.String("mcp.protocol.version", "2025-11-25"),
+		attribute.String("gen_ai.tool.name", "refund"),
+		attribute.String("idemkit.args.hash", "0123456789abcdef0123456789abcdef"),
+		attribute.String("idemkit.key.hash", "0123456789abcdef0123456789abcdef"),
+		attribute.String("idemkit.key.source", "derived"),
+		attribute.String("idemkit.subject.hash", "0123456789abcdef0123456789abcdef"),
+		attribute.String("idemkit.outcome", "executed"),
+		attribute.Int("idemkit.attempt", 1),
+		attribute.String("idemkit.write.id", "re_1"),
+	}
+	b.Run("span/attrs=0", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, span := tracer.Start(ctx, "tools/call refund", trace.WithSpanKind(trace.SpanKindServer))
+			span.End()
+		}
+	})
+	listOpts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attribute.String("mcp.method.name", "tools/list"))}
+	b.Run("span/attrs=4", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, span := tracer.Start(ctx, "tools/list", listOpts...)
+			span.SetAttributes(end[:3]...)
+			span.End()
+		}
+	})
+	b.Run("span/attrs=13", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, span := tracer.Start(ctx, "tools/call refund", startOpts...)
+			span.SetAttributes(end...)
+			span.End()
+		}
+	})
+	hist, err := meter.Float64Histogram("mcp.server.operation.duration", metric.WithUnit("s"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	recOpts := []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(method,
+		attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("gen_ai.tool.name", "refund"),
+		attribute.String("mcp.protocol.version", "2025-11-25")))}
+	b.Run("histogram.Record", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			hist.Record(ctx, 0.001, recOpts...)
+		}
+	})
+	counter, err := meter.Int64Counter("idemkit.tool.calls")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addOpts := []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("gen_ai.tool.name", "refund"),
+		attribute.String("idemkit.outcome", "executed")))}
+	b.Run("counter.Add", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			counter.Add(ctx, 1, addOpts...)
+		}
+	})
+}
