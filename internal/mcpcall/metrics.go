@@ -176,6 +176,11 @@ type targetAttrs struct {
 	spanName  string
 	startOpts []trace.SpanStartOption
 	base      []attribute.KeyValue // method (+ operation, tool or prompt)
+	// start is the prefix of base the span starts with: all of it, but
+	// for a tools/call whose tool is not known yet, whose empty tool name
+	// is set at the end only if no tool is learned by then.
+	start    []attribute.KeyValue
+	deferred bool // start is shorter than base
 
 	// tools/call only.
 	callOpts   [numOutcomes][]metric.AddOption
@@ -263,7 +268,11 @@ func newTargetAttrs(method, target string) *targetAttrs {
 	default:
 		ta.base = []attribute.KeyValue{mattr}
 	}
-	ta.startOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(ta.base...)}
+	ta.start = ta.base
+	if ta.isTool && target == "" {
+		ta.start, ta.deferred = ta.base[:2], true
+	}
+	ta.startOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(ta.start...)}
 	return ta
 }
 
