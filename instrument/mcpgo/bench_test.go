@@ -473,8 +473,8 @@ func (r *floorReq) SetStatus(code tracing.StatusCode, description string) {
 
 func (r *floorReq) End() {
 	if r.span.IsRecording() {
-		var buf [16]attribute.KeyValue
-		attrs := buf[:0]
+		buf := floorAttrs.Get().(*[]attribute.KeyValue)
+		attrs := (*buf)[:0]
 		if r.hasID {
 			attrs = append(attrs, attribute.String("jsonrpc.request.id", r.id))
 		}
@@ -496,10 +496,20 @@ func (r *floorReq) End() {
 			)
 		}
 		r.span.SetAttributes(attrs...)
+		clear(attrs)
+		*buf = attrs[:0]
+		floorAttrs.Put(buf)
 	}
 	r.span.End()
 	r.f.dur.Record(r, time.Since(r.start).Seconds(), r.f.recordOptions(r.method, r.tool, r.protocol)...)
 }
+
+// floorAttrs recycles the attribute buffers of floorReq.End (the SDK's
+// SetAttributes copies them; an interface call makes a stack buffer escape).
+var floorAttrs = sync.Pool{New: func() any {
+	b := make([]attribute.KeyValue, 0, 16)
+	return &b
+}}
 
 type floorNoSpan struct{}
 
