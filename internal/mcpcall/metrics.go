@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -190,7 +191,14 @@ type targetAttrs struct {
 	toolRecord []metric.RecordOption
 	finishOpts sync.Map // reason -> []metric.AddOption
 
-	opOpts sync.Map // opKey -> []metric.RecordOption
+	opOpts sync.Map                // opKey -> []metric.RecordOption
+	opLast atomic.Pointer[opEntry] // the last opOpts entry used: most requests of a target repeat it
+}
+
+// opEntry is one opOpts entry.
+type opEntry struct {
+	k    opKey
+	opts []metric.RecordOption
 }
 
 // opKey is what varies the operation duration's attributes besides the
@@ -279,8 +287,13 @@ func newTargetAttrs(method, target string) *targetAttrs {
 // opOptions returns the mcp.server.operation.duration attributes of a
 // request that ended with errType (a JSON-RPC code when code is set).
 func (ta *targetAttrs) opOptions(k opKey) []metric.RecordOption {
+	if e := ta.opLast.Load(); e != nil && e.k == k {
+		return e.opts
+	}
 	if v, ok := ta.opOpts.Load(k); ok {
-		return v.([]metric.RecordOption)
+		opts := v.([]metric.RecordOption)
+		ta.opLast.Store(&opEntry{k: k, opts: opts})
+		return opts
 	}
 	kvs := make([]attribute.KeyValue, 0, len(ta.base)+7)
 	kvs = append(kvs, ta.base...)
@@ -296,6 +309,7 @@ func (ta *targetAttrs) opOptions(k opKey) []metric.RecordOption {
 	kvs = appendNonEmpty(kvs, spancontract.NetworkProtocolVersion, k.protoVersion)
 	opts := []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(kvs...))}
 	ta.opOpts.Store(k, opts) // bounded: versions and transports are few
+	ta.opLast.Store(&opEntry{k: k, opts: opts})
 	return opts
 }
 
