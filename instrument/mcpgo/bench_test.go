@@ -230,11 +230,11 @@ func initOp(ctx context.Context, c *client.Client, _ int) error {
 
 func runPaired(b *testing.B, sampler sdktrace.Sampler, connect connector, do op, opts ...instrument.Option) {
 	si, g := instrumentedServer(b, sampler, opts...)
-	// The tracing floor: the same requests with one SERVER span per
-	// tools/call carrying as many attributes as idemkit's and the operation
-	// duration, written by hand with the same SDK and no protection. It is
-	// what any MCP tool-call instrumentation costs; idemkit's own cost is the
-	// gap between it and the instrumented call.
+	// The tracing floor (floorServer): the same requests with a SERVER
+	// span each carrying idemkit's attributes and the operation duration,
+	// written by hand with the same SDK and no protection. It is what any
+	// instrumentation following the MCP conventions costs on mcp-go;
+	// idemkit's own cost is the gap between it and the instrumented call.
 	sf := floorServer(b, sampler)
 	clients := [numKinds]*client.Client{connect(b, bareServer(), false), connect(b, si, true), connect(b, sf, false)}
 	ctx := context.Background()
