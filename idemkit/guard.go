@@ -582,25 +582,32 @@ const (
 // error matching ErrLeaseLost (a record whose claim was taken over) or a
 // logged *FinishError.
 func (g *Guard) finish(a *attempt, key Key, attemptN int, fin FinishRequest, workErr error) error {
-	var (
-		fctx     context.Context = &a.det
-		deadline time.Time
-		cancel   context.CancelFunc
-	)
+	var fctx context.Context = &a.det
+	timed := false
 	if _, ok := g.store.(inProcessStore); !ok {
+		var cancel context.CancelFunc
 		fctx, cancel = context.WithTimeout(fctx, g.cfg.FinishTimeout)
 		defer cancel()
+		timed = true
 	}
+	fin.Now = g.now()
+	err := g.store.Finish(fctx, fin)
+	if err == nil {
+		return nil
+	}
+	return g.finishFailed(fctx, timed, key, attemptN, fin, workErr, err)
+}
+
+// finishFailed continues a finish whose first try failed with err: it
+// retries transient errors and reports the rest. (Apart from finish, so
+// that the common path has no defer in a loop.) timed says whether fctx
+// already carries FinishTimeout.
+func (g *Guard) finishFailed(fctx context.Context, timed bool, key Key, attemptN int, fin FinishRequest, workErr, err error) error {
+	var deadline time.Time
 	backoff := finishBackoffMin
-	tries := 0
+	tries := 1
 	var prev error // the previous try's error
 	for {
-		tries++
-		fin.Now = g.now()
-		err := g.store.Finish(fctx, fin)
-		if err == nil {
-			return nil
-		}
 		if prev != nil && fctx.Err() != nil && errors.Is(err, fctx.Err()) {
 			err = prev // the deadline ended this try: report the store's failure
 		}
@@ -612,10 +619,12 @@ func (g *Guard) finish(a *attempt, key Key, attemptN int, fin FinishRequest, wor
 			return fmt.Errorf("idemkit: finish %s: %w", key, err)
 		}
 		retry := !g.inTx && errors.Is(err, ErrTransient) && fctx.Err() == nil
-		if retry && cancel == nil {
+		if retry && !timed {
 			// An in-process store: bound the retries from the first error.
+			var cancel context.CancelFunc
 			fctx, cancel = context.WithTimeout(fctx, g.cfg.FinishTimeout)
 			defer cancel()
+			timed = true
 		}
 		if retry {
 			if deadline.IsZero() {
@@ -636,6 +645,11 @@ func (g *Guard) finish(a *attempt, key Key, attemptN int, fin FinishRequest, wor
 			fe := &FinishError{Op: op, Tool: key.tool, KeyHash: key.Hash(), Attempt: attemptN, Tries: tries, Err: err, WorkErr: workErr}
 			g.logFinishError(fe)
 			return fe
+		}
+		tries++
+		fin.Now = g.now()
+		if err = g.store.Finish(fctx, fin); err == nil {
+			return nil
 		}
 	}
 }

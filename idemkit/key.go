@@ -130,9 +130,20 @@ func NewKey(subject, tool string, args []byte, opts *KeyOptions) (Key, error) {
 		}
 	}
 
-	k := Key{subject: subject, tool: tool, explicit: explicit, args: hex.EncodeToString(sum[:])}
-	k.id = k.computeID()
+	k := Key{subject: subject, tool: tool, explicit: explicit}
+	k.args, k.id = hexSums(sum, subject, tool, explicit)
 	return k, nil
+}
+
+// hexSums returns the hex argument hash of sum and the hex key ID of
+// (subject, tool, explicit key or argument hash), both in one allocation.
+func hexSums(sum [sha256.Size]byte, subject, tool, explicit string) (args, id string) {
+	var buf [4 * sha256.Size]byte
+	hex.Encode(buf[:2*sha256.Size], sum[:])
+	idSum := keyIDSum(subject, tool, explicit, buf[:2*sha256.Size])
+	hex.Encode(buf[2*sha256.Size:], idSum[:])
+	s := string(buf[:])
+	return s[:2*sha256.Size], s[2*sha256.Size:]
 }
 
 // ValidateExplicitKey reports whether key is acceptable as an explicit
@@ -179,20 +190,22 @@ func validateToolName(tool string) error {
 // keyDomain separates idempotency key hashes from any other SHA-256 use.
 const keyDomain = "idemkit/key/v1\x00"
 
-func (k Key) computeID() string {
-	b := make([]byte, 0, len(keyDomain)+len(k.subject)+len(k.tool)+len(k.explicit)+len(k.args)+16)
-	b = append(b, keyDomain...)
-	b = appendField(b, k.subject)
-	b = appendField(b, k.tool)
-	if k.explicit != "" {
+// keyIDSum returns the SHA-256 of the key's identity: subject, tool, and
+// the explicit key or, without one, the hex argument hash.
+func keyIDSum(subject, tool, explicit string, argsHex []byte) [sha256.Size]byte {
+	var stack [256]byte // most keys fit: no allocation
+	b := append(stack[:0], keyDomain...)
+	b = appendField(b, subject)
+	b = appendField(b, tool)
+	if explicit != "" {
 		b = append(b, 'x')
-		b = appendField(b, k.explicit)
+		b = appendField(b, explicit)
 	} else {
 		b = append(b, 'h')
-		b = appendField(b, k.args)
+		b = binary.AppendUvarint(b, uint64(len(argsHex)))
+		b = append(b, argsHex...)
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	return sha256.Sum256(b)
 }
 
 // appendField writes s length-prefixed, so that no two different field
@@ -304,7 +317,7 @@ func argsHash(args []byte, field string, exclude []string) (sum [sha256.Size]byt
 // exclude stripped from a top-level object, and the explicit key found in
 // field.
 func stripCanonical(canon []byte, field string, exclude []string) ([]byte, *string, error) {
-	if canon[0] != '{' || (field == "" && len(exclude) == 0) {
+	if canon[0] != '{' || !mayHoldName(canon, field, exclude) {
 		return canon, nil, nil
 	}
 	// Removing members from a canonical object leaves it canonical, so the
@@ -361,6 +374,22 @@ func stripCanonical(canon []byte, field string, exclude []string) ([]byte, *stri
 		out = out[:n-1]
 	}
 	return append(out, '}'), explicit, nil
+}
+
+// mayHoldName reports whether the canonical object canon may have a member
+// named field or one of exclude. isCanonical accepts only member names of
+// plain ASCII without escapes, written as they are, so a name that is
+// nowhere in canon's bytes is not one of its members.
+func mayHoldName(canon []byte, field string, exclude []string) bool {
+	if field != "" && bytes.Contains(canon, []byte(field)) {
+		return true
+	}
+	for _, x := range exclude {
+		if bytes.Contains(canon, []byte(x)) {
+			return true
+		}
+	}
+	return false
 }
 
 // memberName decodes a canonical member name ("..." with JCS escapes),

@@ -307,6 +307,13 @@ func TestNewKey_ExcludedFields(t *testing.T) {
 	if c.ID() == d.ID() {
 		t.Fatal("a nested member was excluded")
 	}
+	// Names that JSON writes escaped are excluded too.
+	esc := &idemkit.KeyOptions{Exclude: []string{"a\"b", "tab\there"}}
+	for _, args := range []string{`{"a\"b":1,"tab\there":2,"text":"hi"}`, `{"text": "hi", "a\"b": 3, "tab\u0009here": 4}`} {
+		if k := mustKey(t, "s", "send", args, esc); k.ArgsHash() != mustKey(t, "s", "send", `{"text":"hi"}`, nil).ArgsHash() {
+			t.Fatalf("excluded names with escapes were hashed in %s", args)
+		}
+	}
 }
 
 func TestNewKey_RejectsBadInput(t *testing.T) {

@@ -611,7 +611,8 @@ func (m *Instrumentation) serve(op *mcpcall.Op, req mcp.CallToolRequest, next se
 	if slot := m.slotOf(op); slot != nil && slot.isTask() {
 		// A task-augmented call the adapter took from mcp-go's engine:
 		// its answer, the CreateTaskResult, goes to the slot.
-		result, rerr := mcpcall.CreateTask(op, m.tasks, &call, codec{}, handler)
+		tc := call // CreateTask keeps it; a copy keeps call on the stack
+		result, rerr := mcpcall.CreateTask(op, m.tasks, &tc, codec{}, handler)
 		if rerr != nil {
 			op.RecordError(rerr.Code, rerr.Message, nil)
 		}
@@ -688,7 +689,9 @@ func (p progressSender) SendProgress(ctx context.Context, progress, total float6
 
 // decoration caches the tools/list form of a tool whose calls are
 // protected: it is rebuilt only when the tool's description or schema
-// changes.
+// changes. Its input schema is pre-encoded (RawInputSchema, the bytes
+// mcp-go writes for the structured one), so a hook that runs after
+// idemkit's sees a decorated tool's schema there.
 type decoration struct {
 	description string
 	schemaID    uintptr // identity of the input schema's maps or bytes
@@ -732,9 +735,25 @@ func (m *Instrumentation) decorate(t *mcp.Tool) mcp.Tool {
 			return d.tool
 		}
 	}
-	d := &decoration{description: t.Description, schemaID: id, tool: withKeyParameter(*t)}
+	d := &decoration{description: t.Description, schemaID: id, tool: preEncoded(withKeyParameter(*t))}
 	m.decorated.Store(t.Name, d)
 	return d.tool
+}
+
+// preEncoded returns tool with its structured input schema replaced by
+// the bytes mcp-go would write for it, so that every tools/list answer
+// writes them as they are instead of encoding the schema's maps again. A
+// schema that does not encode is left as it is (mcp-go then reports it).
+func preEncoded(tool mcp.Tool) mcp.Tool {
+	if tool.RawInputSchema != nil {
+		return tool
+	}
+	b, err := tool.InputSchema.MarshalJSON()
+	if err != nil {
+		return tool
+	}
+	tool.RawInputSchema, tool.InputSchema = b, mcp.ToolInputSchema{}
+	return tool
 }
 
 // withKeyParameter returns tool with the optional idempotency_key argument

@@ -339,3 +339,32 @@ func TestPanic_TheSpanSaysSoAndTheClaimIsReleased(t *testing.T) {
 		t.Error("a panicked call was stored")
 	}
 }
+
+// The decorated listing carries its input schema pre-encoded: its JSON is
+// byte for byte what mcp-go writes for the structured schema.
+func TestToolsList_PreEncodedSchemaWritesWhatMCPGoWrites(t *testing.T) {
+	ordered := mcp.NewTool("ordered", mcp.WithString("z_last", mcp.Required()), mcp.WithNumber("a_first"))
+	ordered.InputSchema.PropertyOrder = []string{"z_last", "a_first"}
+	strict := mcp.NewTool("strict", mcp.WithDescription("Sends <b>mail</b> & more."),
+		mcp.WithString("to", mcp.Required(), mcp.Enum("a&b", "<c>")), mcp.WithObject("opts", mcp.Properties(map[string]any{"cc": map[string]any{"type": "string"}})))
+	strict.InputSchema.AdditionalProperties = false
+	strict.InputSchema.Defs = map[string]any{"addr": map[string]any{"type": "string", "format": "email"}}
+	for _, tool := range []mcp.Tool{mcp.NewTool("bare"), mcp.NewTool("plain", mcp.WithString("x")), ordered, strict} {
+		decorated := withKeyParameter(tool)
+		want, err := json.Marshal(decorated)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pre := preEncoded(decorated)
+		if pre.RawInputSchema == nil {
+			t.Fatalf("%s: the schema was not pre-encoded", tool.Name)
+		}
+		got, err := json.Marshal(pre)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s:\n got %s\nwant %s", tool.Name, got, want)
+		}
+	}
+}

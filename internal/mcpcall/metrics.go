@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -176,6 +177,11 @@ type targetAttrs struct {
 	spanName  string
 	startOpts []trace.SpanStartOption
 	base      []attribute.KeyValue // method (+ operation, tool or prompt)
+	// start is the prefix of base the span starts with: all of it, but
+	// for a tools/call whose tool is not known yet, whose empty tool name
+	// is set at the end only if no tool is learned by then.
+	start    []attribute.KeyValue
+	deferred bool // start is shorter than base
 
 	// tools/call only.
 	callOpts   [numOutcomes][]metric.AddOption
@@ -185,7 +191,14 @@ type targetAttrs struct {
 	toolRecord []metric.RecordOption
 	finishOpts sync.Map // reason -> []metric.AddOption
 
-	opOpts sync.Map // opKey -> []metric.RecordOption
+	opOpts sync.Map                // opKey -> []metric.RecordOption
+	opLast atomic.Pointer[opEntry] // the last opOpts entry used: most requests of a target repeat it
+}
+
+// opEntry is one opOpts entry.
+type opEntry struct {
+	k    opKey
+	opts []metric.RecordOption
 }
 
 // opKey is what varies the operation duration's attributes besides the
@@ -263,15 +276,24 @@ func newTargetAttrs(method, target string) *targetAttrs {
 	default:
 		ta.base = []attribute.KeyValue{mattr}
 	}
-	ta.startOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(ta.base...)}
+	ta.start = ta.base
+	if ta.isTool && target == "" {
+		ta.start, ta.deferred = ta.base[:2], true
+	}
+	ta.startOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(ta.start...)}
 	return ta
 }
 
 // opOptions returns the mcp.server.operation.duration attributes of a
 // request that ended with errType (a JSON-RPC code when code is set).
 func (ta *targetAttrs) opOptions(k opKey) []metric.RecordOption {
+	if e := ta.opLast.Load(); e != nil && e.k == k {
+		return e.opts
+	}
 	if v, ok := ta.opOpts.Load(k); ok {
-		return v.([]metric.RecordOption)
+		opts := v.([]metric.RecordOption)
+		ta.opLast.Store(&opEntry{k: k, opts: opts})
+		return opts
 	}
 	kvs := make([]attribute.KeyValue, 0, len(ta.base)+7)
 	kvs = append(kvs, ta.base...)
@@ -287,6 +309,7 @@ func (ta *targetAttrs) opOptions(k opKey) []metric.RecordOption {
 	kvs = appendNonEmpty(kvs, spancontract.NetworkProtocolVersion, k.protoVersion)
 	opts := []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(kvs...))}
 	ta.opOpts.Store(k, opts) // bounded: versions and transports are few
+	ta.opLast.Store(&opEntry{k: k, opts: opts})
 	return opts
 }
 

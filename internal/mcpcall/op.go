@@ -271,8 +271,14 @@ func (op *Op) End(res Response) {
 	if op.rec {
 		buf := attrPool.Get().(*[]attribute.KeyValue)
 		attrs := (*buf)[:0]
-		if op.ta != op.ta0 {
-			attrs = append(attrs, op.ta.base[1:]...) // the method is there since the start
+		if op.ta != op.ta0 || op.ta0.deferred {
+			// The target's attributes the span did not start with.
+			start := op.ta0.start
+			for i, kv := range op.ta.base {
+				if i >= len(start) || kv != start[i] {
+					attrs = append(attrs, kv)
+				}
+			}
 		}
 		attrs = op.requestAttributes(attrs)
 		if c.ran {

@@ -175,14 +175,8 @@ func CallTool[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.C
 			err error
 		)
 		if call.Tx != nil {
-			var herr error
-			// Not bound to the request's cancellation: a client that hangs
-			// up does not roll back a call half done.
-			err = call.Tx.Run(context.WithoutCancel(op), func(ctx context.Context) error {
-				res, herr = next(ctx)
-				return herr
-			})
-			if err != nil && herr == nil {
+			var committed bool
+			if res, err, committed = runTx(op, call.Tx, next); !committed {
 				// The transaction did not commit: nothing happened.
 				c.finishErr, c.finishReason = err, spancontract.FinishStoreError
 				return refuse(op, codec, spancontract.RefusalStoreUnavailable, rolledBackText(call.Tool), nil), nil
@@ -195,6 +189,21 @@ func CallTool[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.C
 		return answer(op, codec, res, err, nil)
 	}
 	return protect(op, call, codec, next)
+}
+
+// runTx runs next, unprotected, in a transaction of tx, and reports whether
+// the transaction committed or the handler's own error ended it. (Apart
+// from CallTool, so that the state it shares with the transaction's
+// closure is allocated only on this path.)
+func runTx[R any](op *Op, tx TxRunner, next func(context.Context) (R, error)) (res R, err error, committed bool) {
+	var herr error
+	// Not bound to the request's cancellation: a client that hangs up does
+	// not roll back a call half done.
+	err = tx.Run(context.WithoutCancel(op), func(ctx context.Context) error {
+		res, herr = next(ctx)
+		return herr
+	})
+	return res, err, err == nil || herr != nil
 }
 
 // protect runs a protected call through the Guard.
@@ -225,59 +234,25 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 	}
 	c.key = key
 
-	var (
-		ran        bool
-		attempt    int
-		workStart  time.Time
-		handlerRes R
-		handlerErr error
-		body       []byte
-	)
+	w := work[R]{op: op, codec: codec, next: next}
 	claimStart := time.Now()
-	do := in.guard.Do
-	if call.Tx != nil {
-		do = func(ctx context.Context, key idemkit.Key, work idemkit.Work) (idemkit.Result, error) {
-			// The transaction is not bound to the request's cancellation:
-			// a client that hangs up does not roll back a call half done;
-			// it completes, and its outcome is stored for the retry.
-			return call.Tx.Claim(context.WithoutCancel(ctx), in.guard, key, work)
-		}
+	var (
+		r    idemkit.Result
+		derr error
+	)
+	if call.Tx == nil {
+		r, derr = in.guard.Do(op, key, w.run)
+	} else {
+		r, derr = claimTx(op, call.Tx, key, &w)
 	}
-	r, derr := do(op, key, func(wctx context.Context) (idemkit.Response, error) {
-		workStart, ran = time.Now(), true
-		attempt = idemkit.CallFromContext(wctx).Attempt()
-		// Known now, in case the handler panics: the span then still says
-		// that the work ran.
-		c.attempt, c.outcome = attempt, outcomeExecuted
-		if attempt > 1 {
-			c.outcome = outcomeTakeover
-		}
-		handlerRes, handlerErr = next(wctx)
-		if handlerErr != nil {
-			return idemkit.Response{}, handlerErr
-		}
-		if codec.NeedsInput(handlerRes) {
-			return idemkit.Response{}, errNeedsInput
-		}
-		b, merr := codec.Marshal(handlerRes)
-		if merr != nil {
-			return idemkit.Response{}, &unencodableError{merr}
-		}
-		body = b
-		return idemkit.Response{Body: b, WriteID: op.state.recordedWrite(), IsError: codec.IsError(handlerRes)}, nil
-	})
+	ran, attempt, handlerRes, handlerErr, body := w.ran, w.attempt, w.handlerRes, w.handlerErr, w.body
 	c.claimed = true
 	if ran {
-		c.claimTime = workStart.Sub(claimStart)
+		c.claimTime = w.start.Sub(claimStart)
 	} else {
 		c.claimTime = time.Since(claimStart)
 	}
 
-	var (
-		inProgress *idemkit.InProgressError
-		mismatch   *idemkit.MismatchError
-		tooLarge   *idemkit.ResponseTooLargeError
-	)
 	switch {
 	case derr == nil && r.Outcome == idemkit.OutcomeReplayed:
 		c.outcome, c.attempt, c.writeID = outcomeReplayed, r.Attempt, r.WriteID
@@ -309,8 +284,7 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 		case handlerErr != nil && errors.Is(derr, handlerErr):
 			// The work's own error; when releasing the claim after it
 			// failed too, that is recorded as well.
-			var fe *idemkit.FinishError
-			if errors.As(derr, &fe) {
+			if _, ok := errors.AsType[*idemkit.FinishError](derr); ok {
 				c.finishErr, c.finishReason = derr, finishReason(derr)
 			}
 			var zero R
@@ -321,25 +295,81 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 		}
 		c.finishErr, c.finishReason = derr, finishReason(derr)
 		return answer(op, codec, handlerRes, nil, body)
-	case errors.As(derr, &inProgress):
+	}
+	if inProgress, ok := errors.AsType[*idemkit.InProgressError](derr); ok {
 		c.outcome, c.attempt = outcomeInProgress, inProgress.Attempt
 		e := *inProgress
 		if e.StatusTool == "" {
 			e.StatusTool = in.statusToolOf(call.Tool, call.Info)
 		}
 		return refuse(op, codec, spancontract.RefusalInProgress, e.Error(), inProgressMarker(&e)), nil
-	case errors.As(derr, &mismatch):
+	}
+	if mismatch, ok := errors.AsType[*idemkit.MismatchError](derr); ok {
 		c.outcome = outcomeMismatch
 		return refuse(op, codec, spancontract.RefusalMismatch, mismatch.Error(), nil), nil
-	case errors.As(derr, &tooLarge):
+	}
+	if tooLarge, ok := errors.AsType[*idemkit.ResponseTooLargeError](derr); ok {
 		c.outcome = outcomeReplayed
 		return refuse(op, codec, spancontract.RefusalResponseNotKept, tooLarge.Error(), nil), nil
-	default:
-		// The claim failed (store unreachable, ctx cancelled): fail closed,
-		// never run the work unprotected.
-		c.finishErr = derr
-		return refuse(op, codec, spancontract.RefusalStoreUnavailable, unavailableText(call.Tool), nil), nil
 	}
+	// The claim failed (store unreachable, ctx cancelled): fail closed,
+	// never run the work unprotected.
+	c.finishErr = derr
+	return refuse(op, codec, spancontract.RefusalStoreUnavailable, unavailableText(call.Tool), nil), nil
+}
+
+// work is a protected call's work for the Guard, and what it learned. It
+// lives on protect's stack: the Guard does not keep the function it runs.
+type work[R any] struct {
+	op    *Op
+	codec Codec[R]
+	next  func(context.Context) (R, error)
+
+	ran        bool
+	attempt    int
+	start      time.Time
+	handlerRes R
+	handlerErr error
+	body       []byte
+}
+
+func (w *work[R]) run(wctx context.Context) (idemkit.Response, error) {
+	op, c, codec := w.op, &w.op.call, w.codec
+	w.start, w.ran = time.Now(), true
+	w.attempt = idemkit.CallFromContext(wctx).Attempt()
+	// Known now, in case the handler panics: the span then still says
+	// that the work ran.
+	c.attempt, c.outcome = w.attempt, outcomeExecuted
+	if w.attempt > 1 {
+		c.outcome = outcomeTakeover
+	}
+	w.handlerRes, w.handlerErr = w.next(wctx)
+	if w.handlerErr != nil {
+		return idemkit.Response{}, w.handlerErr
+	}
+	if codec.NeedsInput(w.handlerRes) {
+		return idemkit.Response{}, errNeedsInput
+	}
+	b, merr := codec.Marshal(w.handlerRes)
+	if merr != nil {
+		return idemkit.Response{}, &unencodableError{merr}
+	}
+	w.body = b
+	return idemkit.Response{Body: b, WriteID: op.state.recordedWrite(), IsError: codec.IsError(w.handlerRes)}, nil
+}
+
+// claimTx runs w under key's claim in a transaction of tx. The transaction
+// runner keeps its work function, so w's state moves to the heap for it
+// (only on this path).
+func claimTx[R any](op *Op, tx TxRunner, key idemkit.Key, w *work[R]) (idemkit.Result, error) {
+	h := new(work[R])
+	*h = *w
+	// The transaction is not bound to the request's cancellation: a
+	// client that hangs up does not roll back a call half done; it
+	// completes, and its outcome is stored for the retry.
+	r, err := tx.Claim(context.WithoutCancel(op), op.in.guard, key, h.run)
+	*w = *h
+	return r, err
 }
 
 func ranOutcome(o idemkit.Outcome) outcome {
@@ -385,11 +415,15 @@ type unencodableError struct{ err error }
 func (e *unencodableError) Error() string { return "the result could not be encoded: " + e.err.Error() }
 func (e *unencodableError) Unwrap() error { return e.err }
 
+func isUnencodable(err error) bool {
+	_, ok := errors.AsType[*unencodableError](err)
+	return ok
+}
+
 // finishReason classifies a failed finish for idemkit.finish.error.
 func finishReason(err error) string {
-	var ue *unencodableError
 	switch {
-	case errors.As(err, &ue):
+	case isUnencodable(err):
 		return spancontract.FinishUnencodable
 	case errors.Is(err, idemkit.ErrResponseTooLarge):
 		return spancontract.FinishResponseTooLarge
