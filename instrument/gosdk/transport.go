@@ -6,10 +6,8 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"reflect"
-	"strconv"
 	"sync"
 	"unsafe"
 
@@ -198,13 +196,7 @@ const maxParsedBody = 1 << 20
 // without a subject.
 func HTTPHandler(h http.Handler, validatedSessions bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		info := &requestInfo{known: true, transport: mcpcall.Transport{
-			Network:           spancontract.TransportTCP,
-			ProtocolName:      "http",
-			ProtocolVersion:   protocolVersion(r),
-			AuthenticSessions: validatedSessions,
-		}}
-		info.transport.ClientAddress, info.transport.ClientPort = splitHostPort(r.RemoteAddr)
+		info := &requestInfo{known: true, transport: mcpcall.HTTPTransport(r, validatedSessions)}
 		if r.Method == http.MethodPost && r.Body != nil {
 			info.id, info.hasID = requestID(r)
 		}
@@ -242,23 +234,4 @@ func requestID(r *http.Request) (string, bool) {
 type readCloser struct {
 	io.Reader
 	io.Closer
-}
-
-func protocolVersion(r *http.Request) string {
-	switch {
-	case r.ProtoMajor == 1:
-		return "1." + strconv.Itoa(r.ProtoMinor)
-	case r.ProtoMajor > 1:
-		return strconv.Itoa(r.ProtoMajor)
-	}
-	return ""
-}
-
-func splitHostPort(addr string) (string, int) {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return addr, 0
-	}
-	p, _ := strconv.Atoi(port)
-	return host, p
 }

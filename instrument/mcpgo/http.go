@@ -3,15 +3,12 @@ package mcpgo
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/idemkit/idemkit/internal/mcpcall"
-	"github.com/idemkit/idemkit/spancontract"
 )
 
 type httpInfoKey struct{}
@@ -46,36 +43,9 @@ func NewStreamableHTTPHandler(s *server.MCPServer, opts ...server.StreamableHTTP
 // ID.
 func HTTPHandler(h http.Handler, validatedSessions bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hi := &httpInfo{transport: mcpcall.Transport{
-			Network:           spancontract.TransportTCP,
-			ProtocolName:      "http",
-			ProtocolVersion:   protocolVersion(r),
-			AuthenticSessions: validatedSessions,
-		}}
-		hi.transport.ClientAddress, hi.transport.ClientPort = splitHostPort(r.RemoteAddr)
+		hi := &httpInfo{transport: mcpcall.HTTPTransport(r, validatedSessions)}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), httpInfoKey{}, hi)))
 	})
-}
-
-// protocolVersion returns network.protocol.version of an HTTP request:
-// "1.1", "2", "3".
-func protocolVersion(r *http.Request) string {
-	switch {
-	case r.ProtoMajor == 1:
-		return "1." + strconv.Itoa(r.ProtoMinor)
-	case r.ProtoMajor > 1:
-		return strconv.Itoa(r.ProtoMajor)
-	}
-	return ""
-}
-
-func splitHostPort(addr string) (string, int) {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return addr, 0
-	}
-	p, _ := strconv.Atoi(port)
-	return host, p
 }
 
 // TokenVerifier verifies a bearer token and returns the subject it names

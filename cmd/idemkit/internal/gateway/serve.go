@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -215,22 +214,7 @@ func (s *session) initialized(resp *Message, t *mcpcall.Transport) {
 // accepts only those), but they scope calls only when no subject header is
 // configured: with one, a call without the header is refused.
 func (g *Gateway) httpTransport(r *http.Request) mcpcall.Transport {
-	t := mcpcall.Transport{
-		Network:           spancontract.TransportTCP,
-		ProtocolName:      "http",
-		AuthenticSessions: g.subjectH == "",
-	}
-	switch {
-	case r.ProtoMajor == 1:
-		t.ProtocolVersion = "1." + strconv.Itoa(r.ProtoMinor)
-	case r.ProtoMajor > 1:
-		t.ProtocolVersion = strconv.Itoa(r.ProtoMajor)
-	}
-	if host, port, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		t.ClientAddress = host
-		t.ClientPort, _ = strconv.Atoi(port)
-	}
-	return t
+	return mcpcall.HTTPTransport(r, g.subjectH == "")
 }
 
 // stdioTransport is the transport of a client served over stdio: one
