@@ -657,6 +657,21 @@ func testProgress(t *testing.T, h Harness) {
 	done := make(chan map[string]any, 1)
 	go func() { done <- call(t, c, "export", nil, map[string]any{"progressToken": "tok-1"}) }()
 	<-reported
+	// Wait for the three notifications before sending the duplicate: mcp-go
+	// queues a session's notifications on one channel that every open POST
+	// stream of the session drains, so a notification still queued when the
+	// duplicate's request opens may be delivered on the duplicate's stream,
+	// out of order. The order asserted is one stream's.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		gotMu.Lock()
+		n := len(got)
+		gotMu.Unlock()
+		if n >= 3 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	dup := call(t, c, "export", nil, nil)
 	close(release)
 	if res := <-done; text(res) != "done" {
@@ -669,16 +684,6 @@ func testProgress(t *testing.T, h Harness) {
 		if err != nil {
 			t.Errorf("Progress: %v", err)
 		}
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		gotMu.Lock()
-		n := len(got)
-		gotMu.Unlock()
-		if n >= 3 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	gotMu.Lock()
 	defer gotMu.Unlock()
