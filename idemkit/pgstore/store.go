@@ -87,6 +87,7 @@ type statements struct {
 	schema, prefix                                string
 	claimFresh, claimFreshDBClock, lookup, claim  string
 	finishSucceeded, finishFailed, finishExternal string
+	finishInlineDBClock                           string
 	extend, response, sweep                       string
 	inspect, list, cancel                         string
 }
@@ -106,14 +107,16 @@ func newStatements(schema string) *statements {
 		lookup:            r.Replace(lookupSQL),
 		claim:             r.Replace(claimSQL),
 		finishSucceeded:   r.Replace(finishSucceededSQL),
-		finishFailed:      r.Replace(finishFailedSQL),
-		finishExternal:    r.Replace(finishExternalSQL),
-		extend:            r.Replace(extendSQL),
-		response:          r.Replace(responseSQL),
-		sweep:             r.Replace(sweepSQL),
-		inspect:           r.Replace(inspectSQL),
-		list:              r.Replace(listSQL),
-		cancel:            r.Replace(cancelSQL),
+		// The common finish: an inline body, the database's clock.
+		finishInlineDBClock: r.Replace(finishInlineDBClockSQL),
+		finishFailed:        r.Replace(finishFailedSQL),
+		finishExternal:      r.Replace(finishExternalSQL),
+		extend:              r.Replace(extendSQL),
+		response:            r.Replace(responseSQL),
+		sweep:               r.Replace(sweepSQL),
+		inspect:             r.Replace(inspectSQL),
+		list:                r.Replace(listSQL),
+		cancel:              r.Replace(cancelSQL),
 	}
 }
 
@@ -121,8 +124,9 @@ func newStatements(schema string) *statements {
 //
 // claimFreshSQL inserts a fresh claim and does nothing on a conflict: the
 // whole cost of a call on a fresh key, the common case, with no conflict
-// projection for PostgreSQL to prepare. A row comes back only when it
-// inserted. On a conflict it takes no lock.
+// projection for PostgreSQL to prepare and no row to send back: its command
+// tag says whether it inserted ("INSERT 0 1") or met a row ("INSERT 0 0").
+// On a conflict it takes no lock.
 //
 // lookupSQL then reads the row that stood in the way. A settled answer
 // (completed, in progress under a live lease, or another fingerprint) is
@@ -158,8 +162,7 @@ VALUES ($1, $2, $3, 'in_progress', $4, 1,
     coalesce($7::timestamptz, statement_timestamp()))`
 
 	claimFreshSQL = claimInsert + `
-ON CONFLICT (key) DO NOTHING
-RETURNING 1`
+ON CONFLICT (key) DO NOTHING`
 
 	// lookupSQL reads the row a fresh claim met; the inline body comes back
 	// only for a completed row, an external body never.
@@ -208,6 +211,15 @@ RETURNING c.token = $4, c.attempt, c.fingerprint = $3, c.state, c.started_at, c.
 UPDATE {schema}idemkit_claims
 SET state = 'succeeded', response = $3, storage = $4, size = $5, write_id = $6, is_error = $7,
     updated_at = coalesce($8::timestamptz, statement_timestamp())
+WHERE key = $1 AND token = $2 AND state <> 'failed'`
+
+	// finishInlineDBClockSQL is finishSucceededSQL for the common case, an
+	// inline body whose size is its length, on the database's clock: the
+	// same row written, with three parameters fewer to encode and bind.
+	finishInlineDBClockSQL = `
+UPDATE {schema}idemkit_claims
+SET state = 'succeeded', response = $3::bytea, storage = 0, size = octet_length($3::bytea), write_id = $4, is_error = $5,
+    updated_at = statement_timestamp()
 WHERE key = $1 AND token = $2 AND state <> 'failed'`
 
 	finishFailedSQL = `
@@ -309,19 +321,19 @@ func (s *Store) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.Cl
 	now := nowArg(req.Now)
 	lease, window := micros(req.Lease), micros(req.Window)
 	var (
-		one int32
+		tag pgconn.CommandTag
 		err error
 	)
 	if now == nil {
-		err = s.db.QueryRow(ctx, s.sql.claimFreshDBClock, req.Key, req.Tool, req.Fingerprint, req.Token, lease, window).Scan(&one)
+		tag, err = s.db.Exec(ctx, s.sql.claimFreshDBClock, req.Key, req.Tool, req.Fingerprint, req.Token, lease, window)
 	} else {
-		err = s.db.QueryRow(ctx, s.sql.claimFresh, req.Key, req.Tool, req.Fingerprint, req.Token, lease, window, now).Scan(&one)
+		tag, err = s.db.Exec(ctx, s.sql.claimFresh, req.Key, req.Tool, req.Fingerprint, req.Token, lease, window, now)
 	}
-	switch {
-	case err == nil:
-		return idemkit.ClaimResult{Status: idemkit.ClaimAcquired, Attempt: 1}, nil
-	case !errors.Is(err, pgx.ErrNoRows):
+	if err != nil {
 		return idemkit.ClaimResult{}, s.translate("claim", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return idemkit.ClaimResult{Status: idemkit.ClaimAcquired, Attempt: 1}, nil
 	}
 	var (
 		res                      idemkit.ClaimResult
@@ -419,6 +431,8 @@ func (s *Store) Finish(ctx context.Context, req idemkit.FinishRequest) error {
 		tag, err = s.db.Exec(ctx, s.sql.finishExternal, req.Key, req.Token, body, req.Size, nullBytes(req.Response.WriteID), req.Response.IsError, now)
 	case req.Storage == idemkit.StorageDropped:
 		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, nil, int16(idemkit.StorageDropped), req.Size, nullBytes(req.Response.WriteID), req.Response.IsError, now)
+	case now == nil && req.Size == int64(len(body)):
+		tag, err = s.db.Exec(ctx, s.sql.finishInlineDBClock, req.Key, req.Token, body, nullBytes(req.Response.WriteID), req.Response.IsError)
 	default:
 		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, body, int16(idemkit.StorageInline), req.Size, nullBytes(req.Response.WriteID), req.Response.IsError, now)
 	}
