@@ -402,7 +402,7 @@ func (g *Guard) Do(ctx context.Context, key Key, work Work) (Result, error) {
 		}
 		switch cr.Status {
 		case ClaimAcquired, ClaimTakenOver:
-			return g.run(ctx, key, p, req.Token, cr, work)
+			return g.run(ctx, &key, p, req.Token, &cr, work)
 		case ClaimCompleted:
 			return g.replay(ctx, key, cr)
 		case ClaimMismatch:
@@ -499,14 +499,16 @@ func (g *Guard) replay(ctx context.Context, key Key, cr ClaimResult) (Result, er
 	return res, nil
 }
 
-func (g *Guard) run(ctx context.Context, key Key, p *toolPolicy, token int64, cr ClaimResult, work Work) (res Result, err error) {
+// run runs work under the claim cr of key (key and cr are only read).
+func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, cr *ClaimResult, work Work) (res Result, err error) {
 	// One allocation carries the Call and the contexts handed to the work
 	// and to the finish.
-	a := &attempt{}
-	a.call = Call{guard: g, key: key, token: token, attempt: cr.Attempt, lease: p.lease}
+	a := &attempt{
+		call: Call{guard: g, key: *key, token: token, attempt: cr.Attempt, lease: p.lease},
+		det:  detachedContext{parent: ctx},
+	}
 	a.ctx = callContext{Context: ctx, call: &a.call}
-	a.det = detachedContext{parent: ctx}
-	fin := FinishRequest{Key: key.id, Token: token}
+	fin := FinishRequest{Key: key.id, Token: token, handle: cr.handle}
 	res.Attempt = cr.Attempt
 	res.Outcome = OutcomeExecuted
 	if cr.Status == ClaimTakenOver {
@@ -521,14 +523,14 @@ func (g *Guard) run(ctx context.Context, key Key, p *toolPolicy, token int64, cr
 		// work panicked: release the claim (a failure is logged), then let
 		// the panic continue.
 		fin.Error = "panic"
-		_ = g.finish(a, key, cr.Attempt, fin, nil)
+		_ = g.finish(a, &fin, nil)
 	}()
 	resp, werr := work(&a.ctx)
 	finished = true
 
 	if werr != nil {
 		fin.Error = TruncateText(werr.Error(), MaxErrorBytes)
-		if ferr := g.finish(a, key, cr.Attempt, fin, werr); ferr != nil {
+		if ferr := g.finish(a, &fin, werr); ferr != nil {
 			return Result{}, ferr // matches werr, ErrStore and *FinishError
 		}
 		return Result{}, werr
@@ -536,7 +538,7 @@ func (g *Guard) run(ctx context.Context, key Key, p *toolPolicy, token int64, cr
 	res.Response = resp
 	if resp.IsError && p.failure != StoreToolErrors {
 		fin.Error = "tool error"
-		return res, g.finish(a, key, cr.Attempt, fin, nil)
+		return res, g.finish(a, &fin, nil)
 	}
 
 	fin.Succeeded = true
@@ -551,7 +553,7 @@ func (g *Guard) run(ctx context.Context, key Key, p *toolPolicy, token int64, cr
 	case len(resp.Body) > g.maxInline:
 		fin.Storage = StorageExternal
 	}
-	if ferr := g.finish(a, key, cr.Attempt, fin, nil); ferr != nil {
+	if ferr := g.finish(a, &fin, nil); ferr != nil {
 		return res, ferr
 	}
 	if tooLarge != nil {
@@ -581,7 +583,7 @@ const (
 // already took over (the release's purpose is met). Otherwise it returns an
 // error matching ErrLeaseLost (a record whose claim was taken over) or a
 // logged *FinishError.
-func (g *Guard) finish(a *attempt, key Key, attemptN int, fin FinishRequest, workErr error) error {
+func (g *Guard) finish(a *attempt, fin *FinishRequest, workErr error) error {
 	var fctx context.Context = &a.det
 	timed := false
 	if _, ok := g.store.(inProcessStore); !ok {
@@ -591,11 +593,11 @@ func (g *Guard) finish(a *attempt, key Key, attemptN int, fin FinishRequest, wor
 		timed = true
 	}
 	fin.Now = g.now()
-	err := g.store.Finish(fctx, fin)
+	err := g.store.Finish(fctx, *fin)
 	if err == nil {
 		return nil
 	}
-	return g.finishFailed(fctx, timed, key, attemptN, fin, workErr, err)
+	return g.finishFailed(fctx, timed, a.call.key, a.call.attempt, *fin, workErr, err)
 }
 
 // finishFailed continues a finish whose first try failed with err: it

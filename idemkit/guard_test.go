@@ -345,3 +345,67 @@ func TestNewGuard_RejectsDurationsThatOverflow(t *testing.T) {
 		t.Fatalf("work ran %d times with a 100-year window, want 1", runs.Load())
 	}
 }
+
+// The memory store finishes through the record its claim returned, not a
+// second lookup: a record swept, or replaced by a fresh claim after it
+// expired, while its work ran must still refuse that work's finish.
+func TestGuard_FinishOfARecordSweptOrReplacedMidWorkLosesTheLease(t *testing.T) {
+	for _, sweep := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sweep=%v", sweep), func(t *testing.T) {
+			clock := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+			now := func() time.Time { return clock }
+			store := &idemkit.MemoryStore{}
+			g, _ := idemkit.NewGuard(store, &idemkit.Config{Window: time.Minute, Lease: time.Second, Now: now})
+			key, _ := idemkit.NewKey("s", "refund", []byte(`{}`), nil)
+			ctx := context.Background()
+			_, err := g.Do(ctx, key, func(ctx context.Context) (idemkit.Response, error) {
+				clock = clock.Add(2 * time.Minute)
+				if sweep {
+					if n, err := store.Sweep(ctx, idemkit.SweepRequest{Now: clock}); n != 1 || err != nil {
+						t.Fatalf("Sweep = %d, %v; want the expired record deleted", n, err)
+					}
+				}
+				res, err := g.Do(ctx, key, func(context.Context) (idemkit.Response, error) {
+					return idemkit.Response{Body: []byte(`"second"`), WriteID: "w2"}, nil
+				})
+				if err != nil || res.Outcome != idemkit.OutcomeExecuted {
+					t.Fatalf("second call: %v, %v; want it executed on the expired key", res.Outcome, err)
+				}
+				return idemkit.Response{Body: []byte(`"first"`), WriteID: "w1"}, nil
+			})
+			if !errors.Is(err, idemkit.ErrLeaseLost) {
+				t.Fatalf("finish of the replaced record: %v, want ErrLeaseLost", err)
+			}
+			rec, err := store.Lookup(ctx, idemkit.LookupRequest{Key: key.ID(), Body: true, Now: clock})
+			if err != nil || rec.WriteID != "w2" || string(rec.Body) != `"second"` || rec.State != idemkit.StateCompleted {
+				t.Fatalf("record = %+v, %v; want the second call's outcome", rec, err)
+			}
+			if store.Len() != 1 {
+				t.Fatalf("store holds %d records, want 1", store.Len())
+			}
+		})
+	}
+}
+
+// A finish on the store's own clock records when it happened: after the
+// claim, not before it, and no later than a reading taken after Do.
+func TestMemoryStore_FinishRecordsItsTime(t *testing.T) {
+	store := &idemkit.MemoryStore{}
+	g, _ := idemkit.NewGuard(store, nil)
+	key, _ := idemkit.NewKey("s", "refund", []byte(`{}`), nil)
+	ctx := context.Background()
+	if _, err := g.Do(ctx, key, func(context.Context) (idemkit.Response, error) {
+		time.Sleep(20 * time.Millisecond)
+		return idemkit.Response{Body: []byte(`{}`)}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	rec, err := store.Lookup(ctx, idemkit.LookupRequest{Key: key.ID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rec.Updated.After(rec.Started) || rec.Updated.Sub(rec.Started) < 20*time.Millisecond || rec.Updated.After(after) {
+		t.Fatalf("Started %v, Updated %v, read after Do %v: want Updated at the finish", rec.Started, rec.Updated, after)
+	}
+}

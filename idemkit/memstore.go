@@ -51,7 +51,21 @@ type memRecord struct {
 	state       memState
 	storage     Storage
 	cancelled   bool
+	// mono is the current attempt's claim time on the monotonic clock
+	// (since memEpoch), when the store's clock took it; 0 when the request
+	// brought its own Now. A finish then takes its time as started plus
+	// the monotonic time elapsed since: one clock reading, not time.Now's
+	// two.
+	mono int64
 }
+
+// memEpoch is the origin of memRecord.mono.
+var memEpoch = time.Now()
+
+// memGone is the state of a record no longer in the map (swept, or
+// replaced by a fresh claim after it expired): a finish holding it as its
+// handle is told ErrLeaseLost, as a lookup of the key would say.
+const memGone memState = 0
 
 func memNow(t time.Time) int64 {
 	if t.IsZero() {
@@ -86,7 +100,13 @@ func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (ClaimResult,
 	if err := ctx.Err(); err != nil {
 		return ClaimResult{}, err
 	}
-	now := memNow(req.Now)
+	var now, mono int64
+	if req.Now.IsZero() {
+		t := time.Now()
+		now, mono = t.UnixNano(), int64(t.Sub(memEpoch))
+	} else {
+		now = req.Now.UnixNano()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.records == nil {
@@ -94,7 +114,10 @@ func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (ClaimResult,
 	}
 	r := s.records[req.Key]
 	if r == nil || r.expired(now) {
-		s.records[req.Key] = &memRecord{
+		if r != nil {
+			r.state = memGone
+		}
+		r = &memRecord{
 			tool:        req.Tool,
 			fingerprint: req.Fingerprint,
 			state:       memInProgress,
@@ -104,9 +127,11 @@ func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (ClaimResult,
 			leaseUntil:  addDuration(now, req.Lease),
 			expiresAt:   addDuration(now, req.Window),
 			updated:     now,
+			mono:        mono,
 		}
+		s.records[req.Key] = r
 		t := fromNanos(now)
-		return ClaimResult{Status: ClaimAcquired, Attempt: 1, Started: t, Now: t}, nil
+		return ClaimResult{Status: ClaimAcquired, Attempt: 1, Started: t, Now: t, handle: r}, nil
 	}
 	if r.fingerprint != req.Fingerprint {
 		return ClaimResult{Status: ClaimMismatch, Attempt: int(r.attempt), Started: fromNanos(r.started), Now: fromNanos(now)}, nil
@@ -134,9 +159,10 @@ func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (ClaimResult,
 	r.leaseUntil = addDuration(now, req.Lease)
 	r.expiresAt = max(r.expiresAt, addDuration(now, req.Window))
 	r.updated = now
+	r.mono = mono
 	r.lastError, r.note, r.cancelled = "", "", false
 	t := fromNanos(now)
-	return ClaimResult{Status: ClaimTakenOver, Attempt: int(r.attempt), Started: t, Now: t}, nil
+	return ClaimResult{Status: ClaimTakenOver, Attempt: int(r.attempt), Started: t, Now: t, handle: r}, nil
 }
 
 // Finish implements Store.
@@ -146,7 +172,12 @@ func (s *MemoryStore) Finish(ctx context.Context, req FinishRequest) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.records[req.Key]
+	// The claim's record, handed back by the Guard, saves a lookup; a
+	// record no longer in the map is memGone.
+	r, ok := req.handle.(*memRecord)
+	if !ok {
+		r = s.records[req.Key]
+	}
 	if r == nil || r.token != req.Token {
 		return ErrLeaseLost
 	}
@@ -156,7 +187,11 @@ func (s *MemoryStore) Finish(ctx context.Context, req FinishRequest) error {
 	case r.state != memInProgress:
 		return ErrLeaseLost
 	}
-	r.updated = memNow(req.Now)
+	if req.Now.IsZero() && r.mono > 0 {
+		r.updated = r.started + int64(time.Since(memEpoch)) - r.mono
+	} else {
+		r.updated = memNow(req.Now)
+	}
 	if !req.Succeeded {
 		r.state = memFailed
 		r.lastError = req.Error
@@ -251,6 +286,7 @@ func (s *MemoryStore) Sweep(ctx context.Context, req SweepRequest) (int, error) 
 		}
 		if r.expired(now) {
 			delete(s.records, k)
+			r.state = memGone
 			n++
 		}
 	}

@@ -175,6 +175,11 @@ type ClaimResult struct {
 	Storage Storage
 	// Size is the body's length in bytes.
 	Size int64
+
+	// handle is an in-process store's reference to the record it claimed
+	// (ClaimAcquired, ClaimTakenOver), which the Guard hands back in the
+	// FinishRequest so that the store need not look the key up again.
+	handle any
 }
 
 // FinishRequest is the input of Store.Finish.
@@ -195,6 +200,10 @@ type FinishRequest struct {
 	Error string
 	// Now is the current time, or zero for the store's clock.
 	Now time.Time
+
+	// handle is ClaimResult.handle of the claim this finish ends; the
+	// store checks that it is still the key's live record before use.
+	handle any
 }
 
 // ExtendRequest is the input of Store.Extend.
