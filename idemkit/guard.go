@@ -396,7 +396,15 @@ func (g *Guard) Do(ctx context.Context, key Key, work Work) (Result, error) {
 	)
 	for {
 		req.Now = g.now()
-		cr, err := g.store.Claim(ctx, req)
+		var (
+			cr  ClaimResult
+			err error
+		)
+		if ms, ok := g.store.(*MemoryStore); ok {
+			err = ms.claim(ctx, &req, &cr) // no interface call: no copies
+		} else {
+			cr, err = g.store.Claim(ctx, req)
+		}
 		if err != nil {
 			return Result{}, storeError("claim", key, err)
 		}
@@ -428,35 +436,31 @@ func (g *Guard) Do(ctx context.Context, key Key, work Work) (Result, error) {
 	}
 }
 
-// attempt is a running call's state, allocated once.
+// attempt is a running call's state, allocated once. It is the work's
+// context too: the caller's ctx plus the Call. Seen as a *detachedAttempt
+// it is the finish's context.
 type attempt struct {
-	call Call
-	ctx  callContext     // the work's context: ctx plus the Call
-	det  detachedContext // the finish's context: ctx without its cancellation
+	context.Context // the caller's ctx
+	call            Call
 }
 
-// callContext is a context carrying a *Call without a separate allocation.
-type callContext struct {
-	context.Context
-	call *Call
-}
-
-func (c *callContext) Value(key any) any {
+func (a *attempt) Value(key any) any {
 	if key == (callKey{}) {
-		return c.call
+		return &a.call
 	}
-	return c.Context.Value(key)
+	return a.Context.Value(key)
 }
 
-// detachedContext keeps a context's values but not its cancellation, like
+// detachedAttempt is an attempt seen as the finish's context: the caller's
+// ctx's values without its cancellation (nor the Call), like
 // context.WithoutCancel, without a separate allocation.
-type detachedContext struct{ parent context.Context }
+type detachedAttempt attempt
 
-func (detachedContext) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (detachedContext) Done() <-chan struct{}       { return nil }
-func (detachedContext) Err() error                  { return nil }
-func (c *detachedContext) Value(key any) any        { return c.parent.Value(key) }
-func (c *detachedContext) String() string           { return "idemkit.detached" }
+func (*detachedAttempt) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (*detachedAttempt) Done() <-chan struct{}       { return nil }
+func (*detachedAttempt) Err() error                  { return nil }
+func (d *detachedAttempt) Value(key any) any         { return d.Context.Value(key) }
+func (*detachedAttempt) String() string              { return "idemkit.detached" }
 
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
@@ -504,10 +508,9 @@ func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, c
 	// One allocation carries the Call and the contexts handed to the work
 	// and to the finish.
 	a := &attempt{
-		call: Call{guard: g, key: *key, token: token, attempt: cr.Attempt, lease: p.lease},
-		det:  detachedContext{parent: ctx},
+		Context: ctx,
+		call:    Call{guard: g, key: *key, token: token, attempt: cr.Attempt, lease: p.lease},
 	}
-	a.ctx = callContext{Context: ctx, call: &a.call}
 	fin := FinishRequest{Key: key.id, Token: token, handle: cr.handle}
 	res.Attempt = cr.Attempt
 	res.Outcome = OutcomeExecuted
@@ -525,7 +528,7 @@ func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, c
 		fin.Error = "panic"
 		_ = g.finish(a, &fin, nil)
 	}()
-	resp, werr := work(&a.ctx)
+	resp, werr := work(a)
 	finished = true
 
 	if werr != nil {
@@ -584,7 +587,7 @@ const (
 // error matching ErrLeaseLost (a record whose claim was taken over) or a
 // logged *FinishError.
 func (g *Guard) finish(a *attempt, fin *FinishRequest, workErr error) error {
-	var fctx context.Context = &a.det
+	var fctx context.Context = (*detachedAttempt)(a)
 	timed := false
 	if _, ok := g.store.(inProcessStore); !ok {
 		var cancel context.CancelFunc
@@ -593,7 +596,12 @@ func (g *Guard) finish(a *attempt, fin *FinishRequest, workErr error) error {
 		timed = true
 	}
 	fin.Now = g.now()
-	err := g.store.Finish(fctx, *fin)
+	var err error
+	if ms, ok := g.store.(*MemoryStore); ok {
+		err = ms.finish(fctx, fin)
+	} else {
+		err = g.store.Finish(fctx, *fin)
+	}
 	if err == nil {
 		return nil
 	}
