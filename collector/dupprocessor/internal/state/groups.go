@@ -128,6 +128,26 @@ func (s *Groups) Create(key *Key, tag uint32) uint32 {
 	return i
 }
 
+// CreateWith starts a group for key (absent from the index) whose first
+// member is m, a held span still to decide (Held is 1), last seen at now;
+// it queues the group and returns its index. It leaves the group as
+// Create, AddMember, setting LastSeen and incrementing Held would, in one
+// write of the slot: the processor's path for a new key, the common case.
+func (s *Groups) CreateWith(key *Key, tag uint32, m *Member, now int64) uint32 {
+	i := s.meta.Alloc()
+	s.data.Ensure(i)
+	g := s.data.At(i)
+	g.Key = *key
+	g.LastSeen = now
+	g.blk, g.n = 0, 1
+	g.inline[0] = *m
+	mt := s.meta.At(i)
+	*mt = GroupMeta{Gen: mt.Gen, Held: 1}
+	s.index.Insert(tag, i)
+	s.queue.Push(arena.Ref{Idx: i, Gen: mt.Gen, Tag: tag})
+	return i
+}
+
 // Remove takes the group at i, whose index tag is tag, out of the index,
 // freeing its slot unless held spans still refer to it.
 func (s *Groups) Remove(i, tag uint32) {
