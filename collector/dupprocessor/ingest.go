@@ -146,14 +146,14 @@ func (p *dupProcessor) prefetch() {
 		q := p.evidence.Queue()
 		for i := 0; i < n && i < q.Len(); i++ {
 			r := q.At(i)
-			sink += p.evidence.Touch(r.Tag) + p.evidence.At(r.Idx).Gen
+			sink += p.evidence.TouchDel(r.Tag) + p.evidence.At(r.Idx).Gen
 		}
 	}
 	if n := len(p.facts); p.groups.Len()+n > p.cfg.MaxGroups {
 		q := p.groups.Queue()
 		for i := 0; i < n && i < q.Len(); i++ {
 			r := q.At(i)
-			sink += p.groups.Touch(r.Tag) + p.groups.Meta(r.Idx).Gen
+			sink += p.groups.TouchDel(r.Tag) + p.groups.Meta(r.Idx).Gen
 		}
 	}
 	p.sink += sink

@@ -71,6 +71,9 @@ func (s *Contexts) Queue() *arena.FIFO { return &s.queue }
 // Touch loads the index slot of tag ahead of a lookup (see tagindex.Index.Touch).
 func (s *Contexts) Touch(tag uint32) uint32 { return s.index.Touch(tag) }
 
+// TouchDel loads the index slots that removing the entry of tag reads.
+func (s *Contexts) TouchDel(tag uint32) uint32 { return s.index.TouchDel(tag) }
+
 // At returns the context at arena index i.
 func (s *Contexts) At(i uint32) *Context { return s.arena.At(i) }
 

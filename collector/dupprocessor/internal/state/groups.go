@@ -90,6 +90,9 @@ func (s *Groups) Queue() *arena.FIFO { return &s.queue }
 // Touch loads the index slot of tag ahead of a lookup (see tagindex.Index.Touch).
 func (s *Groups) Touch(tag uint32) uint32 { return s.index.Touch(tag) }
 
+// TouchDel loads the index slots that removing the entry of tag reads.
+func (s *Groups) TouchDel(tag uint32) uint32 { return s.index.TouchDel(tag) }
+
 // Live returns the bookkeeping of the group a queue entry names, nil when
 // the entry is stale (the group was removed, or its slot reused, since it
 // was queued).
