@@ -1,6 +1,7 @@
 package dupprocessor // import "github.com/idemkit/idemkit/collector/dupprocessor"
 
 import (
+	"encoding/hex"
 	"strings"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -32,7 +33,18 @@ func annotate(s ptrace.Span, key state.Key, v *verdict, stale bool) {
 	attrs.PutStr(sc.DuplicateEffect, v.effect)
 	attrs.PutStr(sc.DuplicateGroup, key.String())
 	if !v.orphan {
-		attrs.PutStr(sc.DuplicateFirstSpanID, v.firstSpanID.String())
+		attrs.PutStr(sc.DuplicateFirstSpanID, spanIDString(v.firstSpanID))
 		attrs.PutInt(sc.DuplicateGapMS, v.gapMS)
 	}
+}
+
+// spanIDString is SpanID.String (16 lowercase hex characters) with one
+// allocation, the string's, instead of two.
+func spanIDString(id pcommon.SpanID) string {
+	if id.IsEmpty() {
+		return ""
+	}
+	var buf [2 * len(id)]byte
+	hex.Encode(buf[:], id[:])
+	return string(buf[:])
 }

@@ -52,9 +52,10 @@ func (p *dupProcessor) ingest(td ptrace.Traces, now int64) (tracked, total int) 
 				case spanview.Chat:
 					p.chatFact(s)
 				case spanview.Tool:
-					p.facts = append(p.facts, toolFact{pos: spanPos{int32(i), int32(j), int32(k)}})
+					p.facts = append(p.facts, toolFact{})
 					f := &p.facts[len(p.facts)-1]
-					if reason := p.extract(s, res, f); reason != reasonNone {
+					f.pos = spanPos{int32(i), int32(j), int32(k)}
+					if reason := p.extract(s, res, now+p.decWait, f); reason != reasonNone {
 						p.counts.ignored[reasonIndex(reason)]++
 						p.facts = p.facts[:len(p.facts)-1]
 						continue
@@ -145,22 +146,22 @@ func (p *dupProcessor) prefetch() {
 		q := p.evidence.Queue()
 		for i := 0; i < n && i < q.Len(); i++ {
 			r := q.At(i)
-			sink += p.evidence.Touch(r.Tag) + p.evidence.At(r.Idx).Gen
+			sink += p.evidence.TouchDel(r.Tag) + p.evidence.At(r.Idx).Gen
 		}
 	}
 	if n := len(p.facts); p.groups.Len()+n > p.cfg.MaxGroups {
 		q := p.groups.Queue()
 		for i := 0; i < n && i < q.Len(); i++ {
 			r := q.At(i)
-			sink += p.groups.Touch(r.Tag) + p.groups.Meta(r.Idx).Gen
+			sink += p.groups.TouchDel(r.Tag) + p.groups.Meta(r.Idx).Gen
 		}
 	}
 	p.sink += sink
 }
 
-// extract reads a tool span into f: its key and member, or why it stays
-// untracked.
-func (p *dupProcessor) extract(s ptrace.Span, res pcommon.Resource, f *toolFact) ignoreReason {
+// extract reads a tool span into f: its key and member (to be decided at
+// decideAt), or why it stays untracked.
+func (p *dupProcessor) extract(s ptrace.Span, res pcommon.Resource, decideAt int64, f *toolFact) ignoreReason {
 	start, ok := startNanos(s.StartTimestamp())
 	if !ok {
 		return reasonBadTimestamp
@@ -202,37 +203,41 @@ func (p *dupProcessor) extract(s ptrace.Span, res pcommon.Resource, f *toolFact)
 		return reasonNoKey
 	}
 	oc := parseOutcome(a.outcome)
-	m := &f.m
-	*m = state.Member{
-		Start:   start,
-		Outcome: oc,
-		Trace:   traceKey(s.TraceID()),
-		Conv:    p.keys.str(ctxConversation, a.conv),
-		ReqID:   p.keys.str32(a.requestID),
-		WriteID: p.keys.str32(a.writeID),
-		SpanID:  s.SpanID(),
-	}
+	var flags uint8
+	var session, user uint64
 	if p.reliable(a.session) {
-		m.Session = p.keys.str(ctxSession, a.session)
+		session = p.keys.str(ctxSession, a.session)
 	}
 	if weak {
-		m.Flags |= state.FlagWeakKey
-		m.User = p.keys.str(ctxUser, userOf(&a, res))
+		flags |= state.FlagWeakKey
+		user = p.keys.str(ctxUser, userOf(&a, res))
 	}
 	switch {
 	case a.inputContinuation:
 		// A continuation proves an earlier round, which is the same call:
 		// nothing to wait for.
-		m.Flags |= state.FlagInputContinuation
+		flags |= state.FlagInputContinuation
 	case oc == state.OutcomeReplayed || oc == state.OutcomeInProgress || oc == state.OutcomeTakeover || a.attempt > 1:
-		m.Flags |= state.FlagProvenDup
+		flags |= state.FlagProvenDup
 	}
 	if a.inputRequested {
-		m.Flags |= state.FlagInputRequested
+		flags |= state.FlagInputRequested
 	}
 	if a.annotated {
-		m.Flags |= state.FlagAnnotated
+		flags |= state.FlagAnnotated
 	}
+	// The member is written field by field, in place: a composite literal
+	// with calls in it is built on the stack and copied, and the copy's
+	// wide loads of the narrow stores just made stall.
+	m := &f.m
+	m.Start, m.DecideAt = start, decideAt
+	m.Trace = traceKey(s.TraceID())
+	m.Conv = p.keys.str(ctxConversation, a.conv)
+	m.Session, m.User = session, user
+	m.SpanID = s.SpanID()
+	m.ReqID = p.keys.str32(a.requestID)
+	m.WriteID = p.keys.str32(a.writeID)
+	m.Outcome, m.Flags = oc, flags
 	return reasonNone
 }
 
@@ -276,10 +281,12 @@ func (p *dupProcessor) track(f *toolFact, now int64) ignoreReason {
 	m := &f.m
 	gi := p.groups.Find(&f.key, f.tag)
 	if gi == 0 {
+		// A new key (the common case): the group is created with its
+		// first member, in one write of its slot.
 		if p.groups.Len() >= p.cfg.MaxGroups {
 			p.evictGroup()
 		}
-		gi = p.groups.Create(&f.key, f.tag)
+		gi = p.groups.CreateWith(&f.key, f.tag, m, now)
 	} else {
 		ms := p.groups.Members(gi)
 		for i := range ms {
@@ -287,20 +294,19 @@ func (p *dupProcessor) track(f *toolFact, now int64) ignoreReason {
 				return reasonResent
 			}
 		}
-		p.groups.Meta(gi).Flags |= state.MetaHit
-	}
-	m.DecideAt = now + p.decWait
-	ms := p.groups.Members(gi)
-	for i := range ms {
-		e := &ms[i]
-		if e.DecideAt <= now && m.Before(e) && e.Start-m.Start <= p.window && e.Linked(m) {
-			p.counts.lateTool++
-			break
+		for i := range ms {
+			e := &ms[i]
+			if e.DecideAt <= now && m.Before(e) && e.Start-m.Start <= p.window && e.Linked(m) {
+				p.counts.lateTool++
+				break
+			}
 		}
+		p.groups.AddMember(gi, *m)
+		p.groups.Get(gi).LastSeen = now
+		mt := p.groups.Meta(gi)
+		mt.Flags |= state.MetaHit
+		mt.Held++
 	}
-	p.groups.AddMember(gi, *m)
-	p.groups.Get(gi).LastSeen = now
-	p.groups.Meta(gi).Held++
 
 	// The call's context (its reliable session, else its conversation,
 	// else its trace) remembers it, for the deliberate-repeat rule.
@@ -308,7 +314,11 @@ func (p *dupProcessor) track(f *toolFact, now int64) ignoreReason {
 		e := p.touchEvidence(c, f.ctxTag, now)
 		p.evidence.AddTool(e, state.ToolMark{Start: m.Start, Key: f.key.Short()})
 	}
-	p.pending = append(p.pending, heldSpan{m: *m, arrival: now, gi: gi, pos: f.pos})
+	// Written in place, field by field: a composite literal would be built
+	// on the stack and copied, twice the stores and loads.
+	p.pending = append(p.pending, heldSpan{})
+	hs := &p.pending[len(p.pending)-1]
+	hs.m, hs.arrival, hs.gi, hs.pos = *m, now, gi, f.pos
 	return reasonNone
 }
 
@@ -323,14 +333,15 @@ func (p *dupProcessor) chatFact(s ptrace.Span) {
 	if v, ok := s.Attributes().Get(sc.GenAIConversationID); ok {
 		conv = scalar(v)
 	}
-	f := chatFact{start: start, traceCtx: traceKey(s.TraceID()), convCtx: p.keys.str(ctxConversation, conv)}
+	p.chats = append(p.chats, chatFact{}) // filled in place, not copied
+	f := &p.chats[len(p.chats)-1]
+	f.start, f.traceCtx, f.convCtx = start, traceKey(s.TraceID()), p.keys.str(ctxConversation, conv)
 	if f.traceCtx != 0 {
 		f.traceTag = p.evidence.Tag(f.traceCtx)
 	}
 	if f.convCtx != 0 {
 		f.convTag = p.evidence.Tag(f.convCtx)
 	}
-	p.chats = append(p.chats, f)
 }
 
 // recordChat remembers the start of an inference span in its trace and

@@ -76,7 +76,8 @@ func FuzzReadToolAttrs_MatchesPlainSwitch(f *testing.F) {
 	for _, k := range []string{sc.KeyHash, sc.ArgsHash, sc.SubjectHash, sc.KeySource, sc.UserID, sc.EndUserID,
 		sc.InputRequested, sc.InputContinuation, sc.GenAIToolName, sc.GenAIToolCallArguments, sc.MCPSessionID,
 		sc.JSONRPCRequestID, sc.WriteID, sc.GenAIConversationID, sc.RefusalReason, sc.Outcome, sc.BypassReason, sc.Attempt,
-		sc.DuplicateCause, "idemkit.key.hasX", "gen_ai.tool.namE", "user.iD", "x"} {
+		sc.DuplicateCause, "idemkit.key.hasX", "gen_ai.tool.namE", "user.iD", "x",
+		sc.Duplicate, "idemkit.duplicatX", "xdemkit.duplicate", "idemkit.dup", "idemkit.duplicate_"} {
 		f.Add(k, "v", int64(2))
 	}
 	f.Fuzz(func(t *testing.T, key, val string, n int64) {

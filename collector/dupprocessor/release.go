@@ -72,7 +72,19 @@ func (p *dupProcessor) releaseHead(now int64, final bool, out []ptrace.Traces) [
 		}
 	}
 	for _, i := range slow {
-		sink += uint32(spanAt(b.td, b.spans[i].pos).Attributes().Len())
+		hs := &b.spans[i]
+		sink += uint32(spanAt(b.td, hs.pos).Attributes().Len())
+		// And what classify reads first: the group's members and the
+		// index slots of the span's trace and conversation.
+		if ms := p.groups.Members(hs.gi); len(ms) > 0 {
+			sink += uint32(ms[len(ms)-1].Flags)
+		}
+		if c := hs.m.Trace; c != 0 {
+			sink += p.evidence.Touch(p.evidence.Tag(c))
+		}
+		if c := hs.m.Conv; c != 0 {
+			sink += p.evidence.Touch(p.evidence.Tag(c))
+		}
 	}
 	p.sink += sink
 	waiting := 0

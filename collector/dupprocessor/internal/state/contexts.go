@@ -71,6 +71,9 @@ func (s *Contexts) Queue() *arena.FIFO { return &s.queue }
 // Touch loads the index slot of tag ahead of a lookup (see tagindex.Index.Touch).
 func (s *Contexts) Touch(tag uint32) uint32 { return s.index.Touch(tag) }
 
+// TouchDel loads the index slots that removing the entry of tag reads.
+func (s *Contexts) TouchDel(tag uint32) uint32 { return s.index.TouchDel(tag) }
+
 // At returns the context at arena index i.
 func (s *Contexts) At(i uint32) *Context { return s.arena.At(i) }
 
@@ -95,7 +98,9 @@ func (s *Contexts) Find(c uint64, tag uint32) *Context {
 func (s *Contexts) Create(c uint64, tag uint32) *Context {
 	i := s.arena.Alloc()
 	e := s.arena.At(i)
-	*e = Context{Key: c, Tag: tag, Gen: e.Gen}
+	gen := e.Gen
+	*e = Context{} // then the fields: a literal that reads e.Gen is built on the stack and copied
+	e.Key, e.Tag, e.Gen = c, tag, gen
 	s.index.Insert(tag, i)
 	s.queue.Push(arena.Ref{Idx: i, Gen: e.Gen, Tag: tag})
 	return e
@@ -122,7 +127,9 @@ func (s *Contexts) Remove(i uint32) {
 	if e.gapBlk != 0 {
 		s.gaps.Release(e.gapBlk)
 	}
-	*e = Context{Gen: e.Gen + 1}
+	gen := e.Gen + 1
+	*e = Context{}
+	e.Gen = gen
 	s.arena.Release(i)
 }
 

@@ -90,6 +90,9 @@ func (s *Groups) Queue() *arena.FIFO { return &s.queue }
 // Touch loads the index slot of tag ahead of a lookup (see tagindex.Index.Touch).
 func (s *Groups) Touch(tag uint32) uint32 { return s.index.Touch(tag) }
 
+// TouchDel loads the index slots that removing the entry of tag reads.
+func (s *Groups) TouchDel(tag uint32) uint32 { return s.index.TouchDel(tag) }
+
 // Live returns the bookkeeping of the group a queue entry names, nil when
 // the entry is stale (the group was removed, or its slot reused, since it
 // was queued).
@@ -123,6 +126,26 @@ func (s *Groups) Create(key *Key, tag uint32) uint32 {
 	*s.data.At(i) = Group{Key: *key}
 	mt := s.meta.At(i)
 	*mt = GroupMeta{Gen: mt.Gen}
+	s.index.Insert(tag, i)
+	s.queue.Push(arena.Ref{Idx: i, Gen: mt.Gen, Tag: tag})
+	return i
+}
+
+// CreateWith starts a group for key (absent from the index) whose first
+// member is m, a held span still to decide (Held is 1), last seen at now;
+// it queues the group and returns its index. It leaves the group as
+// Create, AddMember, setting LastSeen and incrementing Held would, in one
+// write of the slot: the processor's path for a new key, the common case.
+func (s *Groups) CreateWith(key *Key, tag uint32, m *Member, now int64) uint32 {
+	i := s.meta.Alloc()
+	s.data.Ensure(i)
+	g := s.data.At(i)
+	g.Key = *key
+	g.LastSeen = now
+	g.blk, g.n = 0, 1
+	g.inline[0] = *m
+	mt := s.meta.At(i)
+	*mt = GroupMeta{Gen: mt.Gen, Held: 1}
 	s.index.Insert(tag, i)
 	s.queue.Push(arena.Ref{Idx: i, Gen: mt.Gen, Tag: tag})
 	return i

@@ -21,7 +21,11 @@ type Key [16]byte
 
 // String returns the key as idemkit.duplicate.group carries it: 32
 // lowercase hex characters.
-func (k Key) String() string { return hex.EncodeToString(k[:]) }
+func (k Key) String() string {
+	var buf [2 * len(k)]byte // on the stack: one allocation, the string's
+	hex.Encode(buf[:], k[:])
+	return string(buf[:])
+}
 
 // Short returns the first 8 bytes of the key, used to tell groups apart in
 // the evidence kept per context.

@@ -70,3 +70,42 @@ func TestEvidence_Blocks(t *testing.T) {
 	require.Equal(t, blk, e2.chatBlk, "a freed block is reused")
 	require.Equal(t, []int64{0, 1, 2, 3, 4}, es.Chats(e2))
 }
+
+// TestGroups_CreateWith checks that CreateWith leaves a group (its slot,
+// bookkeeping, index entry and queue entry) exactly as Create, AddMember,
+// LastSeen and Held++ do, also in a slot freed by an eviction, and that the
+// group grows from there like any other.
+func TestGroups_CreateWith(t *testing.T) {
+	a, b := NewGroups(5, 6), NewGroups(5, 6)
+	m := Member{Start: 10, DecideAt: 20, Trace: 3, Conv: 4, Session: 5, User: 6, ReqID: 7, WriteID: 8, Outcome: OutcomeExecuted, Flags: FlagWeakKey}
+	m.SpanID[0] = 9
+	for round := 0; round < 2; round++ { // the second round reuses freed slots
+		for k := byte(1); k <= 3; k++ {
+			key := Key{k, byte(round)}
+			ia := a.Create(&key, a.Tag(&key))
+			a.AddMember(ia, m)
+			a.Get(ia).LastSeen = 100
+			a.Meta(ia).Held++
+			ib := b.CreateWith(&key, b.Tag(&key), &m, 100)
+			require.Equal(t, ia, ib)
+			require.Equal(t, *a.Get(ia), *b.Get(ib))
+			require.Equal(t, *a.Meta(ia), *b.Meta(ib))
+			require.Equal(t, ib, b.Find(&key, b.Tag(&key)))
+			require.Equal(t, a.Queue().At(a.Queue().Len()-1), b.Queue().At(b.Queue().Len()-1))
+			m2 := m
+			m2.Start++
+			a.AddMember(ia, m2)
+			b.AddMember(ib, m2)
+			require.Equal(t, a.Members(ia), b.Members(ib))
+			require.Equal(t, *a.Meta(ia), *b.Meta(ib))
+		}
+		for k := byte(1); k <= 3; k++ {
+			key := Key{k, byte(round)}
+			for _, s := range []*Groups{&a, &b} {
+				i := s.Find(&key, s.Tag(&key))
+				s.Meta(i).Held = 0
+				s.Remove(i, s.Tag(&key))
+			}
+		}
+	}
+}

@@ -76,6 +76,13 @@ func (t *Index) Len() int { return t.n }
 // line in ahead of a lookup or insertion.
 func (t *Index) Touch(tag uint32) uint32 { return t.slots[t.Home(tag)].Tag }
 
+// TouchDel loads the home slot of tag and the one after it, ahead of a
+// Del, whose backward shift reads on from the deleted slot.
+func (t *Index) TouchDel(tag uint32) uint32 {
+	h := t.Home(tag)
+	return t.slots[h].Tag + t.slots[(h+1)&t.mask].Tag
+}
+
 // Insert adds (tag, idx); the caller has checked that its key is absent.
 // The table doubles past half full.
 func (t *Index) Insert(tag, idx uint32) {
