@@ -23,6 +23,6 @@ run -bench 'BenchmarkGateway$' -benchtime 2000x ./cmd/idemkit/internal/gateway
 # The dup processor is its own module: run its benchmarks from its folder.
 # Each pairs its candidate with its baseline, interleaved.
 (cd collector/dupprocessor && go test -run '^$' -count "$count" \
-  -bench 'BenchmarkVsSpanMetrics|BenchmarkStores_ArenaVsMaps' -benchtime 4000x . ./internal/state 2>&1) |
+  -bench 'BenchmarkVsSpanMetrics|BenchmarkStores_ArenaVsMaps' -benchtime 10000x . ./internal/state 2>&1) |
   tee -a "$out" | grep -E '^(Benchmark|ok|FAIL|---)' >&2
 go run ./internal/benchreport -spec bench/ratios.txt <"$out" 2>/dev/null
