@@ -210,7 +210,8 @@ type toolPolicy struct {
 // Guards (in many processes) may share one durable Store.
 type Guard struct {
 	store     Store
-	inTx      bool // set by InTx: never wait on a busy claim
+	mem       *MemoryStore // store itself when it is a *MemoryStore: called directly (see Do)
+	inTx      bool         // set by InTx: never wait on a busy claim
 	cfg       Config
 	base      toolPolicy
 	tools     map[string]toolPolicy
@@ -237,7 +238,8 @@ func NewGuard(store Store, cfg *Config) (*Guard, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	g := &Guard{store: store, cfg: c}
+	g := &Guard{cfg: c}
+	g.setStore(store)
 	g.base = toolPolicy{
 		window:  orDuration(c.Window, DefaultWindow),
 		lease:   orDuration(c.Lease, DefaultLease),
@@ -306,8 +308,18 @@ func (g *Guard) Store() Store { return g.store }
 // (see pgstore.DoTx).
 func (g *Guard) WithStore(s Store) *Guard {
 	c := *g
-	c.store = s
+	c.setStore(s)
 	return &c
+}
+
+// setStore sets the Guard's store, and mem when it is a *MemoryStore: the
+// Guard calls the memory store directly, without copying its requests and
+// results through the Store interface (more than its own work costs), and
+// without a finish timeout (its calls cannot block on I/O). Wrapped stores
+// go through the interface.
+func (g *Guard) setStore(s Store) {
+	g.store = s
+	g.mem, _ = s.(*MemoryStore)
 }
 
 // InTx is WithStore for a store bound to a caller's transaction (see
@@ -400,8 +412,8 @@ func (g *Guard) Do(ctx context.Context, key Key, work Work) (Result, error) {
 			cr  ClaimResult
 			err error
 		)
-		if ms, ok := g.store.(*MemoryStore); ok {
-			err = ms.claim(ctx, &req, &cr) // no interface call: no copies
+		if g.mem != nil {
+			err = g.mem.claim(ctx, &req, &cr)
 		} else {
 			cr, err = g.store.Claim(ctx, req)
 		}
@@ -565,10 +577,6 @@ func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, c
 	return res, nil
 }
 
-// inProcessStore is implemented by stores whose calls cannot block on I/O;
-// the Guard skips the finish timeout for them.
-type inProcessStore interface{ inProcess() }
-
 // Backoff of the finish's retries: the first wait, and the longest.
 const (
 	finishBackoffMin = 20 * time.Millisecond
@@ -589,7 +597,7 @@ const (
 func (g *Guard) finish(a *attempt, fin *FinishRequest, workErr error) error {
 	var fctx context.Context = (*detachedAttempt)(a)
 	timed := false
-	if _, ok := g.store.(inProcessStore); !ok {
+	if g.mem == nil {
 		var cancel context.CancelFunc
 		fctx, cancel = context.WithTimeout(fctx, g.cfg.FinishTimeout)
 		defer cancel()
@@ -597,8 +605,8 @@ func (g *Guard) finish(a *attempt, fin *FinishRequest, workErr error) error {
 	}
 	fin.Now = g.now()
 	var err error
-	if ms, ok := g.store.(*MemoryStore); ok {
-		err = ms.finish(fctx, fin)
+	if g.mem != nil {
+		err = g.mem.finish(fctx, fin)
 	} else {
 		err = g.store.Finish(fctx, *fin)
 	}

@@ -23,8 +23,6 @@ type MemoryStore struct {
 
 var _ Store = (*MemoryStore)(nil)
 
-func (*MemoryStore) inProcess() {}
-
 type memState uint8
 
 const (
