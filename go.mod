@@ -1,8 +1,8 @@
-module github.com/idemkit/idemkit
+module github.com/idemkit-mcp/idemkit
 
 go 1.26.0
 
-require github.com/idemkit/idemkit/spancontract v0.1.0
+require github.com/idemkit-mcp/idemkit/spancontract v0.1.0
 
 require (
 	github.com/google/jsonschema-go v0.4.3

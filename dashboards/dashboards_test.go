@@ -5,9 +5,9 @@ import (
 	"io/fs"
 	"testing"
 
-	"github.com/idemkit/idemkit/dashboards"
-	"github.com/idemkit/idemkit/dashboards/internal/build"
-	"github.com/idemkit/idemkit/dashboards/internal/dashtest"
+	"github.com/idemkit-mcp/idemkit/dashboards"
+	"github.com/idemkit-mcp/idemkit/dashboards/internal/build"
+	"github.com/idemkit-mcp/idemkit/dashboards/internal/dashtest"
 )
 
 func load(t *testing.T) ([]*dashtest.Dashboard, *dashtest.Registry) {

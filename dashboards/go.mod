@@ -1,10 +1,10 @@
-module github.com/idemkit/idemkit/dashboards
+module github.com/idemkit-mcp/idemkit/dashboards
 
 go 1.26.0
 
 require (
-	github.com/idemkit/idemkit v0.1.0
-	github.com/idemkit/idemkit/spancontract v0.1.0
+	github.com/idemkit-mcp/idemkit v0.1.0
+	github.com/idemkit-mcp/idemkit/spancontract v0.1.0
 	github.com/mark3labs/mcp-go v1.2.1
 	github.com/prometheus/common v0.70.1
 	github.com/prometheus/prometheus v0.314.0
@@ -81,8 +81,8 @@ require (
 	github.com/googleapis/gax-go/v2 v2.23.0 // indirect
 	github.com/grafana/grafana-foundation-sdk/go v0.0.22
 	github.com/grafana/regexp v0.0.0-20250905093917-f7b3be9d1853 // indirect
-	github.com/idemkit/idemkit/examples v0.1.0
-	github.com/idemkit/idemkit/internal/devtools v0.1.0
+	github.com/idemkit-mcp/idemkit/examples v0.1.0
+	github.com/idemkit-mcp/idemkit/internal/devtools v0.1.0
 	github.com/jpillora/backoff v1.0.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.19.1 // indirect

@@ -1,11 +1,11 @@
-module github.com/idemkit/idemkit/examples
+module github.com/idemkit-mcp/idemkit/examples
 
 go 1.26.0
 
 require (
 	github.com/google/jsonschema-go v0.4.3
-	github.com/idemkit/idemkit v0.1.0
-	github.com/idemkit/idemkit/spancontract v0.1.0
+	github.com/idemkit-mcp/idemkit v0.1.0
+	github.com/idemkit-mcp/idemkit/spancontract v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/mark3labs/mcp-go v1.2.1
 	github.com/modelcontextprotocol/go-sdk v1.8.0
@@ -46,7 +46,7 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/gowebpki/jcs v1.0.2 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
-	github.com/idemkit/idemkit/internal/devtools v0.1.0
+	github.com/idemkit-mcp/idemkit/internal/devtools v0.1.0
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect

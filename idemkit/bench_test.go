@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/gowebpki/jcs"
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/internal/benchpair"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/internal/benchpair"
 )
 
 const benchKeys = 1 << 14

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit"
 )
 
 // A refund tool wrapped by a Guard runs once; the duplicate gets the first

@@ -9,7 +9,7 @@ import (
 	"reflect"
 	"time"
 
-	"github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // Defaults of Config.

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit"
 )
 
 func TestCanonicalJSON_RFC8785Vectors(t *testing.T) {

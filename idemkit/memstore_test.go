@@ -3,8 +3,8 @@ package idemkit_test
 import (
 	"testing"
 
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/idemkit/storetest"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/storetest"
 )
 
 func TestMemoryStore_Conformance(t *testing.T) {

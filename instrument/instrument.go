@@ -3,13 +3,13 @@ package instrument
 import (
 	"context"
 
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/internal/mcpcall"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 )
 
 // ScopeName is the instrumentation scope of the tracer and the meter: this
 // package's import path.
-const ScopeName = "github.com/idemkit/idemkit/instrument"
+const ScopeName = "github.com/idemkit-mcp/idemkit/instrument"
 
 // Version is the instrumentation version reported with the scope.
 const Version = idemkit.Version

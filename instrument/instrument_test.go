@@ -5,7 +5,7 @@ import (
 
 	"go.opentelemetry.io/otel/semconv/v1.41.0/mcpconv"
 
-	"github.com/idemkit/idemkit/internal/mcpcall"
+	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 )
 
 // TestNames_AreTheOnesTheInstrumentationWrites keeps the documented names

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/internal/mcpcall"
-	"github.com/idemkit/idemkit/internal/runs"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
+	"github.com/idemkit-mcp/idemkit/internal/runs"
 )
 
 // JobState is the state of a background job.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit"
 )
 
 func waitJob(t *testing.T, j *Jobs, ctx context.Context, id string, done func(*Job) bool) *Job {

@@ -19,6 +19,7 @@ set -euo pipefail
 BUILDER_VERSION=v0.161.0
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+. scripts/lib-modpath.sh
 gobin="$(go env GOBIN)"
 [[ -n "$gobin" ]] || gobin="$(go env GOPATH)/bin"
 builder="$gobin/builder"
@@ -39,7 +40,7 @@ echo "collector-build: publishing the idemkit modules to $proxy" >&2
 eval "$(cd internal/devtools && go run ./cmd/modpublish -root "$root" -proxy "$proxy" -purge-cache)"
 out="$root/collector/_build/otelcol-idemkit"
 # A checksum of the previous publication of the same version would not match.
-[[ -f "$out/go.sum" ]] && sed -i '\#^github.com/idemkit/idemkit[/ ]#d' "$out/go.sum"
+[[ -f "$out/go.sum" ]] && sed -i "\#^${modpath_re}[/ ]#d" "$out/go.sum"
 
 log="$root/collector/_build/build.log"
 echo "collector-build: running the builder (log: $log; ~6 min on a cold machine, seconds when cached)" >&2

@@ -26,6 +26,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+. scripts/lib-modpath.sh
 step() { printf '\n==> consumer test: %s\n' "$*"; }
 fail() { printf '\nconsumer-test.sh: FAIL: %s\n' "$*" >&2; exit 1; }
 
@@ -54,15 +55,15 @@ no_replace() { # no_replace FILE: a go.mod or builder config must not need a rep
   fi
 }
 
-step "a fresh module outside the repository: go get github.com/idemkit/idemkit@$version"
+step "a fresh module outside the repository: go get ${modpath}@$version"
 mkdir -p "$tmp/app" && cd "$tmp/app"
 go mod init example.com/consumer/app >/dev/null 2>&1
-go get "github.com/idemkit/idemkit@$version" "github.com/idemkit/idemkit/spancontract@$version"
-go build github.com/idemkit/idemkit/... github.com/idemkit/idemkit/spancontract
-echo "built every package of github.com/idemkit/idemkit@$version"
+go get "${modpath}@$version" "${modpath}/spancontract@$version"
+go build ${modpath}/... ${modpath}/spancontract
+echo "built every package of ${modpath}@$version"
 
 step "the README's integration snippet, as a program"
-moddir="$(go list -m -f '{{.Dir}}' github.com/idemkit/idemkit)"
+moddir="$(go list -m -f '{{.Dir}}' ${modpath})"
 snippet="$moddir/instrument/mcpgo/example_readme_test.go"
 [[ -f "$snippet" ]] || fail "the published module has no instrument/mcpgo/example_readme_test.go"
 sed -e '1s/^package mcpgo_test$/package main/' "$snippet" >main.go
@@ -73,16 +74,16 @@ go build -o "$tmp/readme" . || fail "the README snippet does not compile outside
 (cd "$tmp" && ./readme) || fail "the README snippet fails at run time"
 no_replace go.mod
 
-step "a fresh module: go get github.com/idemkit/idemkit/collector/dupprocessor@$version"
+step "a fresh module: go get ${modpath}/collector/dupprocessor@$version"
 mkdir -p "$tmp/component" && cd "$tmp/component"
 go mod init example.com/consumer/component >/dev/null 2>&1
-go get "github.com/idemkit/idemkit/collector/dupprocessor@$version"
-go build github.com/idemkit/idemkit/collector/dupprocessor/...
+go get "${modpath}/collector/dupprocessor@$version"
+go build ${modpath}/collector/dupprocessor/...
 no_replace go.mod
 
-step "go install github.com/idemkit/idemkit/cmd/idemkit@$version"
+step "go install ${modpath}/cmd/idemkit@$version"
 cd "$tmp"
-go install "github.com/idemkit/idemkit/cmd/idemkit@$version"
+go install "${modpath}/cmd/idemkit@$version"
 "$GOBIN/idemkit" version | tee "$tmp/idemkit-version.txt"
 grep -q "${version#v}" "$tmp/idemkit-version.txt" || fail "idemkit version does not print $version"
 
@@ -90,8 +91,8 @@ step "the otelcol-idemkit distribution from builder-config.yaml (components by v
 mkdir -p "$tmp/dist" && cp "$root/builder-config.yaml" "$tmp/dist/"
 no_replace "$tmp/dist/builder-config.yaml"
 grep -qE '^\s*-?\s*path:' "$tmp/dist/builder-config.yaml" && fail "builder-config.yaml uses path:"
-grep -qF "github.com/idemkit/idemkit/collector/dupprocessor $version" "$tmp/dist/builder-config.yaml" ||
-  fail "builder-config.yaml does not name github.com/idemkit/idemkit/collector/dupprocessor $version"
+grep -qF "${modpath}/collector/dupprocessor $version" "$tmp/dist/builder-config.yaml" ||
+  fail "builder-config.yaml does not name ${modpath}/collector/dupprocessor $version"
 gobin="$(GOBIN= go env GOPATH)/bin"
 builder="$gobin/builder"
 if [[ ! -x "$builder" ]] || ! "$builder" version 2>&1 | grep -qF v0.161.0; then

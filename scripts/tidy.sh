@@ -11,6 +11,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+. scripts/lib-modpath.sh
 proxy="$(mktemp -d "${TMPDIR:-/tmp}/idemkit-proxy.XXXXXX")"
 trap 'rm -rf "$proxy"' EXIT
 (cd internal/devtools && go build -o "$proxy/modpublish" ./cmd/modpublish)
@@ -18,5 +19,5 @@ for dir in $(sed -n 's/^\t\(\.[^ ]*\)$/\1/p' go.work); do
   echo "==> go mod tidy in $dir"
   env="$("$proxy/modpublish" -root "$root" -proxy "$proxy/mods" -all -purge-cache 2>/dev/null)"
   (eval "$env" && cd "$dir" && GOWORK=off go mod tidy)
-  if [[ -f "$dir/go.sum" ]]; then sed -i '\#^github.com/idemkit/idemkit[/ ]#d' "$dir/go.sum"; fi
+  if [[ -f "$dir/go.sum" ]]; then sed -i "\#^${modpath_re}[/ ]#d" "$dir/go.sum"; fi
 done

@@ -1,3 +1,3 @@
-module github.com/idemkit/idemkit/spancontract
+module github.com/idemkit-mcp/idemkit/spancontract
 
 go 1.26.0

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit"
 )
 
 func newMigrateCmd() *cobra.Command {

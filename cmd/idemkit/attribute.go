@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/idemkit/idemkit/cmd/idemkit/internal/attribution"
-	"github.com/idemkit/idemkit/internal/report"
+	"github.com/idemkit-mcp/idemkit/cmd/idemkit/internal/attribution"
+	"github.com/idemkit-mcp/idemkit/internal/report"
 )
 
 func newAttributeCmd() *cobra.Command {

@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idemkit/cmd/idemkit/internal/tsfixture"
-	"github.com/idemkit/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/cmd/idemkit/internal/tsfixture"
+	"github.com/idemkit-mcp/idemkit/internal/pgtest"
 )
 
 // TestMain lets the test binary stand in for the idemkit command: with

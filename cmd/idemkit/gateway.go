@@ -16,9 +16,9 @@ import (
 	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel/propagation"
 
-	"github.com/idemkit/idemkit/cmd/idemkit/internal/gateway"
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/internal/mcpcall"
+	"github.com/idemkit-mcp/idemkit/cmd/idemkit/internal/gateway"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 )
 
 // gatewayFlags are the flags of `idemkit gateway`.

@@ -1,11 +1,11 @@
-module github.com/idemkit/idemkit/cmd/idemkit
+module github.com/idemkit-mcp/idemkit/cmd/idemkit
 
 go 1.26.0
 
 require (
-	github.com/idemkit/idemkit v0.1.0
-	github.com/idemkit/idemkit/collector/dupprocessor v0.1.0
-	github.com/idemkit/idemkit/spancontract v0.1.0
+	github.com/idemkit-mcp/idemkit v0.1.0
+	github.com/idemkit-mcp/idemkit/collector/dupprocessor v0.1.0
+	github.com/idemkit-mcp/idemkit/spancontract v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/mark3labs/mcp-go v1.2.1
 	github.com/open-telemetry/opentelemetry-collector-contrib/pkg/golden v0.161.0

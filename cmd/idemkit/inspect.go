@@ -13,8 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // minKeyHashLen is the shortest key hash prefix inspect accepts.

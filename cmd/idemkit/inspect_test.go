@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/internal/pgtest"
 )
 
 // storeRecords are the records seeded for the inspect and inflight tests.

@@ -1,7 +1,7 @@
 // Command idemkit is idemkit's one binary: the gateway that protects any MCP
 // server, whatever its language, and the operator's tools.
 //
-//	go install github.com/idemkit/idemkit/cmd/idemkit@latest
+//	go install github.com/idemkit-mcp/idemkit/cmd/idemkit@latest
 //
 //	idemkit gateway --listen 127.0.0.1:8787 --upstream http://127.0.0.1:3000/mcp --store sqlite:idemkit.db
 //	idemkit gateway --stdio --store sqlite:idemkit.db -- node server.js
@@ -27,7 +27,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit"
 )
 
 func main() {

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idemkit/cmd/idemkit/internal/tsfixture"
-	"github.com/idemkit/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/cmd/idemkit/internal/tsfixture"
+	"github.com/idemkit-mcp/idemkit/instrument"
 )
 
 // replayMarker returns the result's replay marker, or nil.

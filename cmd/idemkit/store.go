@@ -9,9 +9,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/idemkit/pgstore"
-	"github.com/idemkit/idemkit/idemkit/sqlitestore"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
+	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
 )
 
 // storeKind is the kind of store a --store URL names.

@@ -18,8 +18,8 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
-	"github.com/idemkit/idemkit/collector/dupprocessor/dupconnector"
-	sc "github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/dupconnector"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // streamGen generates a realistic stream: per batch of 100 spans, 60 tool

@@ -1,12 +1,12 @@
-package dupprocessor // import "github.com/idemkit/idemkit/collector/dupprocessor"
+package dupprocessor // import "github.com/idemkit-mcp/idemkit/collector/dupprocessor"
 
 import (
 	"slices"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 
-	"github.com/idemkit/idemkit/collector/dupprocessor/internal/state"
-	sc "github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/state"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // verdict is the decision on one tool span.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	sc "github.com/idemkit/idemkit/spancontract"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // crowdTools are the tools every user of the crowd calls, with the same few

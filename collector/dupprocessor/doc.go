@@ -5,4 +5,4 @@
 // the span contract. See README.md for the decision procedure.
 //
 //go:generate ../../scripts/collector-mdatagen.sh metadata.yaml
-package dupprocessor // import "github.com/idemkit/idemkit/collector/dupprocessor"
+package dupprocessor // import "github.com/idemkit-mcp/idemkit/collector/dupprocessor"

@@ -1,7 +1,7 @@
-package dupprocessor // import "github.com/idemkit/idemkit/collector/dupprocessor"
+package dupprocessor // import "github.com/idemkit-mcp/idemkit/collector/dupprocessor"
 
 import (
-	"github.com/idemkit/idemkit/collector/dupprocessor/internal/state"
+	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/state"
 )
 
 // touchEvidence returns the evidence of context c (whose index tag is tag),

@@ -11,8 +11,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
 
-	"github.com/idemkit/idemkit/collector/dupprocessor/internal/metadatatest"
-	sc "github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/metadatatest"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // A batch made only of evidence copies is read and dropped: nothing is

@@ -1,4 +1,4 @@
-package dupprocessor // import "github.com/idemkit/idemkit/collector/dupprocessor"
+package dupprocessor // import "github.com/idemkit-mcp/idemkit/collector/dupprocessor"
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/processor"
 
-	"github.com/idemkit/idemkit/collector/dupprocessor/internal/metadata"
+	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/metadata"
 )
 
 // NewFactory returns the factory of the dup traces processor (component

@@ -15,8 +15,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor/processortest"
 
-	"github.com/idemkit/idemkit/collector/dupprocessor/internal/metadata"
-	sc "github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/metadata"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // eventBase is the event time (span timestamps) every test trace starts at.
@@ -92,7 +92,7 @@ func buildTraces(spans ...sp) ptrace.Traces {
 				rs.Resource().Attributes().PutBool(sc.EvidenceCopy, true)
 			}
 			ss = rs.ScopeSpans().AppendEmpty()
-			ss.Scope().SetName("github.com/idemkit/idemkit/instrument")
+			ss.Scope().SetName("github.com/idemkit-mcp/idemkit/instrument")
 			lastSvc, lastCopy = svc, s.copy
 		}
 		appendSpan(ss.Spans(), s)

@@ -1,9 +1,9 @@
-package dupprocessor // import "github.com/idemkit/idemkit/collector/dupprocessor"
+package dupprocessor // import "github.com/idemkit-mcp/idemkit/collector/dupprocessor"
 
 import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
-	"github.com/idemkit/idemkit/collector/dupprocessor/internal/state"
+	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/state"
 )
 
 // heldSpan is a tracked tool span waiting for its decision, inside a

@@ -1,12 +1,12 @@
-package dupprocessor // import "github.com/idemkit/idemkit/collector/dupprocessor"
+package dupprocessor // import "github.com/idemkit-mcp/idemkit/collector/dupprocessor"
 
 import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
-	"github.com/idemkit/idemkit/collector/dupprocessor/internal/spanview"
-	"github.com/idemkit/idemkit/collector/dupprocessor/internal/state"
-	sc "github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/spanview"
+	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/state"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // toolFact is what extract reads of a tool span, before track files it.

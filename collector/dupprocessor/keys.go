@@ -1,4 +1,4 @@
-package dupprocessor // import "github.com/idemkit/idemkit/collector/dupprocessor"
+package dupprocessor // import "github.com/idemkit-mcp/idemkit/collector/dupprocessor"
 
 import (
 	"crypto/sha256"
@@ -13,9 +13,9 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 
-	"github.com/idemkit/idemkit/collector/dupprocessor/internal/spanview"
-	"github.com/idemkit/idemkit/collector/dupprocessor/internal/state"
-	sc "github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/spanview"
+	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/state"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // serviceNameKey is the resource attribute service.name (not in spancontract:

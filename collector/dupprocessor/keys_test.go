@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 
-	sc "github.com/idemkit/idemkit/spancontract"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // readToolAttrsPlain is readToolAttrs written as a plain switch: the

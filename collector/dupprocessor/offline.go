@@ -1,4 +1,4 @@
-package dupprocessor // import "github.com/idemkit/idemkit/collector/dupprocessor"
+package dupprocessor // import "github.com/idemkit-mcp/idemkit/collector/dupprocessor"
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/zap"
 
-	"github.com/idemkit/idemkit/collector/dupprocessor/internal/metadata"
+	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/metadata"
 )
 
 // Annotate runs the dup processor over spans that were recorded earlier (an

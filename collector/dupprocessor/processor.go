@@ -1,4 +1,4 @@
-package dupprocessor // import "github.com/idemkit/idemkit/collector/dupprocessor"
+package dupprocessor // import "github.com/idemkit-mcp/idemkit/collector/dupprocessor"
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/collector/processor"
 	"go.uber.org/zap"
 
-	"github.com/idemkit/idemkit/collector/dupprocessor/internal/metadata"
-	"github.com/idemkit/idemkit/collector/dupprocessor/internal/state"
+	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/metadata"
+	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/state"
 )
 
 // The processor's code follows a batch through its phases, one file each:

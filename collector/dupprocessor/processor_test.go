@@ -21,9 +21,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
 
-	"github.com/idemkit/idemkit/collector/dupprocessor/internal/metadata"
-	"github.com/idemkit/idemkit/collector/dupprocessor/internal/metadatatest"
-	sc "github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/metadata"
+	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/metadatatest"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 func TestConfig(t *testing.T) {

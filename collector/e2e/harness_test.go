@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/idemkit/idemkit/internal/devtools/harness"
+	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
 )
 
 // The helpers below are the tests' names for the shared end-to-end harness

@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc"
 	_ "google.golang.org/grpc/encoding/gzip" // the Collector's otlp exporter compresses with gzip
 
-	sc "github.com/idemkit/idemkit/spancontract"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // otlpSink is an OTLP/gRPC trace receiver: the trace backend behind the

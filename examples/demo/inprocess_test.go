@@ -13,13 +13,13 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/idemkit/idemkit/examples/internal/agent"
-	"github.com/idemkit/idemkit/examples/internal/refunds"
-	"github.com/idemkit/idemkit/examples/internal/report"
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/idemkit/sqlitestore"
-	"github.com/idemkit/idemkit/internal/devtools/harness"
-	sc "github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/examples/internal/agent"
+	"github.com/idemkit-mcp/idemkit/examples/internal/refunds"
+	"github.com/idemkit-mcp/idemkit/examples/internal/report"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
+	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // server is a refund server under test: real mcp-go over real HTTP

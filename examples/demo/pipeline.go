@@ -10,10 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idemkit/examples/internal/agent"
-	"github.com/idemkit/idemkit/examples/internal/refunds"
-	"github.com/idemkit/idemkit/examples/internal/report"
-	"github.com/idemkit/idemkit/internal/devtools/harness"
+	"github.com/idemkit-mcp/idemkit/examples/internal/agent"
+	"github.com/idemkit-mcp/idemkit/examples/internal/refunds"
+	"github.com/idemkit-mcp/idemkit/examples/internal/report"
+	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
 )
 
 // Topology names a Collector deployment the demo can run through.

@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/idemkit/idemkit/examples/internal/report"
+	"github.com/idemkit-mcp/idemkit/examples/internal/report"
 )
 
 // Hooks are called against the live pipeline; an error fails the run.

@@ -35,8 +35,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemkit/idemkit/examples/internal/agent"
-	"github.com/idemkit/idemkit/examples/internal/telemetry"
+	"github.com/idemkit-mcp/idemkit/examples/internal/agent"
+	"github.com/idemkit-mcp/idemkit/examples/internal/telemetry"
 )
 
 func main() {

@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idemkit/examples/internal/refunds"
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/idemkit/pgstore"
-	"github.com/idemkit/idemkit/idemkit/sqlitestore"
-	"github.com/idemkit/idemkit/instrument"
-	"github.com/idemkit/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/examples/internal/refunds"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
+	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
+	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/internal/pgtest"
 )
 
 // counts reads, in the files a killed server left, the refund rows and the

@@ -42,9 +42,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemkit/idemkit/examples/internal/refunds"
-	"github.com/idemkit/idemkit/examples/internal/telemetry"
-	"github.com/idemkit/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/examples/internal/refunds"
+	"github.com/idemkit-mcp/idemkit/examples/internal/telemetry"
+	"github.com/idemkit-mcp/idemkit/instrument"
 )
 
 // options are the command-line flags.

@@ -7,10 +7,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idemkit/examples/internal/refunds"
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/idemkit/pgstore"
-	"github.com/idemkit/idemkit/idemkit/sqlitestore"
+	"github.com/idemkit-mcp/idemkit/examples/internal/refunds"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
+	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
 )
 
 // openedStore is the idemkit store chosen by -store, with its Guard and

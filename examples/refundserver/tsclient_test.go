@@ -17,10 +17,10 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/idemkit/idemkit/examples/internal/refunds"
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/idemkit/sqlitestore"
-	"github.com/idemkit/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/examples/internal/refunds"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
+	"github.com/idemkit-mcp/idemkit/instrument"
 )
 
 // tsResult is what testdata/tsclient/client.mjs prints.

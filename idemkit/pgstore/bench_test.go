@@ -10,10 +10,10 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/idemkit/pgstore"
-	"github.com/idemkit/idemkit/internal/benchpair"
-	"github.com/idemkit/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
+	"github.com/idemkit-mcp/idemkit/internal/benchpair"
+	"github.com/idemkit-mcp/idemkit/internal/pgtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/jackc/pgx/v5"
 )
 

@@ -4,7 +4,7 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"github.com/idemkit/idemkit/internal/migrations"
+	"github.com/idemkit-mcp/idemkit/internal/migrations"
 	"strings"
 
 	"github.com/jackc/pgx/v5"

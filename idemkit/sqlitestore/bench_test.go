@@ -23,9 +23,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/idemkit/sqlitestore"
-	"github.com/idemkit/idemkit/internal/benchpair"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
+	"github.com/idemkit-mcp/idemkit/internal/benchpair"
 )
 
 const benchKeys = 1 << 17

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit"
 )
 
 // DoInTx commits the claim, the work's writes and the outcome together; a

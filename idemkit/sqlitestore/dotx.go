@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit"
 )
 
 // TxWork is the work of DoTx: it makes its writes through tx, the

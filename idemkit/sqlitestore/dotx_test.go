@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/idemkit/sqlitestore"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
 )
 
 // txFixture is a store with the refunds table and a Guard.

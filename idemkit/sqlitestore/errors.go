@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )

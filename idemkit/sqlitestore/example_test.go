@@ -7,8 +7,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/idemkit/sqlitestore"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
 )
 
 // A refund tool on a durable store: the duplicate is replayed even by a

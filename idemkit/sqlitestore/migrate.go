@@ -6,7 +6,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"github.com/idemkit/idemkit/internal/migrations"
+	"github.com/idemkit-mcp/idemkit/internal/migrations"
 	"slices"
 	"time"
 )

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit"
 )
 
 // refunds counts the side effects recorded in the database.

@@ -14,9 +14,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/idemkit/sqlitestore"
-	"github.com/idemkit/idemkit/idemkit/storetest"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
+	"github.com/idemkit-mcp/idemkit/idemkit/storetest"
 )
 
 func TestMain(m *testing.M) {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit"
 )
 
 // hexKey returns a 64-character hex key, as Key.ID() makes, for record i.

@@ -7,8 +7,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/idemkit/idemkit/instrument"
-	"github.com/idemkit/idemkit/instrument/internal/jobtool"
+	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/instrument/internal/jobtool"
 )
 
 // AddJobTool registers tool on s in the job-and-poll shape; see

@@ -8,8 +8,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/idemkit/idemkit/internal/mcpcall"
-	"github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // The go-sdk (v1.8.0) has no MCP tasks: a server never advertises them, a

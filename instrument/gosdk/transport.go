@@ -14,8 +14,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/idemkit/idemkit/internal/mcpcall"
-	"github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // requestInfo is what a wrapper recorded about one request before the SDK

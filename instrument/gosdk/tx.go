@@ -6,8 +6,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/idemkit/idemkit/instrument"
-	"github.com/idemkit/idemkit/instrument/internal/txtool"
+	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/instrument/internal/txtool"
 )
 
 // servers finds the Instrumentation installed on a server.

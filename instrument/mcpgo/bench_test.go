@@ -26,9 +26,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/instrument"
-	"github.com/idemkit/idemkit/internal/mcpcall"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 )
 
 // nopProcessor receives every ended span and drops it: spans are sampled

@@ -18,8 +18,8 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 	"go.uber.org/goleak"
 
-	"github.com/idemkit/idemkit/instrument"
-	"github.com/idemkit/idemkit/internal/adaptertest"
+	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/internal/adaptertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -10,10 +10,10 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/instrument"
-	"github.com/idemkit/idemkit/instrument/mcpgo"
-	"github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/instrument/mcpgo"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // An mcp-go server with idemkit wired in: the refund tool runs once however

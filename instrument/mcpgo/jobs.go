@@ -6,9 +6,9 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/idemkit/idemkit/instrument"
-	"github.com/idemkit/idemkit/instrument/internal/jobtool"
-	"github.com/idemkit/idemkit/internal/mcpcall"
+	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/instrument/internal/jobtool"
+	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 )
 
 // AddJobTool registers tool on s in the job-and-poll shape, for work that

@@ -95,10 +95,10 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/mark3labs/mcp-go/tracing"
 
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/instrument"
-	"github.com/idemkit/idemkit/internal/mcpcall"
-	"github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // stdioSessionID is the session ID mcp-go reports for its stdio transport,

@@ -6,8 +6,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/idemkit/idemkit/instrument"
-	"github.com/idemkit/idemkit/instrument/internal/txtool"
+	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/instrument/internal/txtool"
 )
 
 // TxToolHandlerFunc is the handler of a transactional tool (AddTxTool): it

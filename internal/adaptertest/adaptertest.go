@@ -13,8 +13,8 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/instrument"
 )
 
 // Transport is how the suite's client reaches the server.

@@ -20,8 +20,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/instrument"
 )
 
 // rig is one test's server with its recorders.

@@ -18,9 +18,9 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/instrument"
-	sc "github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/instrument"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // Run runs the whole suite against h.

@@ -17,10 +17,10 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/idemkit/sqlitestore"
-	"github.com/idemkit/idemkit/instrument"
-	sc "github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
+	"github.com/idemkit-mcp/idemkit/instrument"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // rpcClient sends raw JSON-RPC requests on an MCP session a real client

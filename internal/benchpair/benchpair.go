@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit"
 )
 
 // Op performs call number i of one side; i is unique across all calls of

@@ -1,4 +1,4 @@
-module github.com/idemkit/idemkit/internal/devtools
+module github.com/idemkit-mcp/idemkit/internal/devtools
 
 go 1.26.0
 

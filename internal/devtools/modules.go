@@ -10,7 +10,7 @@ import (
 )
 
 // ModulePrefix is the path prefix of every idemkit module.
-const ModulePrefix = "github.com/idemkit/idemkit"
+const ModulePrefix = "github.com/idemkit-mcp/idemkit"
 
 // ReleaseVersion is the version the next release tags every published
 // module with, and the version at which each published go.mod requires its

@@ -17,8 +17,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemkit/idemkit/idemkit"
-	sc "github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 const refundResult = `{"content":[{"type":"text","text":"Refunded o-1"}],"structuredContent":{"refund_id":"re_1","amount":1.0}}`

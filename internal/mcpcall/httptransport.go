@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // HTTPTransport returns the Transport of a request served over Streamable

@@ -11,13 +11,13 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // ScopeName is the instrumentation scope of the tracer and the meter: the
 // import path of the package users configure, instrument.
-const ScopeName = "github.com/idemkit/idemkit/instrument"
+const ScopeName = "github.com/idemkit-mcp/idemkit/instrument"
 
 // Version is the instrumentation version reported with the scope.
 const Version = idemkit.Version

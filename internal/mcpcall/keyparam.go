@@ -6,7 +6,7 @@ import (
 	"maps"
 	"strings"
 
-	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit"
 )
 
 // KeyDescription is the sentence appended to the description of a tool

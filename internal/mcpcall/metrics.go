@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/semconv/v1.41.0/mcpconv"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // Names of idemkit's own instruments (OpenTelemetry names; units in the

@@ -10,7 +10,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 const schemaURL = semconv.SchemaURL

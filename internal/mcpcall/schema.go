@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
-	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit"
 )
 
 // SchemaValidator validates tool arguments against an input schema with the

@@ -8,9 +8,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/internal/runs"
-	"github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/internal/runs"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // Names the MCP tasks specification (2025-11-25) gives to _meta entries.

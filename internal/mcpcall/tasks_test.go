@@ -11,8 +11,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // withTasks gives a rig's server task support (a replica when another rig

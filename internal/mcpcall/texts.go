@@ -4,7 +4,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit"
 )
 
 // Names of the _meta entries idemkit writes on results. They follow the MCP

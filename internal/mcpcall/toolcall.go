@@ -6,8 +6,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // ToolCall is what a front end knows about one tools/call.

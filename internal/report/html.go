@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	sc "github.com/idemkit/idemkit/spancontract"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // prose escapes s for HTML and sets the text between backquotes as code.

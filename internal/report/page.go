@@ -15,7 +15,7 @@ package report
 import (
 	"time"
 
-	sc "github.com/idemkit/idemkit/spancontract"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // Page is one report.

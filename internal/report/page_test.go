@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	sc "github.com/idemkit/idemkit/spancontract"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 func testPage() *Page {

@@ -24,7 +24,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit"
 )
 
 // Defaults of Config.

@@ -11,7 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/idemkit/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

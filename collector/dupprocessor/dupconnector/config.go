@@ -1,4 +1,4 @@
-package dupconnector // import "github.com/idemkit/idemkit/collector/dupprocessor/dupconnector"
+package dupconnector // import "github.com/idemkit-mcp/idemkit/collector/dupprocessor/dupconnector"
 
 import (
 	"errors"

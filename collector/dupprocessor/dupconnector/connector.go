@@ -1,4 +1,4 @@
-package dupconnector // import "github.com/idemkit/idemkit/collector/dupprocessor/dupconnector"
+package dupconnector // import "github.com/idemkit-mcp/idemkit/collector/dupprocessor/dupconnector"
 
 import (
 	"context"
@@ -15,9 +15,9 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.uber.org/zap"
 
-	"github.com/idemkit/idemkit/collector/dupprocessor/dupconnector/internal/metadata"
-	"github.com/idemkit/idemkit/collector/dupprocessor/internal/spanview"
-	sc "github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/dupconnector/internal/metadata"
+	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/spanview"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // Metric names. They are a public interface: dashboards query the

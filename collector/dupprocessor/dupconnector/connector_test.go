@@ -20,8 +20,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
-	"github.com/idemkit/idemkit/collector/dupprocessor/dupconnector/internal/metadata"
-	sc "github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/dupconnector/internal/metadata"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // update regenerates testdata/<case>/input.yaml (processor_cases only) and

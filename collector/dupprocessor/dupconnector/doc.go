@@ -4,4 +4,4 @@
 // See README.md for the metric names and the Prometheus series they become.
 //
 //go:generate ../../../scripts/collector-mdatagen.sh metadata.yaml
-package dupconnector // import "github.com/idemkit/idemkit/collector/dupprocessor/dupconnector"
+package dupconnector // import "github.com/idemkit-mcp/idemkit/collector/dupprocessor/dupconnector"

@@ -1,4 +1,4 @@
-package dupconnector // import "github.com/idemkit/idemkit/collector/dupprocessor/dupconnector"
+package dupconnector // import "github.com/idemkit-mcp/idemkit/collector/dupprocessor/dupconnector"
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/collector/connector"
 	"go.opentelemetry.io/collector/consumer"
 
-	"github.com/idemkit/idemkit/collector/dupprocessor/dupconnector/internal/metadata"
+	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/dupconnector/internal/metadata"
 )
 
 // NewFactory returns the factory of the dup connector (component type

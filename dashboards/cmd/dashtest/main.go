@@ -46,11 +46,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemkit/idemkit/dashboards"
-	"github.com/idemkit/idemkit/dashboards/internal/dashtest"
-	"github.com/idemkit/idemkit/dashboards/internal/metrics"
-	"github.com/idemkit/idemkit/examples/demo"
-	"github.com/idemkit/idemkit/internal/devtools/harness"
+	"github.com/idemkit-mcp/idemkit/dashboards"
+	"github.com/idemkit-mcp/idemkit/dashboards/internal/dashtest"
+	"github.com/idemkit-mcp/idemkit/dashboards/internal/metrics"
+	"github.com/idemkit-mcp/idemkit/examples/demo"
+	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
 )
 
 func main() {

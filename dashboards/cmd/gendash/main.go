@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 
-	"github.com/idemkit/idemkit/dashboards/internal/build"
+	"github.com/idemkit-mcp/idemkit/dashboards/internal/build"
 )
 
 func main() {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 
-	"github.com/idemkit/idemkit/dashboards/internal/metrics"
+	"github.com/idemkit-mcp/idemkit/dashboards/internal/metrics"
 )
 
 // Metric names, as the Prometheus exporters write them, from metrics.json

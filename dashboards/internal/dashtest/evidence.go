@@ -11,8 +11,8 @@ import (
 
 	_ "modernc.org/sqlite" // the demo servers' refund databases
 
-	"github.com/idemkit/idemkit/internal/devtools/harness"
-	sc "github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // Evidence is what the demo run did, from sources other than Prometheus:

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idemkit/dashboards/internal/metrics"
-	"github.com/idemkit/idemkit/internal/devtools/harness"
+	"github.com/idemkit-mcp/idemkit/dashboards/internal/metrics"
+	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
 )
 
 // The processor's telemetry the exercise reads, from metrics.json.

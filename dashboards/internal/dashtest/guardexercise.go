@@ -26,13 +26,13 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 
-	"github.com/idemkit/idemkit/dashboards/internal/metrics"
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/idemkit/sqlitestore"
-	"github.com/idemkit/idemkit/instrument"
-	"github.com/idemkit/idemkit/instrument/mcpgo"
-	"github.com/idemkit/idemkit/internal/devtools/harness"
-	sc "github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/dashboards/internal/metrics"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
+	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/instrument/mcpgo"
+	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // GuardService is the service.name of the server GuardExercise runs: the

@@ -10,9 +10,9 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/idemkit/idemkit/instrument"
-	"github.com/idemkit/idemkit/internal/devtools/harness"
-	sc "github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // TestGuardExercise_RecordsWhatAHealthyRunNeverDoes runs the exercised

@@ -1,6 +1,6 @@
 package dashtest
 
-import "github.com/idemkit/idemkit/dashboards/internal/metrics"
+import "github.com/idemkit-mcp/idemkit/dashboards/internal/metrics"
 
 // The registry of emitted metrics (metrics.json), from package metrics.
 type (

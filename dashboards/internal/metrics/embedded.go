@@ -3,7 +3,7 @@ package metrics
 import (
 	"sync"
 
-	"github.com/idemkit/idemkit/dashboards"
+	"github.com/idemkit-mcp/idemkit/dashboards"
 )
 
 var (

@@ -16,8 +16,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemkit/idemkit/instrument"
-	sc "github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/instrument"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // Conn is one MCP session of the agent: an mcp-go client over Streamable

@@ -19,11 +19,11 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	sc "github.com/idemkit/idemkit/spancontract"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // ScopeName is the instrumentation scope of the agent's spans.
-const ScopeName = "github.com/idemkit/idemkit/examples/internal/agent"
+const ScopeName = "github.com/idemkit-mcp/idemkit/examples/internal/agent"
 
 // Model is the gen_ai.request.model of the agent's chat spans. There is no
 // model: the agent's decisions are scripted, and each chat span stands for

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	sc "github.com/idemkit/idemkit/spancontract"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // Scenario is one situation in which an agent sends a tool call twice (or,

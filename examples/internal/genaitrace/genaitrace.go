@@ -36,11 +36,11 @@ import (
 	"go.opentelemetry.io/otel/semconv/v1.41.0/mcpconv"
 	"go.opentelemetry.io/otel/trace"
 
-	sc "github.com/idemkit/idemkit/spancontract"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // ScopeName is the instrumentation scope of the spans and metrics.
-const ScopeName = "github.com/idemkit/idemkit/examples/internal/genaitrace"
+const ScopeName = "github.com/idemkit-mcp/idemkit/examples/internal/genaitrace"
 
 // maxArguments caps gen_ai.tool.call.arguments.
 const maxArguments = 4096

@@ -10,7 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 
-	"github.com/idemkit/idemkit/instrument/mcpgo"
+	"github.com/idemkit-mcp/idemkit/instrument/mcpgo"
 )
 
 // DemoTokens are the bearer tokens the demo accepts.

@@ -13,13 +13,13 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemkit/idemkit/examples/internal/genaitrace"
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/idemkit/pgstore"
-	"github.com/idemkit/idemkit/idemkit/sqlitestore"
-	"github.com/idemkit/idemkit/instrument"
-	"github.com/idemkit/idemkit/instrument/gosdk"
-	"github.com/idemkit/idemkit/instrument/mcpgo"
+	"github.com/idemkit-mcp/idemkit/examples/internal/genaitrace"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
+	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
+	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/instrument/gosdk"
+	"github.com/idemkit-mcp/idemkit/instrument/mcpgo"
 )
 
 // Defaults of Config.

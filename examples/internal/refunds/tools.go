@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/instrument"
 )
 
 // Tool names.

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemkit/idemkit/internal/devtools/harness"
-	htmlreport "github.com/idemkit/idemkit/internal/report"
-	sc "github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
+	htmlreport "github.com/idemkit-mcp/idemkit/internal/report"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // otlpValue is an attribute value in OTLP/JSON. Numbers read back from

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	sc "github.com/idemkit/idemkit/spancontract"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // Evidence is what the span stream says about a duplicate M and the call

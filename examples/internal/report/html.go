@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idemkit/examples/internal/agent"
-	htmlreport "github.com/idemkit/idemkit/internal/report"
-	sc "github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/examples/internal/agent"
+	htmlreport "github.com/idemkit-mcp/idemkit/internal/report"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // HTMLMeta describes the run in the HTML report's footer.

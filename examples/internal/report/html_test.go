@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemkit/idemkit/internal/devtools/harness"
+	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
 )
 
 // demoInputs are the inputs of a real demo run (the demo writes them to

@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strings"
 
-	sc "github.com/idemkit/idemkit/spancontract"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // Render writes the report for a person to read.

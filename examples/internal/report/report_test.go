@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemkit/idemkit/examples/internal/agent"
-	"github.com/idemkit/idemkit/examples/internal/refunds"
-	"github.com/idemkit/idemkit/internal/devtools/harness"
-	sc "github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/examples/internal/agent"
+	"github.com/idemkit-mcp/idemkit/examples/internal/refunds"
+	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 func TestReadSpans(t *testing.T) {

@@ -1,8 +1,8 @@
 package report
 
 import (
-	"github.com/idemkit/idemkit/internal/devtools/harness"
-	sc "github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // Span is a span the Collector wrote out after the dup processor (OTLP/JSON,

@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/idemkit/idemkit/instrument"
-	"github.com/idemkit/idemkit/internal/mcpcall"
+	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 )
 
 // Description is the description of a job tool's start tool: its own

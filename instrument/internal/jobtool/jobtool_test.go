@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemkit/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/instrument"
 )
 
 func TestStatusText_SaysWhatToDo(t *testing.T) {

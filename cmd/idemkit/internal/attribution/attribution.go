@@ -21,8 +21,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor/processortest"
 
-	"github.com/idemkit/idemkit/collector/dupprocessor"
-	sc "github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/collector/dupprocessor"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // Options tune Run. Zero fields keep the processor's defaults.

@@ -8,8 +8,8 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
-	"github.com/idemkit/idemkit/internal/report"
-	sc "github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/internal/report"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // MaxTimelines bounds the traces Page draws call by call.

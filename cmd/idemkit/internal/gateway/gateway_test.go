@@ -25,8 +25,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/internal/mcpcall"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 )
 
 // upstreamServer is a real mcp-go server over Streamable HTTP with stateful

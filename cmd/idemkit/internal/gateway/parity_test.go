@@ -26,10 +26,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/idemkit/idemkit/idemkit"
-	"github.com/idemkit/idemkit/instrument"
-	"github.com/idemkit/idemkit/instrument/mcpgo"
-	sc "github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/instrument/mcpgo"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // parityServer is one copy of the server both sides run: the same tools,

@@ -14,8 +14,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/idemkit/idemkit/internal/mcpcall"
-	"github.com/idemkit/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // ServeHTTP serves MCP's Streamable HTTP transport: POST a message, GET the

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/idemkit/idemkit/internal/mcpcall"
+	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 )
 
 // toolEntry is what the gateway knows of one upstream tool, from the

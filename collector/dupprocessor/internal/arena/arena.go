@@ -3,7 +3,7 @@
 // and FIFO queues of references to them. The processor only stores
 // pointer-free types here, so the garbage collector never scans their
 // contents, however many there are.
-package arena // import "github.com/idemkit/idemkit/collector/dupprocessor/internal/arena"
+package arena // import "github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/arena"
 
 // chunkBits sets the size of an arena chunk: 1024 slots.
 const chunkBits = 10

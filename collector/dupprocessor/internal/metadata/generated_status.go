@@ -10,7 +10,7 @@ import (
 
 var (
 	Type      = component.MustNewType("dup")
-	ScopeName = "github.com/idemkit/idemkit/collector/dupprocessor"
+	ScopeName = "github.com/idemkit-mcp/idemkit/collector/dupprocessor"
 )
 
 const (

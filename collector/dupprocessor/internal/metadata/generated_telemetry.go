@@ -13,11 +13,11 @@ import (
 )
 
 func Meter(settings component.TelemetrySettings) metric.Meter {
-	return settings.MeterProvider.Meter("github.com/idemkit/idemkit/collector/dupprocessor")
+	return settings.MeterProvider.Meter("github.com/idemkit-mcp/idemkit/collector/dupprocessor")
 }
 
 func Tracer(settings component.TelemetrySettings) trace.Tracer {
-	return settings.TracerProvider.Tracer("github.com/idemkit/idemkit/collector/dupprocessor")
+	return settings.TracerProvider.Tracer("github.com/idemkit-mcp/idemkit/collector/dupprocessor")
 }
 
 // TelemetryBuilder provides an interface for components to report telemetry

@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
 
-	"github.com/idemkit/idemkit/collector/dupprocessor/internal/metadata"
+	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/metadata"
 	"go.opentelemetry.io/collector/component/componenttest"
 )
 

@@ -1,7 +1,7 @@
 // Package spanview recognises the spans the dup processor and the dup
 // connector care about: tool executions and inference (chat) calls. Both
 // components use it, so they agree on what a tool span is.
-package spanview // import "github.com/idemkit/idemkit/collector/dupprocessor/internal/spanview"
+package spanview // import "github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/spanview"
 
 import (
 	"math"
@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
-	sc "github.com/idemkit/idemkit/spancontract"
+	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // Kind is what a span is to the dup components.

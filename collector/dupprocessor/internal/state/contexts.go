@@ -1,8 +1,8 @@
-package state // import "github.com/idemkit/idemkit/collector/dupprocessor/internal/state"
+package state // import "github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/state"
 
 import (
-	"github.com/idemkit/idemkit/collector/dupprocessor/internal/arena"
-	"github.com/idemkit/idemkit/collector/dupprocessor/internal/tagindex"
+	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/arena"
+	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/tagindex"
 )
 
 // Context is what the processor remembers of one context (a trace, a

@@ -1,10 +1,10 @@
-package state // import "github.com/idemkit/idemkit/collector/dupprocessor/internal/state"
+package state // import "github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/state"
 
 import (
 	"encoding/binary"
 
-	"github.com/idemkit/idemkit/collector/dupprocessor/internal/arena"
-	"github.com/idemkit/idemkit/collector/dupprocessor/internal/tagindex"
+	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/arena"
+	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/tagindex"
 )
 
 // Group is the set of tool calls with one duplicate key seen within the

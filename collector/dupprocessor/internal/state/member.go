@@ -4,7 +4,7 @@
 // pointer-free arenas indexed by open-addressing tag tables, so the garbage
 // collector never scans them. Nothing here is safe for concurrent use: the
 // processor's mutex protects it.
-package state // import "github.com/idemkit/idemkit/collector/dupprocessor/internal/state"
+package state // import "github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/state"
 
 import (
 	"bytes"

@@ -1,7 +1,7 @@
 // Package tagindex is the open-addressing hash table the dup processor
 // indexes its groups and evidence contexts with: from a keyed 32-bit tag
 // to a 32-bit arena index.
-package tagindex // import "github.com/idemkit/idemkit/collector/dupprocessor/internal/tagindex"
+package tagindex // import "github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/tagindex"
 
 import "math/bits"
 

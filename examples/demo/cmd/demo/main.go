@@ -39,9 +39,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemkit/idemkit/examples/demo"
-	"github.com/idemkit/idemkit/examples/internal/report"
-	"github.com/idemkit/idemkit/internal/devtools/harness"
+	"github.com/idemkit-mcp/idemkit/examples/demo"
+	"github.com/idemkit-mcp/idemkit/examples/internal/report"
+	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
 )
 
 func main() {

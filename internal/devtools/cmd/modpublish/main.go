@@ -40,7 +40,7 @@ import (
 	"golang.org/x/mod/semver"
 	modzip "golang.org/x/mod/zip"
 
-	"github.com/idemkit/idemkit/internal/devtools"
+	"github.com/idemkit-mcp/idemkit/internal/devtools"
 )
 
 func main() {

@@ -20,7 +20,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/idemkit/idemkit/internal/devtools/harness"
+	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
 )
 
 // Command is the Chromium of Debian's chromium package.
