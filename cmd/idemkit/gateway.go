@@ -69,9 +69,13 @@ optional idempotency_key argument, which the gateway strips before
 forwarding.
 
 Who the caller is: the --subject-header value (default Authorization: the
-bearer token, hashed, never stored or exported). Two callers never share a
-result. Over HTTP, a protected call without that header is refused, never
-run unprotected (and tools/list then offers it no idempotency_key); on
+scheme and the SHA-256 of the credential after it, "bearer:<hex>", never
+the credential itself; Basic and any other scheme alike, each its own
+namespace). Two callers never share a result. An Authorization value with
+no credential (empty, white space, or a scheme alone such as "Bearer",
+which is what "Bearer " with an unset token arrives as) names no one.
+Over HTTP, a protected call without a subject is refused, never run
+unprotected (and tools/list then offers it no idempotency_key); on
 --stdio the process serves one client. --subject-header - scopes calls by
 the gateway's own session instead (its IDs are random and only those it
 issued are accepted), which catches retries within a session but not a

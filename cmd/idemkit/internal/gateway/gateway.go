@@ -75,10 +75,13 @@ type Config struct {
 	// own. Defaults to mcpcall.DefaultConfig().
 	Instrumentation *mcpcall.Config
 	// SubjectHeader is the request header that identifies the caller. For
-	// Authorization the subject is the SHA-256 of the bearer token (of the
-	// whole value for another scheme), never the token itself; for another
-	// header it is the header's value (an identity an authenticating proxy
-	// set). Over HTTP, a protected call without it is refused. "-" disables
+	// Authorization the subject is the scheme and the SHA-256 of the
+	// credential after it ("bearer:<hex>"), never the credential itself, and
+	// a value with no credential (empty, white space, a scheme alone such as
+	// "Bearer") names no one; for another header it is the header's value
+	// (an identity an authenticating proxy set). Over HTTP, a protected call
+	// without a subject is refused, and a request that carries the header
+	// more than once gets HTTP 400. "-" disables
 	// it: calls are then scoped by the gateway's own session, which only
 	// the client it was issued to can present (a duplicate sent on a new
 	// session after a reconnect then runs again). Defaults to
@@ -241,27 +244,55 @@ func (g *Gateway) reap() {
 	}
 }
 
-// subject returns the caller's subject from the request headers, or "".
+// subject returns the caller's subject from the request headers, or ""
+// when they name none: no subject header, a value of only white space, or
+// (for Authorization) a value that carries no credential.
 func (g *Gateway) subject(h http.Header) string {
 	if g.subjectH == "" || h == nil {
 		return ""
 	}
-	v := strings.TrimSpace(h.Get(g.subjectH))
+	vs := h.Values(g.subjectH)
+	if len(vs) != 1 {
+		// None, or more than one (which the HTTP front refuses before it
+		// gets here): no subject either way.
+		return ""
+	}
+	v := strings.TrimSpace(vs[0])
 	if v == "" {
 		return ""
 	}
 	if g.subjectH != "Authorization" {
 		return v
 	}
-	prefix := "authorization:"
-	if scheme, token, ok := strings.Cut(v, " "); ok && strings.EqualFold(scheme, "Bearer") {
-		prefix, v = "bearer:", strings.TrimSpace(token)
-		if v == "" {
-			return ""
-		}
+	return authorizationSubject(v)
+}
+
+// authorizationSubject returns the subject of an Authorization value:
+// the scheme, lower-cased, a colon and the hex SHA-256 of the credential
+// that follows it ("bearer:<sha256 of the token>", "basic:<sha256 of the
+// base64 user:password>"), never the credential itself. A value without a
+// credential after its scheme ("Bearer", which is what "Bearer " with an
+// unset token reaches a Go server as; "Basic"; one word of any kind) names
+// no one and returns "": RFC 9110 §11.4 makes the first word of the value
+// the scheme, and a scheme alone is not a credential. Two callers with such
+// a value must not share one scope, so their protected calls are refused
+// as unscoped, exactly like calls without the header.
+//
+// The scheme is part of the subject, so the same bytes sent under two
+// schemes are two callers; the scheme's case is not (schemes are
+// case-insensitive), the credential's is. The gateway does not verify the
+// credential: the upstream does, and a caller it rejects gets its 401.
+func authorizationSubject(v string) string {
+	i := strings.IndexAny(v, " \t")
+	if i < 0 {
+		return "" // a scheme alone
 	}
-	sum := sha256.Sum256([]byte(v))
-	return prefix + hex.EncodeToString(sum[:])
+	scheme, cred := v[:i], strings.TrimSpace(v[i+1:])
+	if cred == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(cred))
+	return strings.ToLower(scheme) + ":" + hex.EncodeToString(sum[:])
 }
 
 // session is one of the gateway's MCP sessions and its upstream session.

@@ -1,0 +1,71 @@
+package gateway
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"testing"
+
+	"github.com/idemkit-mcp/idemkit/idemkit"
+)
+
+// TestGateway_AuthorizationWithoutACredentialIsNoSubject: an Authorization
+// value that carries no credential (an unset token in a client's config
+// sends "Bearer ", which a Go server reads as "Bearer"; a scheme alone;
+// white space) names no one. Two unrelated clients sending it never share a
+// scope: each protected call is refused as unscoped, as without the
+// header, and nothing runs.
+func TestGateway_AuthorizationWithoutACredentialIsNoSubject(t *testing.T) {
+	up := newUpstream(t)
+	_, url := newGatewayServer(t, up.URL, Config{Guard: newGuard(t)})
+	for _, v := range []string{"", "   ", "Bearer ", "Bearer", "bearer \t", "BEARER", "Basic", "Basic ", "Token", "DPoP \t "} {
+		for client := range 2 {
+			c := newRawClient(t, url, http.Header{"Authorization": {v}})
+			c.mustInitialize()
+			r := c.call("issue_refund", map[string]any{"order_id": "o-1", "amount_cents": 5}).result(t)
+			if refusalOf(r) != "unscoped" || r["isError"] != true || replayed(r) {
+				t.Errorf("Authorization %q, client %d: %v, want an unscoped refusal", v, client, r)
+			}
+		}
+	}
+	if n := up.count("issue_refund"); n != 0 {
+		t.Fatalf("the upstream ran %d refunds for callers that sent no credential", n)
+	}
+}
+
+// TestGateway_AuthorizationSchemes: a credential under any scheme is a
+// subject, hashed with its scheme (case-insensitive) in front: the same
+// credential under the same scheme is one caller, under another scheme or
+// with other bytes another.
+func TestGateway_AuthorizationSchemes(t *testing.T) {
+	up := newUpstream(t)
+	tel := newTelemetryPair()
+	_, url := newGatewayServer(t, up.URL, Config{Guard: newGuard(t), Instrumentation: tel.config()})
+	args := map[string]any{"order_id": "o-1", "amount_cents": 5}
+	for i, step := range []struct {
+		auth   string
+		runs   int64 // the upstream's runs after the call
+		replay bool
+	}{
+		{"Basic YWxpY2U6cHc=", 1, false},
+		{"basic   YWxpY2U6cHc=", 1, true}, // the scheme's case and the spaces after it do not count
+		{"Basic Ym9iOnB3", 2, false},      // another credential
+		{"Bearer YWxpY2U6cHc=", 3, false}, // the same bytes under another scheme
+		{"Token abc", 4, false},           // a scheme the gateway does not know
+		{"token abc", 4, true},
+		{"Token ABC", 5, false}, // the credential's case counts
+	} {
+		c := newRawClient(t, url, http.Header{"Authorization": {step.auth}})
+		c.mustInitialize()
+		r := c.call("issue_refund", args).result(t)
+		if refusalOf(r) != "" || replayed(r) != step.replay || up.count("issue_refund") != step.runs {
+			t.Errorf("step %d, Authorization %q: replayed %v, %d runs, %v; want replayed %v, %d runs",
+				i, step.auth, replayed(r), up.count("issue_refund"), r, step.replay, step.runs)
+		}
+	}
+	sum := sha256.Sum256([]byte("YWxpY2U6cHc="))
+	want := idemkit.ShortHash("basic:" + hex.EncodeToString(sum[:]))
+	if spans := tel.toolSpans("issue_refund"); len(spans) == 0 || spans[0]["idemkit.subject.hash"] != want {
+		t.Errorf("the Basic caller's span: %v, want idemkit.subject.hash %s", spans, want)
+	}
+}
