@@ -73,7 +73,10 @@ scheme and the SHA-256 of the credential after it, "bearer:<hex>", never
 the credential itself; Basic and any other scheme alike, each its own
 namespace). Two callers never share a result. An Authorization value with
 no credential (empty, white space, or a scheme alone such as "Bearer",
-which is what "Bearer " with an unset token arrives as) names no one.
+which is what "Bearer " with an unset token arrives as) names no one. A
+request that carries the subject header more than once (a proxy that
+appends instead of replacing) gets HTTP 400: the gateway cannot tell
+which one counts.
 Over HTTP, a protected call without a subject is refused, never run
 unprotected (and tools/list then offers it no idempotency_key); on
 --stdio the process serves one client. --subject-header - scopes calls by

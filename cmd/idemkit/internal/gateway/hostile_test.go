@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
@@ -69,3 +70,51 @@ func TestGateway_AuthorizationSchemes(t *testing.T) {
 		t.Errorf("the Basic caller's span: %v, want idemkit.subject.hash %s", spans, want)
 	}
 }
+
+// TestGateway_RepeatedSubjectHeaderIsRefused: a request that carries the
+// subject header twice (a proxy that appends the identity it
+// authenticated instead of replacing the client's) is refused with HTTP
+// 400 before anything is forwarded: the client's own first value never
+// impersonates another caller.
+func TestGateway_RepeatedSubjectHeaderIsRefused(t *testing.T) {
+	for _, header := range []string{"X-User", "Authorization"} {
+		t.Run(header, func(t *testing.T) {
+			up := newUpstream(t)
+			cfg := Config{Guard: newGuard(t)}
+			alice, mallory := "Bearer alice", "Bearer mallory"
+			if header != "Authorization" {
+				cfg.SubjectHeader = header
+				alice, mallory = "alice", "mallory"
+			}
+			_, url := newGatewayServer(t, up.URL, cfg)
+			args := map[string]any{"order_id": "o-1", "amount_cents": 5}
+			a := newRawClient(t, url, http.Header{header: {alice}})
+			a.mustInitialize()
+			if r := a.call("issue_refund", args).result(t); refusalOf(r) != "" || up.count("issue_refund") != 1 {
+				t.Fatalf("alice's refund: %v", r)
+			}
+
+			// Mallory names alice first; the proxy appends mallory.
+			m := newRawClient(t, url, http.Header{header: {alice, mallory}})
+			if got := m.initialize(); got.status != http.StatusBadRequest || !hasText(got.body, header+" header appears 2 times") {
+				t.Errorf("initialize with two %s headers: %d %s, want 400 naming the header", header, got.status, got.body)
+			}
+			m.hdr = http.Header{header: {mallory}}
+			m.mustInitialize()
+			m.hdr = http.Header{header: {alice, mallory}}
+			got := m.call("issue_refund", args)
+			if got.status != http.StatusBadRequest || got.msg["result"] != nil || !hasText(got.body, "Nothing was done") {
+				t.Errorf("a call with two %s headers: %d %s, want 400 and no result", header, got.status, got.body)
+			}
+			got = m.call("issue_refund", map[string]any{"order_id": "o-2", "amount_cents": 5})
+			if got.status != http.StatusBadRequest || up.count("issue_refund") != 1 {
+				t.Errorf("a new call with two %s headers: %d %s, %d runs; want 400 and nothing run", header, got.status, got.body, up.count("issue_refund"))
+			}
+			if got := m.send(http.MethodDelete, ""); got.status != http.StatusBadRequest {
+				t.Errorf("DELETE with two %s headers: %d, want 400", header, got.status)
+			}
+		})
+	}
+}
+
+func hasText(b []byte, s string) bool { return strings.Contains(string(b), s) }

@@ -26,6 +26,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Forbidden: the Origin header names another site (DNS rebinding protection); MCP clients send no Origin or their own", http.StatusForbidden)
 		return
 	}
+	if n := g.subjectHeaders(r.Header); n > 1 {
+		writeJSONRPCError(w, http.StatusBadRequest, nil, codeInvalidRequest, fmt.Sprintf(
+			"Bad Request: the %s header appears %d times in this request. The idemkit gateway identifies the caller by it and cannot tell which one counts "+
+				"(a proxy that appends the header instead of replacing it sends it twice). Nothing was done: send it once.", g.subjectH, n))
+		return
+	}
 	switch r.Method {
 	case http.MethodPost:
 		g.post(w, r)
@@ -37,6 +43,15 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", "GET, POST, DELETE")
 		http.Error(w, "Method Not Allowed: MCP's Streamable HTTP transport uses POST, GET and DELETE", http.StatusMethodNotAllowed)
 	}
+}
+
+// subjectHeaders returns how many times the subject header appears in h
+// (0 when none is configured).
+func (g *Gateway) subjectHeaders(h http.Header) int {
+	if g.subjectH == "" {
+		return 0
+	}
+	return len(h.Values(g.subjectH))
 }
 
 // originAllowed accepts requests without an Origin (non-browser clients),
