@@ -412,17 +412,6 @@ func (s *session) roundTrip(ctx context.Context, req *Message, h http.Header, ou
 	}
 }
 
-// requestParams are the members of a request's params the gateway reads.
-type requestParams struct {
-	Name           string          `json:"name"`
-	URI            string          `json:"uri"`
-	Arguments      json.RawMessage `json:"arguments"`
-	Meta           map[string]any  `json:"_meta"`
-	Cursor         json.RawMessage `json:"cursor"`
-	RequestState   json.RawMessage `json:"requestState"`
-	InputResponses json.RawMessage `json:"inputResponses"`
-}
-
 // handle answers one client request, which arrived on transport t, in its
 // own SERVER span. lost reports that the upstream no longer knows the
 // session: the gateway session is then closed.
@@ -431,11 +420,7 @@ func (s *session) handle(ctx context.Context, req *Message, h http.Header, t *mc
 	defer s.active.Add(-1)
 	defer s.touch()
 
-	var p requestParams
-	perr := error(nil)
-	if len(req.Params) > 0 {
-		perr = json.Unmarshal(req.Params, &p)
-	}
+	p, perr := decodeParams(req.Params, req.Method == spancontract.MethodToolsCall)
 	r := mcpcall.Request{Method: req.Method, Meta: p.Meta, SessionID: s.id, ProtocolVersion: s.protocolVersion(), Transport: *t}
 	r.ID, r.HasID = mcpcall.FormatRawRequestID(req.ID)
 	switch req.Method {
@@ -460,6 +445,14 @@ func (s *session) handle(ctx context.Context, req *Message, h http.Header, t *mc
 	var err error
 	switch {
 	case req.Method == spancontract.MethodToolsCall:
+		if envErr, ok := errors.AsType[*envelopeError](perr); ok {
+			// Nothing is claimed or forwarded: the upstream might run
+			// other arguments (or another tool) than the key would name.
+			resp = newErrorResponse(req.ID, codeInvalidParams, "Invalid params: "+envErr.Error()+
+				". MCP servers disagree on which member counts (one written in Go reads any case, the last one winning; one in JavaScript or Python only the exact name), "+
+				"so the idemkit gateway refused this tools/call and nothing was run. Send name, arguments and _meta once each, spelled exactly so.")
+			break
+		}
 		if perr != nil || p.Name == "" {
 			resp = newErrorResponse(req.ID, codeInvalidParams, "Invalid params: tools/call needs params.name (the tool) and params.arguments (an object).")
 			break

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
@@ -118,3 +119,87 @@ func TestGateway_RepeatedSubjectHeaderIsRefused(t *testing.T) {
 }
 
 func hasText(b []byte, s string) bool { return strings.Contains(string(b), s) }
+
+// envelopeDecoys are tools/call params with a member of the envelope
+// spelled twice: a Go server reads the case variant (the last one wins), a
+// server in JavaScript or Python the exact name, so the gateway would have
+// hashed other arguments (or another tool) than the upstream runs.
+var envelopeDecoys = map[string]string{
+	"Arguments":       `{"name":"issue_refund","arguments":{"order_id":"o-1","amount_cents":5},"Arguments":{"order_id":"o-2","amount_cents":900}}`,
+	"ARGUMENTS first": `{"name":"issue_refund","ARGUMENTS":{"order_id":"o-2","amount_cents":900},"arguments":{"order_id":"o-1","amount_cents":5}}`,
+	"only Arguments":  `{"name":"issue_refund","Arguments":{"order_id":"o-2","amount_cents":900}}`,
+	"Name":            `{"name":"lookup","Name":"issue_refund","arguments":{"order_id":"o-1","amount_cents":5}}`,
+	"_META":           `{"name":"issue_refund","arguments":{"order_id":"o-1","amount_cents":5},"_meta":{"progressToken":1},"_META":{"io.idemkit/idempotency_key":"k-1"}}`,
+	"arguments twice": `{"name":"issue_refund","arguments":{"order_id":"o-1","amount_cents":5},"arguments":{"order_id":"o-2","amount_cents":900}}`,
+	"long s (U+017F)": `{"name":"issue_refund","arguments":{"order_id":"o-1","amount_cents":5},"argument\u017f":{"order_id":"o-2","amount_cents":900}}`,
+	"escaped Name":    `{"name":"issue_refund","\u004eame":"lookup","arguments":{"order_id":"o-1","amount_cents":5}}`,
+	"_Meta null":      `{"name":"issue_refund","arguments":{"order_id":"o-1","amount_cents":5},"_meta":{},"_Meta":null}`,
+}
+
+// checkEnvelopeRefusal checks the answer to a decoy: a JSON-RPC invalid
+// params error that says what to change.
+func checkEnvelopeRefusal(t *testing.T, what string, msg map[string]any) {
+	t.Helper()
+	e, _ := msg["error"].(map[string]any)
+	text, _ := e["message"].(string)
+	if msg["result"] != nil || e["code"] != float64(codeInvalidParams) || !strings.Contains(text, "nothing was run") || !strings.Contains(text, "spelled exactly") {
+		t.Errorf("%s: %v, want a -32602 error saying nothing was run", what, msg)
+	}
+}
+
+// TestGateway_EnvelopeIsReadByExactName: tools/call params with a case
+// variant (or a second copy) of name, arguments or _meta are refused with
+// a JSON-RPC error, over HTTP and over stdio; nothing is claimed or
+// forwarded. The same session's proper call then runs once.
+func TestGateway_EnvelopeIsReadByExactName(t *testing.T) {
+	proper := `{"name":"issue_refund","arguments":{"order_id":"o-1","amount_cents":5}}`
+	t.Run("http", func(t *testing.T) {
+		up := newUpstream(t)
+		_, url := newGatewayServer(t, up.URL, Config{Guard: newGuard(t)})
+		c := newRawClient(t, url, http.Header{"Authorization": {"Bearer tok"}})
+		c.mustInitialize()
+		for what, params := range envelopeDecoys {
+			a := c.callParams(params)
+			if a.status != http.StatusOK {
+				t.Errorf("%s: HTTP %d %s", what, a.status, a.body)
+			}
+			checkEnvelopeRefusal(t, what, a.msg)
+		}
+		if n := up.count("issue_refund") + up.count("lookup"); n != 0 {
+			t.Fatalf("the upstream ran %d calls of refused params", n)
+		}
+		for range 2 {
+			c.callParams(proper).result(t)
+		}
+		if n := up.count("issue_refund"); n != 1 {
+			t.Errorf("a proper call and its retry ran %d times, want 1", n)
+		}
+	})
+	t.Run("stdio", func(t *testing.T) {
+		up := newUpstream(t)
+		u, err := NewHTTPUpstream(up.URL, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := New(Config{Upstream: u, Guard: newGuard(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close(context.Background())
+		c := newStdioClient(t, g)
+		for what, params := range envelopeDecoys {
+			checkEnvelopeRefusal(t, what, c.callParams(params))
+		}
+		if n := up.count("issue_refund") + up.count("lookup"); n != 0 {
+			t.Fatalf("the upstream ran %d calls of refused params", n)
+		}
+		for range 2 {
+			if m := c.callParams(proper); m["result"] == nil {
+				t.Fatalf("a proper call: %v", m)
+			}
+		}
+		if n := up.count("issue_refund"); n != 1 {
+			t.Errorf("a proper call and its retry ran %d times, want 1", n)
+		}
+	})
+}

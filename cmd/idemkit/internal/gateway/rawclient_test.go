@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -201,4 +202,67 @@ func resultText(r map[string]any) string {
 func (a rawAnswer) rpcError() map[string]any {
 	e, _ := a.msg["error"].(map[string]any)
 	return e
+}
+
+// stdioClient is a client of a Gateway served over stdio (ServeStdio),
+// one line per message.
+type stdioClient struct {
+	t       testing.TB
+	in      *io.PipeWriter
+	answers *bufio.Scanner
+	served  chan error
+	next    int
+}
+
+// newStdioClient serves g over stdio to a new client and initializes the
+// session. The session ends when the test does.
+func newStdioClient(t testing.TB, g *Gateway) *stdioClient {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	c := &stdioClient{t: t, in: inW, answers: bufio.NewScanner(outR), served: make(chan error, 1)}
+	c.answers.Buffer(nil, 64<<20)
+	go func() {
+		c.served <- g.ServeStdio(context.Background(), inR, outW)
+		outW.Close()
+	}()
+	t.Cleanup(func() {
+		inW.Close()
+		<-c.served
+	})
+	c.send(rawInitialize)
+	c.notify(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	return c
+}
+
+func (c *stdioClient) notify(line string) {
+	c.t.Helper()
+	if _, err := io.WriteString(c.in, line+"\n"); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// send writes one request and returns the response to it (messages before
+// it are skipped).
+func (c *stdioClient) send(line string) map[string]any {
+	c.t.Helper()
+	c.notify(line)
+	for c.answers.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(c.answers.Bytes(), &m); err != nil {
+			c.t.Fatalf("the gateway wrote %q: %v", c.answers.Bytes(), err)
+		}
+		if _, ok := m["method"]; !ok {
+			return m
+		}
+	}
+	c.t.Fatalf("no answer to %s: %v", line, c.answers.Err())
+	return nil
+}
+
+// callParams sends a tools/call whose params are the raw JSON params.
+func (c *stdioClient) callParams(params string) map[string]any {
+	c.t.Helper()
+	c.next++
+	return c.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":%s}`, c.next, params))
 }
