@@ -203,3 +203,82 @@ func TestGateway_EnvelopeIsReadByExactName(t *testing.T) {
 		}
 	})
 }
+
+// TestGateway_HonestHeaders: the Streamable HTTP transport's header rules,
+// answered as the SDKs' servers answer them: a body that is not
+// application/json gets 415, an Accept without both JSON and SSE 406 (a
+// GET's without SSE 406), an MCP-Protocol-Version the gateway does not know
+// 400. None of them starts a session or reaches the upstream.
+func TestGateway_HonestHeaders(t *testing.T) {
+	up := newUpstream(t)
+	g, url := newGatewayServer(t, up.URL, Config{Guard: newGuard(t)})
+	c := newRawClient(t, url, http.Header{"Authorization": {"Bearer tok"}})
+	for _, tc := range []struct {
+		hdr    []string
+		status int
+		text   string
+	}{
+		{[]string{"Content-Type", "text/plain"}, http.StatusUnsupportedMediaType, "application/json"},
+		{[]string{"Content-Type", ""}, http.StatusUnsupportedMediaType, "application/json"},
+		{[]string{"Content-Type", "application/jsonx"}, http.StatusUnsupportedMediaType, "application/json"},
+		{[]string{"Accept", ""}, http.StatusNotAcceptable, "text/event-stream"},
+		{[]string{"Accept", "application/json"}, http.StatusNotAcceptable, "text/event-stream"},
+		{[]string{"Accept", "text/event-stream"}, http.StatusNotAcceptable, "application/json"},
+		{[]string{"Accept", "text/html"}, http.StatusNotAcceptable, "text/event-stream"},
+		{[]string{"Mcp-Protocol-Version", "1999-01-01"}, http.StatusBadRequest, "unsupported MCP-Protocol-Version"},
+		{[]string{"Mcp-Protocol-Version", "latest"}, http.StatusBadRequest, "unsupported MCP-Protocol-Version"},
+	} {
+		a := c.post(rawInitialize, tc.hdr...)
+		if a.status != tc.status || a.header.Get("Mcp-Session-Id") != "" || !hasText(a.body, tc.text) {
+			t.Errorf("initialize with %q: %d %s, want %d", tc.hdr, a.status, a.body, tc.status)
+		}
+	}
+	g.mu.Lock()
+	n := len(g.sessions)
+	g.mu.Unlock()
+	if n != 0 {
+		t.Errorf("refused initializes left %d sessions", n)
+	}
+	// What MCP clients send is accepted.
+	for _, tc := range [][]string{
+		{"Content-Type", "application/json; charset=utf-8"},
+		{"Accept", "*/*"},
+		{"Accept", "application/json;q=0.9, text/event-stream;q=0.8"},
+		{"Accept", "application/*, text/*"},
+		{"Mcp-Protocol-Version", "2025-03-26"},
+	} {
+		if a := c.post(rawInitialize, tc...); a.status != http.StatusOK {
+			t.Errorf("initialize with %q: %d %s, want 200", tc, a.status, a.body)
+		}
+	}
+
+	c.mustInitialize()
+	args := map[string]any{"order_id": "o-1", "amount_cents": 5}
+	for _, tc := range []struct {
+		hdr    []string
+		status int
+	}{
+		{[]string{"Content-Type", "text/plain"}, http.StatusUnsupportedMediaType},
+		{[]string{"Accept", "application/json"}, http.StatusNotAcceptable},
+		{[]string{"Mcp-Protocol-Version", "2099-99-99"}, http.StatusBadRequest},
+	} {
+		if a := c.call("issue_refund", args, tc.hdr...); a.status != tc.status || a.msg["result"] != nil {
+			t.Errorf("tools/call with %q: %d %s, want %d", tc.hdr, a.status, a.body, tc.status)
+		}
+	}
+	if n := up.count("issue_refund"); n != 0 {
+		t.Fatalf("refused calls ran %d times", n)
+	}
+	if a := c.call("issue_refund", args, "Mcp-Protocol-Version", "2025-06-18"); a.status != http.StatusOK || refusalOf(a.result(t)) != "" {
+		t.Errorf("a call with the negotiated version: %d %s", a.status, a.body)
+	}
+	if a := c.send(http.MethodGet, "", "Accept", "application/json"); a.status != http.StatusNotAcceptable {
+		t.Errorf("GET without text/event-stream: %d %s, want 406", a.status, a.body)
+	}
+	if a := c.send(http.MethodDelete, "", "Mcp-Protocol-Version", "0"); a.status != http.StatusBadRequest {
+		t.Errorf("DELETE with an unknown version: %d %s, want 400", a.status, a.body)
+	}
+	if a := c.send(http.MethodDelete, ""); a.status != http.StatusOK {
+		t.Errorf("DELETE: %d %s", a.status, a.body)
+	}
+}

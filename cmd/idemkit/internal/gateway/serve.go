@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 
@@ -32,6 +34,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				"(a proxy that appends the header instead of replacing it sends it twice). Nothing was done: send it once.", g.subjectH, n))
 		return
 	}
+	if !headersAcceptable(w, r) {
+		return
+	}
 	switch r.Method {
 	case http.MethodPost:
 		g.post(w, r)
@@ -43,6 +48,77 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", "GET, POST, DELETE")
 		http.Error(w, "Method Not Allowed: MCP's Streamable HTTP transport uses POST, GET and DELETE", http.StatusMethodNotAllowed)
 	}
+}
+
+// headersAcceptable checks the headers MCP's Streamable HTTP transport
+// prescribes, as the SDKs' own servers do: a POST carries one JSON-RPC
+// message as application/json (else 415) and accepts both a JSON answer
+// and an SSE stream (else 406); a GET accepts an SSE stream (else 406).
+// It answers the client itself and returns false when they do not hold.
+// (MCP-Protocol-Version is checked against the session, in
+// protocolVersionOK.)
+func headersAcceptable(w http.ResponseWriter, r *http.Request) bool {
+	switch r.Method {
+	case http.MethodPost:
+		if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != "application/json" {
+			writeJSONRPCError(w, http.StatusUnsupportedMediaType, nil, codeInvalidRequest,
+				"Unsupported Media Type: a POST to an MCP endpoint carries one JSON-RPC message with Content-Type: application/json.")
+			return false
+		}
+		if jsonOK, sseOK := accepts(r.Header.Values("Accept")); !jsonOK || !sseOK {
+			writeJSONRPCError(w, http.StatusNotAcceptable, nil, codeInvalidRequest,
+				"Not Acceptable: an MCP client must accept both application/json and text/event-stream (Accept: application/json, text/event-stream).")
+			return false
+		}
+	case http.MethodGet:
+		if _, sseOK := accepts(r.Header.Values("Accept")); !sseOK {
+			writeJSONRPCError(w, http.StatusNotAcceptable, nil, codeInvalidRequest,
+				"Not Acceptable: the stream of an MCP session is text/event-stream; send Accept: text/event-stream.")
+			return false
+		}
+	}
+	return true
+}
+
+// accepts reports whether Accept values admit a JSON answer and an SSE
+// stream, wildcards and parameters included.
+func accepts(values []string) (jsonOK, sseOK bool) {
+	for _, v := range values {
+		for _, part := range strings.Split(v, ",") {
+			base, _, _ := strings.Cut(part, ";")
+			switch strings.ToLower(strings.TrimSpace(base)) {
+			case "application/json", "application/*":
+				jsonOK = true
+			case "text/event-stream", "text/*":
+				sseOK = true
+			case "*/*":
+				jsonOK, sseOK = true, true
+			}
+		}
+	}
+	return jsonOK, sseOK
+}
+
+// knownProtocolVersions are the MCP versions whose name the gateway knows.
+var knownProtocolVersions = []string{"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"}
+
+// protocolVersionOK checks the request's MCP-Protocol-Version header: when
+// present, it must name a version the gateway knows or the one the session
+// s (nil for an initialize) negotiated with the upstream. It answers the
+// client (400) and returns false when it does not.
+func protocolVersionOK(w http.ResponseWriter, r *http.Request, s *session) bool {
+	v := r.Header.Get("Mcp-Protocol-Version")
+	if v == "" || slices.Contains(knownProtocolVersions, v) || (s != nil && v == s.protocolVersion()) {
+		return true
+	}
+	supported := knownProtocolVersions
+	if s != nil && s.protocolVersion() != "" {
+		supported = []string{s.protocolVersion()}
+	}
+	writeJSONRPCError(w, http.StatusBadRequest, nil, codeInvalidRequest, fmt.Sprintf(
+		"Bad Request: unsupported MCP-Protocol-Version %q (supported: %s). Send the version the initialize answer negotiated.",
+		truncateBytes([]byte(v), 40), strings.Join(supported, ", ")))
+	return false
 }
 
 // subjectHeaders returns how many times the subject header appears in h
@@ -128,11 +204,13 @@ func (g *Gateway) post(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if msg.IsRequest() && msg.Method == "initialize" {
-		g.initializeHTTP(w, r, msg)
+		if protocolVersionOK(w, r, nil) {
+			g.initializeHTTP(w, r, msg)
+		}
 		return
 	}
 	s := g.lookup(w, r)
-	if s == nil {
+	if s == nil || !protocolVersionOK(w, r, s) {
 		return
 	}
 	if !msg.IsRequest() {
@@ -148,7 +226,7 @@ func (g *Gateway) post(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
-	out := &httpSink{w: w, acceptsSSE: acceptsSSE(r)}
+	out := &httpSink{w: w}
 	t := g.httpTransport(r)
 	resp, lost := s.handle(r.Context(), msg, r.Header, &t, out)
 	if lost {
@@ -163,13 +241,6 @@ func (g *Gateway) post(w http.ResponseWriter, r *http.Request) {
 	out.final(resp)
 }
 
-// acceptsSSE reports whether the client accepts an SSE answer (MCP clients
-// must; a client that does not gets only the final answer).
-func acceptsSSE(r *http.Request) bool {
-	a := r.Header.Get("Accept")
-	return a == "" || strings.Contains(a, "text/event-stream") || strings.Contains(a, "*/*")
-}
-
 // initializeHTTP starts a session: an upstream session, then the client's
 // initialize request on it.
 func (g *Gateway) initializeHTTP(w http.ResponseWriter, r *http.Request, msg *Message) {
@@ -181,7 +252,7 @@ func (g *Gateway) initializeHTTP(w http.ResponseWriter, r *http.Request, msg *Me
 	// The header goes out with the first byte of the answer, which may be
 	// an SSE stream's.
 	w.Header().Set("Mcp-Session-Id", s.id)
-	out := &httpSink{w: w, acceptsSSE: acceptsSSE(r)}
+	out := &httpSink{w: w}
 	t := g.httpTransport(r)
 	resp, _ := s.handle(r.Context(), msg, r.Header, &t, out)
 	if resp.Error != nil {
@@ -293,7 +364,7 @@ func (s *session) send(ctx context.Context, msg *Message, h http.Header) error {
 
 func (g *Gateway) get(w http.ResponseWriter, r *http.Request) {
 	s := g.lookup(w, r)
-	if s == nil {
+	if s == nil || !protocolVersionOK(w, r, s) {
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())
@@ -336,7 +407,7 @@ func (g *Gateway) get(w http.ResponseWriter, r *http.Request) {
 
 func (g *Gateway) delete(w http.ResponseWriter, r *http.Request) {
 	s := g.lookup(w, r)
-	if s == nil {
+	if s == nil || !protocolVersionOK(w, r, s) {
 		return
 	}
 	g.mu.Lock()
@@ -349,8 +420,7 @@ func (g *Gateway) delete(w http.ResponseWriter, r *http.Request) {
 // httpSink answers one POST: with JSON when the answer is the only
 // message, with an SSE stream as soon as a message comes before it.
 type httpSink struct {
-	w          http.ResponseWriter
-	acceptsSSE bool
+	w http.ResponseWriter
 
 	mu      sync.Mutex // protects the fields below and writes to w
 	sse     *sseWriter
@@ -359,9 +429,6 @@ type httpSink struct {
 }
 
 func (k *httpSink) send(m *Message) error {
-	if !k.acceptsSSE {
-		return nil
-	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.gone {
