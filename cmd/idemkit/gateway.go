@@ -37,6 +37,7 @@ type gatewayFlags struct {
 	bypass        []string
 	logLevel      string
 	readyFile     string
+	maxMessage    int
 }
 
 // DefaultListen is the address the gateway listens on without --listen.
@@ -115,6 +116,7 @@ call replayed on a new session.`,
 	fl.StringSliceVar(&f.protect, "protect", nil, "tools to protect whatever their annotations say (repeat or comma-separate)")
 	fl.StringSliceVar(&f.bypass, "bypass", nil, "tools never to protect whatever their annotations say (repeat or comma-separate)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")
+	fl.IntVar(&f.maxMessage, "max-message-bytes", gateway.DefaultMaxMessageBytes, "the largest JSON-RPC message read from a client (larger: HTTP 413) or from the upstream, and the largest result kept (a call whose answer is larger is recorded as done, its result not kept: retries are told so, never run again)")
 	fl.StringVar(&f.readyFile, "ready-file", "", "once serving, write the MCP endpoint's URL to this file (for scripts that start the gateway on --listen 127.0.0.1:0)")
 	return c
 }
@@ -134,6 +136,8 @@ func (f *gatewayFlags) validate(listenSet bool, command []string) error {
 		return usagef("--window must be positive, got %s", f.window)
 	case f.lease <= 0:
 		return usagef("--lease must be positive, got %s", f.lease)
+	case f.maxMessage <= 0:
+		return usagef("--max-message-bytes must be positive, got %d", f.maxMessage)
 	case f.lease > f.window:
 		return usagef("--lease (%s) must not be longer than --window (%s): a completed call must outlive its claim", f.lease, f.window)
 	}
@@ -206,7 +210,7 @@ func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout i
 			log.Warn("flushing telemetry failed", "error", err)
 		}
 	}()
-	guard, err := idemkit.NewGuard(st.Store, &idemkit.Config{Window: f.window, Lease: f.lease})
+	guard, err := idemkit.NewGuard(st.Store, &idemkit.Config{Window: f.window, Lease: f.lease, MaxResponseBytes: f.maxMessage})
 	if err != nil {
 		return err
 	}
@@ -215,6 +219,7 @@ func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout i
 		Guard:           guard,
 		Instrumentation: instrumentation(tel, f),
 		SubjectHeader:   f.subjectHeader,
+		MaxMessageBytes: f.maxMessage,
 		Logger:          log,
 	})
 	if err != nil {

@@ -57,9 +57,9 @@ const (
 	DefaultHeartbeatInterval = 500 * time.Millisecond
 )
 
-// maxMessageBytes bounds one JSON-RPC message read from a client or an
-// upstream answer.
-const maxMessageBytes = 16 << 20
+// DefaultMaxMessageBytes is the default of Config.MaxMessageBytes: 16 MiB,
+// idemkit.DefaultMaxResponse.
+const DefaultMaxMessageBytes = idemkit.DefaultMaxResponse
 
 // Config configures a Gateway.
 type Config struct {
@@ -95,6 +95,17 @@ type Config struct {
 	// one protected call driven by its progress notifications. Defaults to
 	// DefaultHeartbeatInterval.
 	HeartbeatInterval time.Duration
+	// MaxMessageBytes bounds one JSON-RPC message the gateway reads: a
+	// client's (a larger POST gets HTTP 413) and a Streamable HTTP
+	// upstream's JSON answer. A tools/call answer over it was run but can
+	// be neither passed on nor kept: a protected call is recorded as done
+	// with its result not kept (the first caller and every retry are
+	// answered response_not_kept; nothing runs again), which needs the
+	// Guard's Config.MaxResponseBytes to be at most this (the idemkit
+	// command sets both from --max-message-bytes). Answers that arrive as
+	// SSE or over stdio are not cut; the Guard keeps none over its own
+	// limit. Defaults to DefaultMaxMessageBytes.
+	MaxMessageBytes int
 	// Logger receives the gateway's logs. Defaults to discarding them.
 	Logger *slog.Logger
 }
@@ -107,6 +118,7 @@ type Gateway struct {
 	subjectH  string
 	idle      time.Duration
 	beatEvery time.Duration
+	maxMsg    int
 	log       *slog.Logger
 
 	mu       sync.Mutex // protects sessions, closed
@@ -128,11 +140,15 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.SessionIdleTimeout < 0 || cfg.HeartbeatInterval < 0 {
 		return nil, errors.New("gateway: Config.SessionIdleTimeout and HeartbeatInterval must not be negative")
 	}
+	if cfg.MaxMessageBytes < 0 {
+		return nil, errors.New("gateway: Config.MaxMessageBytes must not be negative")
+	}
 	g := &Gateway{
 		up:         cfg.Upstream,
 		subjectH:   cfg.SubjectHeader,
 		idle:       cfg.SessionIdleTimeout,
 		beatEvery:  cfg.HeartbeatInterval,
+		maxMsg:     cfg.MaxMessageBytes,
 		log:        cfg.Logger,
 		sessions:   map[string]*session{},
 		stopReaper: make(chan struct{}),
@@ -151,6 +167,12 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if g.beatEvery == 0 {
 		g.beatEvery = DefaultHeartbeatInterval
+	}
+	if g.maxMsg == 0 {
+		g.maxMsg = DefaultMaxMessageBytes
+	}
+	if u, ok := g.up.(interface{ setMaxMessageBytes(int) }); ok {
+		u.setMaxMessageBytes(g.maxMsg)
 	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
@@ -555,6 +577,7 @@ func (s *session) toolsCall(op *mcpcall.Op, req *Message, p *requestParams, h ht
 	if in.WriteTool(p.Name, tool.info) {
 		call.Validator = tool.validator()
 	}
+	var tooLarge *answerTooLargeError
 	res, err := mcpcall.CallTool(op, call, mcpcall.RawCodec{}, func(ctx context.Context) (json.RawMessage, error) {
 		c := idemkit.CallFromContext(ctx)
 		if c != nil {
@@ -574,6 +597,16 @@ func (s *session) toolsCall(op *mcpcall.Op, req *Message, p *requestParams, h ht
 			}
 		})
 		switch {
+		case c != nil && errors.As(err, &tooLarge):
+			// The upstream answered: the call ran. Its answer is gone, but
+			// the Guard must record the call as done with its result not
+			// kept, which it does for a result over its limit: hand it the
+			// buffer the answer was read into, cleared (no flag of a
+			// result is read from it), which is longer than that limit.
+			standIn := tooLarge.buf
+			tooLarge.buf = nil
+			clear(standIn)
+			return standIn, nil
 		case err != nil:
 			return nil, err
 		case resp.Error != nil:
@@ -585,6 +618,14 @@ func (s *session) toolsCall(op *mcpcall.Op, req *Message, p *requestParams, h ht
 	})
 	if err != nil {
 		return nil, err
+	}
+	if tooLarge != nil {
+		// The first caller gets what a retry gets, said for the first
+		// time; the stand-in result is not for anyone.
+		s.g.log.Warn("the upstream's answer to a protected call is over the message limit: the call is recorded as done, its result not kept",
+			"session", s.id, "tool", p.Name, "limit", s.g.maxMsg)
+		res = mcpcall.RawCodec{}.WithMeta(mcpcall.RawCodec{}.ErrorResult(tooLarge.notKeptText(p.Name)),
+			mcpcall.RefusalMetaKey, map[string]any{"reason": spancontract.RefusalResponseNotKept})
 	}
 	return newResponse(req.ID, res), nil
 }

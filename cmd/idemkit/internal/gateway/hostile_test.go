@@ -282,3 +282,99 @@ func TestGateway_HonestHeaders(t *testing.T) {
 		t.Errorf("DELETE: %d %s", a.status, a.body)
 	}
 }
+
+// TestGateway_ResultOverTheLimitIsRecordedNotRerun: an upstream answer
+// over the gateway's 16 MiB message limit is neither passed on nor kept,
+// but the call ran: the first caller is told so (response_not_kept, "do
+// not call it again"), and a retry is answered response_not_kept from the
+// record, without running the write again.
+func TestGateway_ResultOverTheLimitIsRecordedNotRerun(t *testing.T) {
+	up := newUpstream(t)
+	tel := newTelemetryPair()
+	_, url := newGatewayServer(t, up.URL, Config{Guard: newGuard(t), Instrumentation: tel.config()})
+	c := newRawClient(t, url, http.Header{"Authorization": {"Bearer tok"}})
+	c.mustInitialize()
+	args := map[string]any{"bytes": 17 << 20}
+	first := c.call("big_report", args).result(t)
+	if refusalOf(first) != "response_not_kept" || first["isError"] != true || !strings.Contains(resultText(first), "ran") ||
+		!strings.Contains(resultText(first), "Do not call big_report again") {
+		t.Errorf("the first caller: %.300v, want a readable response_not_kept answer", first)
+	}
+	for range 2 {
+		r := c.call("big_report", args).result(t)
+		if refusalOf(r) != "response_not_kept" || !strings.Contains(resultText(r), "Do not call it again") {
+			t.Errorf("a retry: %.300v, want response_not_kept", r)
+		}
+	}
+	if n := up.count("big_report"); n != 1 {
+		t.Fatalf("the write ran %d times, want once", n)
+	}
+	spans := tel.toolSpans("big_report")
+	if len(spans) != 3 || spans[0]["idemkit.outcome"] != "executed" || spans[0]["idemkit.finish.error"] != "response_too_large" ||
+		spans[1]["idemkit.refusal.reason"] != "response_not_kept" {
+		t.Errorf("spans: %v", spans)
+	}
+
+	// An unprotected tool's answer over the limit: an error that says the
+	// call ran and its answer could not be passed on.
+	a := c.call("big_lookup", args)
+	e := a.rpcError()
+	if msg, _ := e["message"].(string); a.status != http.StatusOK || !strings.Contains(msg, "larger than") || !strings.Contains(msg, "ran") {
+		t.Errorf("an unprotected tool's answer over the limit: %d %.300s", a.status, a.body)
+	}
+}
+
+// TestGateway_MaxMessageBytes: the limit is configurable; a client's
+// message over it gets 413, and over stdio a protected call's answer over
+// it is recorded as done, not run again.
+func TestGateway_MaxMessageBytes(t *testing.T) {
+	const limit = 64 << 10
+	up := newUpstream(t)
+	guard, err := idemkit.NewGuard(&idemkit.MemoryStore{}, &idemkit.Config{MaxResponseBytes: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, url := newGatewayServer(t, up.URL, Config{Guard: guard, MaxMessageBytes: limit})
+	c := newRawClient(t, url, http.Header{"Authorization": {"Bearer tok"}})
+	c.mustInitialize()
+	a := c.call("issue_refund", map[string]any{"order_id": strings.Repeat("o", limit), "amount_cents": 5})
+	if a.status != http.StatusRequestEntityTooLarge || !hasText(a.body, "at most 65536 bytes") || up.count("issue_refund") != 0 {
+		t.Errorf("a message over the limit: %d %.300s", a.status, a.body)
+	}
+	if r := c.call("big_report", map[string]any{"bytes": limit - 1000}).result(t); refusalOf(r) != "" || len(resultText(r)) != limit-1000 {
+		t.Errorf("an answer under the limit: %.300v", r)
+	}
+
+	// An answer the upstream streams as SSE (mcp-go does once a
+	// notification comes first) is passed on whole; the Guard keeps none
+	// over its limit, and the retry is told so.
+	sse := `{"name":"big_report","arguments":{"bytes":70000},"_meta":{"progressToken":"p"}}`
+	if r := c.callParams(sse).result(t); len(resultText(r)) != 70000 {
+		t.Errorf("an SSE answer over the limit: %.300v", r)
+	}
+	if r := c.callParams(sse).result(t); refusalOf(r) != "response_not_kept" || up.count("big_report") != 2 {
+		t.Errorf("the retry of an SSE answer over the limit: %.300v, %d runs", r, up.count("big_report"))
+	}
+
+	u, err := NewHTTPUpstream(up.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(Config{Upstream: u, Guard: guard, MaxMessageBytes: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	s := newStdioClient(t, g)
+	params := `{"name":"big_report","arguments":{"bytes":100000}}`
+	for i := range 3 {
+		m := s.callParams(params)
+		r, _ := m["result"].(map[string]any)
+		if refusalOf(r) != "response_not_kept" || (i == 0 && !strings.Contains(resultText(r), "The big_report call ran")) {
+			t.Errorf("call %d over stdio: %.300v", i, m)
+		}
+	}
+	if n := up.count("big_report"); n != 3 {
+		t.Errorf("big_report ran %d times, want 3 (under the limit, over it as SSE, over it as JSON)", n)
+	}
+}

@@ -180,11 +180,11 @@ func (g *Gateway) lookup(w http.ResponseWriter, r *http.Request) *session {
 }
 
 func (g *Gateway) post(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxMessageBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(g.maxMsg)))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			writeJSONRPCError(w, http.StatusRequestEntityTooLarge, nil, codeInvalidRequest, fmt.Sprintf("Request Entity Too Large: a message may be at most %d bytes.", maxMessageBytes))
+			writeJSONRPCError(w, http.StatusRequestEntityTooLarge, nil, codeInvalidRequest, fmt.Sprintf("Request Entity Too Large: a message may be at most %d bytes (the gateway's --max-message-bytes).", g.maxMsg))
 			return
 		}
 		return // the client went away

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,6 +19,38 @@ import (
 type HTTPUpstream struct {
 	url    string
 	client *http.Client
+	maxMsg atomic.Int64 // the largest JSON answer read; set by New
+}
+
+func (u *HTTPUpstream) setMaxMessageBytes(n int) { u.maxMsg.Store(int64(n)) }
+
+func (u *HTTPUpstream) maxMessageBytes() int64 {
+	if n := u.maxMsg.Load(); n > 0 {
+		return n
+	}
+	return DefaultMaxMessageBytes
+}
+
+// answerTooLargeError: the upstream answered a request with a JSON message
+// over the gateway's limit. The request ran; its answer was not read
+// whole.
+type answerTooLargeError struct {
+	limit int64
+	buf   []byte // the limit+1 bytes read, for reuse
+}
+
+func (e *answerTooLargeError) Error() string {
+	return fmt.Sprintf("the upstream MCP server answered with a message larger than %d bytes, the most the idemkit gateway reads (--max-message-bytes), "+
+		"so the request ran but its answer cannot be passed on", e.limit)
+}
+
+// notKeptText is the answer to the first caller of a protected call whose
+// answer was too large.
+func (e *answerTooLargeError) notKeptText(tool string) string {
+	return fmt.Sprintf("The %s call ran: the upstream MCP server answered it, but with more than the %d bytes the idemkit gateway passes on "+
+		"(its --max-message-bytes), so the answer was neither passed on nor kept. Do not call %s again for this: the work is done, "+
+		"and a retry is answered that its result was not kept. To see the result, ask the server's operator for a smaller one or a higher limit.",
+		tool, e.limit, tool)
 }
 
 // NewHTTPUpstream returns the Streamable HTTP upstream at rawURL (http or
@@ -159,10 +192,14 @@ func (c *httpConn) Request(ctx context.Context, msg *Message, h http.Header) (St
 	case ct == "application/json":
 		// A JSON answer, whatever the status: a JSON-RPC response (or an
 		// error response to a rejected request).
-		b, err := io.ReadAll(io.LimitReader(resp.Body, maxMessageBytes+1))
+		limit := c.up.maxMessageBytes()
+		b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 		resp.Body.Close()
 		if err != nil {
 			return nil, fmt.Errorf("%w: reading the answer: %v", ErrUpstreamGone, err)
+		}
+		if int64(len(b)) > limit {
+			return nil, &answerTooLargeError{limit: limit, buf: b}
 		}
 		m, perr := parseMessage(b)
 		if perr != nil || !m.IsResponse() {
