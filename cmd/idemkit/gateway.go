@@ -38,6 +38,7 @@ type gatewayFlags struct {
 	logLevel      string
 	readyFile     string
 	maxMessage    int
+	sweepEvery    time.Duration
 }
 
 // DefaultListen is the address the gateway listens on without --listen.
@@ -117,6 +118,7 @@ call replayed on a new session.`,
 	fl.StringSliceVar(&f.bypass, "bypass", nil, "tools never to protect whatever their annotations say (repeat or comma-separate)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")
 	fl.IntVar(&f.maxMessage, "max-message-bytes", gateway.DefaultMaxMessageBytes, "the largest JSON-RPC message read from a client (larger: HTTP 413) or from the upstream, and the largest result kept (a call whose answer is larger is recorded as done, its result not kept: retries are told so, never run again)")
+	fl.DurationVar(&f.sweepEvery, "sweep-interval", time.Minute, "how often the gateway deletes the store's expired records (0: never, for a SQLite or Postgres store swept by 'idemkit sweep' from cron; a memory store is always swept)")
 	fl.StringVar(&f.readyFile, "ready-file", "", "once serving, write the MCP endpoint's URL to this file (for scripts that start the gateway on --listen 127.0.0.1:0)")
 	return c
 }
@@ -174,14 +176,20 @@ func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout i
 	if err := f.validate(listenSet, command); err != nil {
 		return err
 	}
-	if _, err := parseStoreURL(f.store); err != nil {
+	su, err := parseStoreURL(f.store)
+	if err != nil {
 		return err
+	}
+	switch {
+	case f.sweepEvery < 0:
+		return usagef("--sweep-interval must not be negative, got %s", f.sweepEvery)
+	case f.sweepEvery == 0 && su.kind == kindMemory:
+		return usagef("--sweep-interval 0 with --store memory: a memory store is only emptied by sweeping, and would grow with every distinct call; give an interval (default 1m)")
 	}
 	level, _ := parseLevel(f.logLevel)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	var up gateway.Upstream
-	var err error
 	if f.upstream != "" {
 		up, err = gateway.NewHTTPUpstream(f.upstream, nil)
 	} else {
@@ -213,6 +221,18 @@ func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout i
 	guard, err := idemkit.NewGuard(st.Store, &idemkit.Config{Window: f.window, Lease: f.lease, MaxResponseBytes: f.maxMessage})
 	if err != nil {
 		return err
+	}
+	if f.sweepEvery > 0 {
+		sctx, stop := context.WithCancel(ctx)
+		swept := make(chan struct{})
+		go func() {
+			defer close(swept)
+			sweep(sctx, guard, f.sweepEvery, log)
+		}()
+		defer func() {
+			stop()
+			<-swept
+		}()
 	}
 	gw, err := gateway.New(gateway.Config{
 		Upstream:        up,
@@ -270,6 +290,28 @@ func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout i
 		return err
 	}
 	return nil
+}
+
+// sweep deletes the store's expired records with g every interval until
+// ctx ends, so that a memory store stays bounded by the calls of one
+// window and a durable one does not grow without `idemkit sweep`.
+func sweep(ctx context.Context, g *idemkit.Guard, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			n, err := g.Sweep(ctx)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				log.Warn("sweeping expired records failed; the next sweep tries again", "error", err)
+			case n > 0:
+				log.Debug("swept expired records", "records", n)
+			}
+		}
+	}
 }
 
 // instrumentation configures the spans and metrics of every request and
