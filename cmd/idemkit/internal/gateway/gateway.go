@@ -50,11 +50,27 @@ const (
 	// DefaultSubjectHeader is the request header whose value identifies the
 	// caller: the bearer token, hashed.
 	DefaultSubjectHeader = "Authorization"
-	// DefaultSessionIdleTimeout closes a session unused this long.
-	DefaultSessionIdleTimeout = 30 * time.Minute
+	// DefaultSessionIdleTimeout closes a session unused this long (no
+	// request, no open stream): the TypeScript SDK's Client.close() ends
+	// its session without an HTTP DELETE, so an idle close is how most
+	// sessions, and their upstream processes, end.
+	DefaultSessionIdleTimeout = 5 * time.Minute
+	// DefaultReadTimeout bounds reading one request's body.
+	DefaultReadTimeout = 10 * time.Second
 	// DefaultHeartbeatInterval is the least time between two lease
 	// extensions of one call driven by its progress notifications.
 	DefaultHeartbeatInterval = 500 * time.Millisecond
+)
+
+// Defaults of Config.MaxUpstreams and MaxUpstreamsPerSubject, by the
+// upstream's transport: a stdio upstream runs one process per session
+// (tens of MiB each), a Streamable HTTP one costs the gateway little per
+// session.
+const (
+	DefaultMaxStdioUpstreams           = 32
+	DefaultMaxStdioUpstreamsPerSubject = 4
+	DefaultMaxHTTPUpstreams            = 1024
+	DefaultMaxHTTPUpstreamsPerSubject  = 64
 )
 
 // DefaultMaxMessageBytes is the default of Config.MaxMessageBytes: 16 MiB,
@@ -88,9 +104,24 @@ type Config struct {
 	// DefaultSubjectHeader.
 	SubjectHeader string
 	// SessionIdleTimeout closes sessions (and their upstream sessions or
-	// processes) not used for this long. Defaults to
-	// DefaultSessionIdleTimeout.
+	// processes) not used for this long: no request in progress, no open
+	// stream. Defaults to DefaultSessionIdleTimeout.
 	SessionIdleTimeout time.Duration
+	// MaxUpstreams bounds the upstream sessions open at once over HTTP (for
+	// a stdio upstream, its processes): an initialize beyond it gets HTTP
+	// 503 and starts nothing. Defaults to DefaultMaxStdioUpstreams or
+	// DefaultMaxHTTPUpstreams, by the upstream's transport.
+	MaxUpstreams int
+	// MaxUpstreamsPerSubject bounds the upstream sessions of one subject
+	// (the callers without one, over an HTTP upstream, count as one): an
+	// initialize beyond it gets HTTP 429. It does not apply when
+	// SubjectHeader is "-". Defaults to DefaultMaxStdioUpstreamsPerSubject
+	// or DefaultMaxHTTPUpstreamsPerSubject.
+	MaxUpstreamsPerSubject int
+	// ReadTimeout bounds reading one request's body: a client slower than
+	// that gets HTTP 408 and its connection is closed (the http.Server's
+	// ReadHeaderTimeout bounds the headers). Defaults to DefaultReadTimeout.
+	ReadTimeout time.Duration
 	// HeartbeatInterval is the least time between two lease extensions of
 	// one protected call driven by its progress notifications. Defaults to
 	// DefaultHeartbeatInterval.
@@ -119,11 +150,17 @@ type Gateway struct {
 	idle      time.Duration
 	beatEvery time.Duration
 	maxMsg    int
+	readWait  time.Duration
+	maxUp     int
+	maxUpSubj int  // 0: no per-subject bound
+	stdio     bool // the upstream runs a process per session
 	log       *slog.Logger
 
-	mu       sync.Mutex // protects sessions, closed
-	sessions map[string]*session
-	closed   bool
+	mu        sync.Mutex // protects the fields below
+	sessions  map[string]*session
+	closed    bool
+	upstreams int            // upstream sessions open or opening over HTTP
+	bySubject map[string]int // the same, by subject
 
 	stopReaper chan struct{}
 	reaperDone chan struct{}
@@ -140,8 +177,8 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.SessionIdleTimeout < 0 || cfg.HeartbeatInterval < 0 {
 		return nil, errors.New("gateway: Config.SessionIdleTimeout and HeartbeatInterval must not be negative")
 	}
-	if cfg.MaxMessageBytes < 0 {
-		return nil, errors.New("gateway: Config.MaxMessageBytes must not be negative")
+	if cfg.MaxMessageBytes < 0 || cfg.MaxUpstreams < 0 || cfg.MaxUpstreamsPerSubject < 0 || cfg.ReadTimeout < 0 {
+		return nil, errors.New("gateway: Config.MaxMessageBytes, MaxUpstreams, MaxUpstreamsPerSubject and ReadTimeout must not be negative")
 	}
 	g := &Gateway{
 		up:         cfg.Upstream,
@@ -149,6 +186,11 @@ func New(cfg Config) (*Gateway, error) {
 		idle:       cfg.SessionIdleTimeout,
 		beatEvery:  cfg.HeartbeatInterval,
 		maxMsg:     cfg.MaxMessageBytes,
+		readWait:   cfg.ReadTimeout,
+		maxUp:      cfg.MaxUpstreams,
+		maxUpSubj:  cfg.MaxUpstreamsPerSubject,
+		stdio:      cfg.Upstream.Transport() == "stdio",
+		bySubject:  map[string]int{},
 		log:        cfg.Logger,
 		sessions:   map[string]*session{},
 		stopReaper: make(chan struct{}),
@@ -170,6 +212,23 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if g.maxMsg == 0 {
 		g.maxMsg = DefaultMaxMessageBytes
+	}
+	if g.readWait == 0 {
+		g.readWait = DefaultReadTimeout
+	}
+	if g.maxUp == 0 {
+		g.maxUp = DefaultMaxHTTPUpstreams
+		if g.stdio {
+			g.maxUp = DefaultMaxStdioUpstreams
+		}
+	}
+	switch {
+	case g.subjectH == "":
+		g.maxUpSubj = 0 // every caller is anonymous: only the total counts
+	case g.maxUpSubj == 0 && g.stdio:
+		g.maxUpSubj = DefaultMaxStdioUpstreamsPerSubject
+	case g.maxUpSubj == 0:
+		g.maxUpSubj = DefaultMaxHTTPUpstreamsPerSubject
 	}
 	if u, ok := g.up.(interface{ setMaxMessageBytes(int) }); ok {
 		u.setMaxMessageBytes(g.maxMsg)
@@ -336,6 +395,9 @@ type session struct {
 
 	endOnce sync.Once
 
+	release     func() // gives back the session's upstream slot, or nil
+	releaseOnce sync.Once
+
 	tools toolIndex
 }
 
@@ -373,7 +435,17 @@ func (s *session) close(ctx context.Context, errType string) error {
 		s.mu.Unlock()
 		s.g.in.RecordSession(context.WithoutCancel(ctx), s.start, protocol, &t, errType)
 	})
-	return s.conn.Close(ctx)
+	return s.closeUpstream(ctx)
+}
+
+// closeUpstream closes the upstream side (for a stdio upstream, the
+// process, which may take a few seconds) and then gives back its slot.
+func (s *session) closeUpstream(ctx context.Context) error {
+	err := s.conn.Close(ctx)
+	if s.release != nil {
+		s.releaseOnce.Do(s.release)
+	}
+	return err
 }
 
 // sink receives the messages the upstream sends for a request before its

@@ -125,12 +125,19 @@ func newGatewayServer(t testing.TB, upstreamURL string, cfg Config) (*Gateway, s
 	if err != nil {
 		t.Fatal(err)
 	}
+	return g, serveGateway(t, g)
+}
+
+// serveGateway serves g on loopback until the test ends, and returns its
+// URL.
+func serveGateway(t testing.TB, g *Gateway) string {
+	t.Helper()
 	hs := httptest.NewServer(g)
 	t.Cleanup(func() {
 		hs.Close()
 		_ = g.Close(context.Background())
 	})
-	return g, hs.URL
+	return hs.URL
 }
 
 // telemetryPair is a span recorder and a metric reader.

@@ -1,12 +1,16 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
 )
@@ -376,5 +380,118 @@ func TestGateway_MaxMessageBytes(t *testing.T) {
 	}
 	if n := up.count("big_report"); n != 3 {
 		t.Errorf("big_report ran %d times, want 3 (under the limit, over it as SSE, over it as JSON)", n)
+	}
+}
+
+// TestGateway_StdioUpstream_NoProcessForAnUnidentifiedCaller: with a
+// subject header configured, an initialize without a subject (no header,
+// or one without a credential) starts no upstream process: it gets 401
+// with a challenge and a body that says what to send.
+func TestGateway_StdioUpstream_NoProcessForAnUnidentifiedCaller(t *testing.T) {
+	g, url, alive := newStdioGatewayServer(t, Config{Guard: newGuard(t)})
+	for _, hdr := range []http.Header{nil, {"Authorization": {"Bearer "}}, {"Authorization": {"Basic"}}} {
+		for range 5 {
+			a := newRawClient(t, url, hdr).initialize()
+			if a.status != http.StatusUnauthorized || a.header.Get("WWW-Authenticate") == "" || a.header.Get("Mcp-Session-Id") != "" ||
+				!hasText(a.body, "Nothing was started") {
+				t.Fatalf("an unidentified initialize (%v): %d %v %s", hdr, a.status, a.header, a.body)
+			}
+		}
+	}
+	g.mu.Lock()
+	open := g.upstreams
+	g.mu.Unlock()
+	if n := alive(); n != 0 || open != 0 {
+		t.Fatalf("%d upstream processes (%d counted) for unidentified callers, want none", n, open)
+	}
+	c := newRawClient(t, url, http.Header{"Authorization": {"Bearer tok"}})
+	c.mustInitialize()
+	if r := c.call("issue_refund", map[string]any{"order_id": "o-1"}).result(t); !strings.HasPrefix(resultText(r), "refund issued for o-1") {
+		t.Errorf("an identified caller's call: %v", r)
+	}
+	if n := alive(); n != 1 {
+		t.Errorf("%d upstream processes for one identified session, want 1", n)
+	}
+}
+
+// TestGateway_UpstreamCaps: upstream processes are capped per subject
+// (429) and in total (503), with answers that say what to do; nothing
+// starts beyond a cap, and a slot comes back when a session ends.
+func TestGateway_UpstreamCaps(t *testing.T) {
+	_, url, alive := newStdioGatewayServer(t, Config{Guard: newGuard(t), MaxUpstreams: 3, MaxUpstreamsPerSubject: 2})
+	client := func(tok string) *rawClient {
+		return newRawClient(t, url, http.Header{"Authorization": {"Bearer " + tok}})
+	}
+	a1, a2, b1 := client("a"), client("a"), client("b")
+	a1.mustInitialize()
+	a2.mustInitialize()
+	if got := client("a").initialize(); got.status != http.StatusTooManyRequests || got.header.Get("Retry-After") == "" ||
+		!hasText(got.body, "--max-upstreams-per-subject") || !hasText(got.body, "DELETE") {
+		t.Errorf("a subject's third session: %d %s, want 429", got.status, got.body)
+	}
+	b1.mustInitialize()
+	if got := client("c").initialize(); got.status != http.StatusServiceUnavailable || !hasText(got.body, "--max-upstreams") || !hasText(got.body, "3 upstream server processes") {
+		t.Errorf("a session over the total: %d %s, want 503", got.status, got.body)
+	}
+	if n := alive(); n != 3 {
+		t.Errorf("%d upstream processes, want 3 (the caps)", n)
+	}
+	if got := a1.send(http.MethodDelete, ""); got.status != http.StatusOK {
+		t.Fatalf("DELETE: %d %s", got.status, got.body)
+	}
+	client("c").mustInitialize()
+	if !eventually(func() bool { return alive() == 3 }) {
+		t.Errorf("%d upstream processes after one ended and another began, want 3", alive())
+	}
+}
+
+// TestGateway_IdleSessionsAreReaped: a session nobody uses (the TypeScript
+// SDK's Client.close() sends no DELETE) is closed after the idle timeout,
+// and its upstream process ends; its next request gets 404.
+func TestGateway_IdleSessionsAreReaped(t *testing.T) {
+	g, url, alive := newStdioGatewayServer(t, Config{Guard: newGuard(t), SessionIdleTimeout: 50 * time.Millisecond})
+	c := newRawClient(t, url, http.Header{"Authorization": {"Bearer tok"}})
+	c.mustInitialize()
+	if n := alive(); n != 1 {
+		t.Fatalf("%d upstream processes, want 1", n)
+	}
+	if !eventually(func() bool { return alive() == 0 }) {
+		t.Fatalf("the idle session's upstream process is still alive")
+	}
+	g.mu.Lock()
+	open := g.upstreams
+	g.mu.Unlock()
+	if open != 0 {
+		t.Errorf("%d upstream slots still taken", open)
+	}
+	if a := c.call("issue_refund", map[string]any{"order_id": "o-1"}); a.status != http.StatusNotFound {
+		t.Errorf("a request on a reaped session: %d %s, want 404", a.status, a.body)
+	}
+}
+
+// TestGateway_SlowBodyIsCutOff: a client that sends its body slower than
+// the read timeout gets 408 and its connection closed, instead of holding
+// the connection for as long as it likes.
+func TestGateway_SlowBodyIsCutOff(t *testing.T) {
+	up := newUpstream(t)
+	_, url := newGatewayServer(t, up.URL, Config{Guard: newGuard(t), ReadTimeout: 100 * time.Millisecond})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"+
+		"Content-Length: 1000\r\n\r\n{\"jsonrpc\":"); err != nil {
+		t.Fatal(err)
+	}
+	// The test's own bound, far above the timeout: no claim on timing.
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), "--read-timeout") {
+		t.Errorf("a stalled body: %d %s, want 408", resp.StatusCode, body)
 	}
 }

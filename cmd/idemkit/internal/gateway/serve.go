@@ -12,9 +12,11 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 	"github.com/idemkit-mcp/idemkit/spancontract"
@@ -180,14 +182,25 @@ func (g *Gateway) lookup(w http.ResponseWriter, r *http.Request) *session {
 }
 
 func (g *Gateway) post(w http.ResponseWriter, r *http.Request) {
+	// A client that sends its body slowly holds a connection and a
+	// goroutine: bound the read (the HTTP server's ReadHeaderTimeout
+	// bounds the headers), then lift the deadline for the answer.
+	rc := http.NewResponseController(w)
+	deadline := rc.SetReadDeadline(time.Now().Add(g.readWait)) == nil
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(g.maxMsg)))
+	if deadline {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
+		switch {
+		case errors.As(err, &tooLarge):
 			writeJSONRPCError(w, http.StatusRequestEntityTooLarge, nil, codeInvalidRequest, fmt.Sprintf("Request Entity Too Large: a message may be at most %d bytes (the gateway's --max-message-bytes).", g.maxMsg))
-			return
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			w.Header().Set("Connection", "close")
+			writeJSONRPCError(w, http.StatusRequestTimeout, nil, codeInvalidRequest, fmt.Sprintf("Request Timeout: the body did not arrive within %s (the gateway's --read-timeout). Nothing was done.", g.readWait))
 		}
-		return // the client went away
+		return // otherwise the client went away
 	}
 	if t := bytes.TrimSpace(body); len(t) > 0 && t[0] == '[' {
 		writeJSONRPCError(w, http.StatusBadRequest, nil, codeInvalidRequest,
@@ -242,13 +255,33 @@ func (g *Gateway) post(w http.ResponseWriter, r *http.Request) {
 }
 
 // initializeHTTP starts a session: an upstream session, then the client's
-// initialize request on it.
+// initialize request on it. A stdio upstream's process is started only for
+// an identified caller (when a subject header is configured), and only
+// within the upstream caps.
 func (g *Gateway) initializeHTTP(w http.ResponseWriter, r *http.Request, msg *Message) {
+	subject := g.subject(r.Header)
+	if g.stdio && g.subjectH != "" && subject == "" {
+		if g.subjectH == "Authorization" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="idemkit-gateway"`)
+		}
+		writeJSONRPCError(w, http.StatusUnauthorized, msg.ID, codeInvalidRequest, fmt.Sprintf(
+			"Unauthorized: the idemkit gateway starts a server process for a session only for an identified caller, and this initialize had no %s credential. "+
+				"Nothing was started. Send initialize again with the caller's %s header.", g.subjectH, g.subjectH))
+		return
+	}
+	release, capErr := g.reserve(subject)
+	if capErr != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(int(min(g.idle, 10*time.Minute).Seconds())))
+		writeJSONRPCError(w, capErr.status, msg.ID, codeUpstream, capErr.Error())
+		return
+	}
 	s, err := g.open(r.Context(), false)
 	if err != nil {
+		release()
 		writeJSONRPCError(w, http.StatusBadGateway, msg.ID, codeUpstream, "The idemkit gateway could not reach the upstream MCP server: "+err.Error())
 		return
 	}
+	s.release = release
 	// The header goes out with the first byte of the answer, which may be
 	// an SSE stream's.
 	w.Header().Set("Mcp-Session-Id", s.id)
@@ -256,7 +289,7 @@ func (g *Gateway) initializeHTTP(w http.ResponseWriter, r *http.Request, msg *Me
 	t := g.httpTransport(r)
 	resp, _ := s.handle(r.Context(), msg, r.Header, &t, out)
 	if resp.Error != nil {
-		_ = s.conn.Close(context.WithoutCancel(r.Context()))
+		_ = s.closeUpstream(context.WithoutCancel(r.Context()))
 		if !out.started {
 			w.Header().Del("Mcp-Session-Id")
 		}
@@ -272,6 +305,45 @@ func (g *Gateway) initializeHTTP(w http.ResponseWriter, r *http.Request, msg *Me
 		return
 	}
 	out.final(resp)
+}
+
+// capError is an initialize refused because an upstream cap is reached.
+type capError struct {
+	status int // 503 for the total, 429 for a subject's
+	msg    string
+}
+
+func (e *capError) Error() string { return e.msg }
+
+// reserve takes a slot for a new upstream session of subject, and returns
+// the function that gives it back, or the cap it would exceed.
+func (g *Gateway) reserve(subject string) (release func(), err *capError) {
+	what := "upstream sessions"
+	if g.stdio {
+		what = "upstream server processes (one per session)"
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case g.upstreams >= g.maxUp:
+		return nil, &capError{http.StatusServiceUnavailable, fmt.Sprintf(
+			"Service Unavailable: the idemkit gateway has %d %s open, the most it runs (--max-upstreams). Nothing was started. "+
+				"Retry later: sessions unused for %s close (and clients that are done should end theirs with HTTP DELETE).", g.upstreams, what, g.idle)}
+	case g.maxUpSubj > 0 && g.bySubject[subject] >= g.maxUpSubj:
+		return nil, &capError{http.StatusTooManyRequests, fmt.Sprintf(
+			"Too Many Requests: this caller has %d %s open, the most one caller may have (--max-upstreams-per-subject). Nothing was started. "+
+				"End sessions you no longer use with HTTP DELETE, or retry after %s, when unused sessions close.", g.bySubject[subject], what, g.idle)}
+	}
+	g.upstreams++
+	g.bySubject[subject]++
+	return func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.upstreams--
+		if g.bySubject[subject]--; g.bySubject[subject] <= 0 {
+			delete(g.bySubject, subject)
+		}
+	}, nil
 }
 
 // open connects a new upstream session.
