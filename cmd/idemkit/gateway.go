@@ -94,6 +94,12 @@ the gateway's own session instead (its IDs are random and only those it
 issued are accepted), which catches retries within a session but not a
 call replayed on a new session.
 
+Authentication is the upstream's: its HTTP 401 and 403 reach the client as
+they are, WWW-Authenticate included (MCP's OAuth discovery). An answer from
+the gateway's records (a replay, an in-progress answer) is given only after
+the upstream accepted the caller's headers for a ping on its session, so a
+revoked token gets no replay.
+
 Limits: a stdio server runs one process per HTTP session, started when an
 identified caller's initialize arrives (with a subject header configured,
 an initialize without one gets HTTP 401 and starts nothing), at most

@@ -507,9 +507,12 @@ func (s *session) roundTrip(ctx context.Context, req *Message, h http.Header, ou
 }
 
 // handle answers one client request, which arrived on transport t, in its
-// own SERVER span. lost reports that the upstream no longer knows the
-// session: the gateway session is then closed.
-func (s *session) handle(ctx context.Context, req *Message, h http.Header, t *mcpcall.Transport, out sink) (resp *Message, lost bool) {
+// own SERVER span. err is why the request failed, when it did (resp is
+// then the JSON-RPC error that says so): matching ErrSessionLost, the
+// upstream no longer knows the session and the gateway session is to be
+// closed; an *authError, the upstream refused the caller, which the HTTP
+// front passes on.
+func (s *session) handle(ctx context.Context, req *Message, h http.Header, t *mcpcall.Transport, out sink) (resp *Message, err error) {
 	s.active.Add(1)
 	defer s.active.Add(-1)
 	defer s.touch()
@@ -536,7 +539,6 @@ func (s *session) handle(ctx context.Context, req *Message, h http.Header, t *mc
 		op.End(end)
 	}()
 
-	var err error
 	switch {
 	case req.Method == spancontract.MethodToolsCall:
 		if envErr, ok := errors.AsType[*envelopeError](perr); ok {
@@ -562,7 +564,7 @@ func (s *session) handle(ctx context.Context, req *Message, h http.Header, t *mc
 		}
 	}
 	if err != nil {
-		resp, lost = s.errorResponse(req, err), errors.Is(err, ErrSessionLost)
+		resp = s.errorResponse(req, err)
 		end.Err = err
 	}
 	if e := resp.Error; e != nil {
@@ -571,7 +573,7 @@ func (s *session) handle(ctx context.Context, req *Message, h http.Header, t *mc
 			end.Err = e
 		}
 	}
-	return resp, lost
+	return resp, err
 }
 
 // errorResponse turns a failure into the JSON-RPC error the client gets.
@@ -580,6 +582,8 @@ func (s *session) errorResponse(req *Message, err error) *Message {
 	switch {
 	case errors.As(err, &rpc):
 		return &Message{JSONRPC: "2.0", ID: req.ID, Error: rpc}
+	case errors.As(err, new(*authError)):
+		return newErrorResponse(req.ID, codeInvalidRequest, strings.ToUpper(err.Error()[:1])+err.Error()[1:]+".")
 	case errors.Is(err, ErrSessionLost):
 		s.g.log.Warn("the upstream lost a session; closing it", "session", s.id, "method", req.Method)
 		return newErrorResponse(req.ID, codeUpstream, "The upstream MCP server no longer knows this session (it restarted or expired it), so this "+req.Method+
@@ -649,8 +653,12 @@ func (s *session) toolsCall(op *mcpcall.Op, req *Message, p *requestParams, h ht
 	if in.WriteTool(p.Name, tool.info) {
 		call.Validator = tool.validator()
 	}
-	var tooLarge *answerTooLargeError
+	var (
+		tooLarge *answerTooLargeError
+		ran      bool
+	)
 	res, err := mcpcall.CallTool(op, call, mcpcall.RawCodec{}, func(ctx context.Context) (json.RawMessage, error) {
+		ran = true
 		c := idemkit.CallFromContext(ctx)
 		if c != nil {
 			// A protected call runs to its end and records its outcome even
@@ -691,6 +699,16 @@ func (s *session) toolsCall(op *mcpcall.Op, req *Message, p *requestParams, h ht
 	if err != nil {
 		return nil, err
 	}
+	if !ran {
+		// The answer comes from the gateway's records (a replay, or an
+		// in-progress, mismatch or not-kept answer), not from the upstream,
+		// which never saw the caller's credentials for it: give it only to
+		// a caller the upstream accepts now (a token it has revoked since
+		// the first call must not keep getting that call's result).
+		if verr := s.verifyCaller(op, h); verr != nil {
+			return nil, verr
+		}
+	}
 	if tooLarge != nil {
 		// The first caller gets what a retry gets, said for the first
 		// time; the stand-in result is not for anyone.
@@ -700,6 +718,34 @@ func (s *session) toolsCall(op *mcpcall.Op, req *Message, p *requestParams, h ht
 			mcpcall.RefusalMetaKey, map[string]any{"reason": spancontract.RefusalResponseNotKept})
 	}
 	return newResponse(req.ID, res), nil
+}
+
+// verifyTimeout bounds the ping of verifyCaller.
+const verifyTimeout = 10 * time.Second
+
+// verifyCaller asks a Streamable HTTP upstream whether it accepts the
+// caller's credentials now: a ping on the caller's upstream session, with
+// the caller's headers. It returns nil when the upstream answers (with a
+// result or a JSON-RPC error alike: the request was admitted), the
+// upstream's *authError when it answers 401 or 403, and otherwise an error
+// that says the answer was withheld. A stdio upstream sees no credentials;
+// there is nothing to ask.
+func (s *session) verifyCaller(ctx context.Context, h http.Header) error {
+	if s.g.up.Transport() != "http" || h == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, verifyTimeout)
+	defer cancel()
+	_, err := s.roundTrip(ctx, &Message{JSONRPC: "2.0", Method: "ping"}, h, nil, nil)
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, new(*authError)), errors.Is(err, ErrSessionLost):
+		return err
+	}
+	s.g.log.Warn("confirming a caller with the upstream before answering from the records failed; the answer is withheld", "session", s.id, "error", err)
+	return &RPCError{Code: codeUpstream, Message: "The idemkit gateway answers this call from its records, but only to a caller the upstream MCP server accepts, " +
+		"and the upstream could not be asked (" + err.Error() + "). Nothing was run. Send the same call again."}
 }
 
 var errNoResult = &RPCError{Code: codeInternalError, Message: "the upstream MCP server answered tools/call without a result"}

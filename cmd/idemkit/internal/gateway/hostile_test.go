@@ -8,7 +8,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -493,5 +497,117 @@ func TestGateway_SlowBodyIsCutOff(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), "--read-timeout") {
 		t.Errorf("a stalled body: %d %s, want 408", resp.StatusCode, body)
+	}
+}
+
+// authUpstream is a real mcp-go server behind bearer-token authentication
+// that can revoke a token: a request with a token it does not accept gets
+// 401 and an OAuth challenge, one with a token it forbids 403.
+type authUpstream struct {
+	*upstreamServer
+	valid     sync.Map // token -> true
+	forbidden sync.Map // token -> true
+}
+
+const authChallenge = `Bearer resource_metadata="http://upstream.example/.well-known/oauth-protected-resource", error="invalid_token"`
+
+func newAuthUpstream(t *testing.T, tokens ...string) *authUpstream {
+	t.Helper()
+	inner := newUpstream(t)
+	a := &authUpstream{upstreamServer: &upstreamServer{}}
+	for _, tok := range tokens {
+		a.valid.Store(tok, true)
+	}
+	target, err := neturl.Parse(inner.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if _, ok := a.forbidden.Load(tok); ok {
+			http.Error(w, "forbidden: this token may not use this server", http.StatusForbidden)
+			return
+		}
+		if _, ok := a.valid.Load(tok); !ok {
+			w.Header().Set("WWW-Authenticate", authChallenge)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = io.WriteString(w, `{"error":"invalid_token"}`)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(hs.Close)
+	a.upstreamServer = inner
+	a.URL = hs.URL + "/mcp"
+	return a
+}
+
+// TestGateway_UpstreamAuthIsPassedThrough: the upstream's 401 (with its
+// WWW-Authenticate challenge, which MCP's OAuth discovery reads) and 403
+// reach the client as they are, on initialize, on a call and on the GET
+// stream, instead of HTTP 200 with a JSON-RPC error.
+func TestGateway_UpstreamAuthIsPassedThrough(t *testing.T) {
+	up := newAuthUpstream(t, "tok", "soon-forbidden")
+	_, url := newGatewayServer(t, up.URL, Config{Guard: newGuard(t)})
+
+	a := newRawClient(t, url, http.Header{"Authorization": {"Bearer nope"}}).initialize()
+	if a.status != http.StatusUnauthorized || a.header.Get("WWW-Authenticate") != authChallenge || string(a.body) != `{"error":"invalid_token"}` ||
+		a.header.Get("Mcp-Session-Id") != "" {
+		t.Errorf("initialize with a token the upstream rejects: %d %v %s, want its 401 and challenge", a.status, a.header, a.body)
+	}
+	c := newRawClient(t, url, http.Header{"Authorization": {"Bearer soon-forbidden"}})
+	c.mustInitialize()
+	up.forbidden.Store("soon-forbidden", true)
+	if a := c.call("lookup", map[string]any{}); a.status != http.StatusForbidden || !hasText(a.body, "may not use this server") {
+		t.Errorf("a call the upstream forbids: %d %s, want its 403", a.status, a.body)
+	}
+	if a := c.send(http.MethodGet, ""); a.status != http.StatusForbidden {
+		t.Errorf("GET the upstream forbids: %d %s, want 403", a.status, a.body)
+	}
+	if a := c.post(`{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}`); a.status != http.StatusForbidden {
+		t.Errorf("a notification the upstream forbids: %d %s, want 403", a.status, a.body)
+	}
+	if n := up.count("lookup"); n != 0 {
+		t.Errorf("a forbidden call ran %d times", n)
+	}
+}
+
+// TestGateway_RevokedTokenGetsNoReplay: a replay is served only to a
+// caller the upstream accepts now. After the upstream revokes a token, a
+// retry of that token's completed call gets the upstream's 401, not the
+// stored result, and nothing runs.
+func TestGateway_RevokedTokenGetsNoReplay(t *testing.T) {
+	up := newAuthUpstream(t, "tok")
+	_, url := newGatewayServer(t, up.URL, Config{Guard: newGuard(t)})
+	c := newRawClient(t, url, http.Header{"Authorization": {"Bearer tok"}})
+	c.mustInitialize()
+	args := map[string]any{"order_id": "o-1", "amount_cents": 5}
+	if r := c.call("issue_refund", args).result(t); resultText(r) != "refund issued for o-1" {
+		t.Fatalf("the first call: %v", r)
+	}
+	if r := c.call("issue_refund", args).result(t); !replayed(r) {
+		t.Fatalf("a retry by an accepted caller: %v, want a replay", r)
+	}
+	up.valid.Delete("tok")
+	// The same token on the same session and on a new one (initialize is
+	// the upstream's to refuse).
+	for range 2 {
+		a := c.call("issue_refund", args)
+		if a.status != http.StatusUnauthorized || a.header.Get("WWW-Authenticate") != authChallenge || hasText(a.body, "refund issued") {
+			t.Errorf("a retry with a revoked token: %d %v %s, want the upstream's 401 and no result", a.status, a.header, a.body)
+		}
+	}
+	if a := newRawClient(t, url, http.Header{"Authorization": {"Bearer tok"}}).initialize(); a.status != http.StatusUnauthorized {
+		t.Errorf("a new session with a revoked token: %d %s", a.status, a.body)
+	}
+	if n := up.count("issue_refund"); n != 1 {
+		t.Errorf("the refund ran %d times, want 1", n)
+	}
+	// The token is accepted again: so is the replay.
+	up.valid.Store("tok", true)
+	if r := c.call("issue_refund", args).result(t); !replayed(r) || up.count("issue_refund") != 1 {
+		t.Errorf("a retry once the token is accepted again: %v, %d runs", r, up.count("issue_refund"))
 	}
 }

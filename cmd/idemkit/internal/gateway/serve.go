@@ -228,6 +228,10 @@ func (g *Gateway) post(w http.ResponseWriter, r *http.Request) {
 	}
 	if !msg.IsRequest() {
 		if err := s.send(r.Context(), msg, r.Header); err != nil {
+			if auth, ok := errors.AsType[*authError](err); ok {
+				auth.write(w, nil)
+				return
+			}
 			if errors.Is(err, ErrSessionLost) {
 				g.drop(s)
 				writeJSONRPCError(w, http.StatusNotFound, nil, codeUpstream, "The upstream MCP server no longer knows this session. Start a new session with an initialize request.")
@@ -241,8 +245,12 @@ func (g *Gateway) post(w http.ResponseWriter, r *http.Request) {
 	}
 	out := &httpSink{w: w}
 	t := g.httpTransport(r)
-	resp, lost := s.handle(r.Context(), msg, r.Header, &t, out)
-	if lost {
+	resp, err := s.handle(r.Context(), msg, r.Header, &t, out)
+	if auth, ok := errors.AsType[*authError](err); ok && !out.started {
+		auth.write(w, msg.ID)
+		return
+	}
+	if errors.Is(err, ErrSessionLost) {
 		g.drop(s)
 		if !out.started {
 			w.Header().Set("Content-Type", "application/json")
@@ -287,11 +295,17 @@ func (g *Gateway) initializeHTTP(w http.ResponseWriter, r *http.Request, msg *Me
 	w.Header().Set("Mcp-Session-Id", s.id)
 	out := &httpSink{w: w}
 	t := g.httpTransport(r)
-	resp, _ := s.handle(r.Context(), msg, r.Header, &t, out)
+	resp, err := s.handle(r.Context(), msg, r.Header, &t, out)
 	if resp.Error != nil {
 		_ = s.closeUpstream(context.WithoutCancel(r.Context()))
 		if !out.started {
 			w.Header().Del("Mcp-Session-Id")
+			if auth, ok := errors.AsType[*authError](err); ok {
+				// The upstream's 401, with its challenge: how an MCP client
+				// learns that it must authorize (OAuth discovery).
+				auth.write(w, msg.ID)
+				return
+			}
 		}
 		out.final(resp)
 		return
@@ -443,7 +457,11 @@ func (g *Gateway) get(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	defer context.AfterFunc(g.streams, cancel)()
 	st, err := s.conn.Listen(ctx, r.Header)
+	var auth *authError
 	switch {
+	case errors.As(err, &auth):
+		auth.write(w, nil)
+		return
 	case errors.Is(err, errNoListen):
 		w.Header().Set("Allow", "POST, DELETE")
 		http.Error(w, "Method Not Allowed: the upstream MCP server offers no stream outside requests", http.StatusMethodNotAllowed)

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -134,7 +135,8 @@ func (c *httpConn) newRequest(ctx context.Context, method string, body []byte, h
 	return req, nil
 }
 
-// do sends req and translates transport failures and a lost session.
+// do sends req and translates transport failures, a lost session and a
+// refused caller.
 func (c *httpConn) do(req *http.Request) (*http.Response, error) {
 	resp, err := c.up.client.Do(req)
 	if err != nil {
@@ -143,12 +145,66 @@ func (c *httpConn) do(req *http.Request) (*http.Response, error) {
 		}
 		return nil, fmt.Errorf("%w: %s %s: %v", ErrUpstreamGone, req.Method, c.up.url, err)
 	}
-	if resp.StatusCode == http.StatusNotFound && req.Header.Get("Mcp-Session-Id") != "" {
+	switch {
+	case resp.StatusCode == http.StatusNotFound && req.Header.Get("Mcp-Session-Id") != "":
 		drain(resp)
 		c.lost()
 		return nil, ErrSessionLost
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		return nil, newAuthError(resp)
 	}
 	return resp, nil
+}
+
+// maxAuthBody bounds the body of a 401 or 403 the gateway passes on.
+const maxAuthBody = 64 << 10
+
+// authError is an upstream's HTTP 401 or 403: it does not accept the
+// caller's credentials, or refuses the caller. The request was not
+// processed. The HTTP front passes the status, the WWW-Authenticate
+// challenges (which MCP's OAuth discovery reads) and the body on to the
+// client as they are.
+type authError struct {
+	status      int
+	challenges  []string // WWW-Authenticate values
+	contentType string
+	body        []byte
+}
+
+func newAuthError(resp *http.Response) *authError {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxAuthBody))
+	resp.Body.Close()
+	return &authError{
+		status:      resp.StatusCode,
+		challenges:  resp.Header.Values("WWW-Authenticate"),
+		contentType: resp.Header.Get("Content-Type"),
+		body:        b,
+	}
+}
+
+func (e *authError) Error() string {
+	what := "does not accept this request's credentials"
+	if e.status == http.StatusForbidden {
+		what = "refuses this caller"
+	}
+	return fmt.Sprintf("the upstream MCP server %s (HTTP %d): nothing was done", what, e.status)
+}
+
+// write answers the client with the upstream's refusal.
+func (e *authError) write(w http.ResponseWriter, id json.RawMessage) {
+	for _, c := range e.challenges {
+		w.Header().Add("WWW-Authenticate", c)
+	}
+	if len(e.body) == 0 {
+		writeJSONRPCError(w, e.status, id, codeInvalidRequest, strings.ToUpper(e.Error()[:1])+e.Error()[1:]+
+			". Send the request again with credentials the server accepts.")
+		return
+	}
+	if e.contentType != "" {
+		w.Header().Set("Content-Type", e.contentType)
+	}
+	w.WriteHeader(e.status)
+	_, _ = w.Write(e.body)
 }
 
 func drain(resp *http.Response) {
