@@ -430,11 +430,11 @@ func TestGateway_UpstreamCaps(t *testing.T) {
 	a1.mustInitialize()
 	a2.mustInitialize()
 	if got := client("a").initialize(); got.status != http.StatusTooManyRequests || got.header.Get("Retry-After") == "" ||
-		!hasText(got.body, "--max-upstreams-per-subject") || !hasText(got.body, "DELETE") {
+		!hasText(got.body, "--max-upstreams-per-subject 2") || !hasText(got.body, "DELETE") {
 		t.Errorf("a subject's third session: %d %s, want 429", got.status, got.body)
 	}
 	b1.mustInitialize()
-	if got := client("c").initialize(); got.status != http.StatusServiceUnavailable || !hasText(got.body, "--max-upstreams") || !hasText(got.body, "3 upstream server processes") {
+	if got := client("c").initialize(); got.status != http.StatusServiceUnavailable || !hasText(got.body, "--max-upstreams 3; each is a server process") {
 		t.Errorf("a session over the total: %d %s, want 503", got.status, got.body)
 	}
 	if n := alive(); n != 3 {

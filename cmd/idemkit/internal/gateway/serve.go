@@ -332,21 +332,21 @@ func (e *capError) Error() string { return e.msg }
 // reserve takes a slot for a new upstream session of subject, and returns
 // the function that gives it back, or the cap it would exceed.
 func (g *Gateway) reserve(subject string) (release func(), err *capError) {
-	what := "upstream sessions"
+	each := ""
 	if g.stdio {
-		what = "upstream server processes (one per session)"
+		each = "; each is a server process"
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch {
 	case g.upstreams >= g.maxUp:
 		return nil, &capError{http.StatusServiceUnavailable, fmt.Sprintf(
-			"Service Unavailable: the idemkit gateway has %d %s open, the most it runs (--max-upstreams). Nothing was started. "+
-				"Retry later: sessions unused for %s close (and clients that are done should end theirs with HTTP DELETE).", g.upstreams, what, g.idle)}
+			"Service Unavailable: the idemkit gateway has as many upstream sessions open as it may run (--max-upstreams %d%s). Nothing was started. "+
+				"Retry later: sessions unused for %s close (and clients that are done should end theirs with HTTP DELETE).", g.maxUp, each, g.idle)}
 	case g.maxUpSubj > 0 && g.bySubject[subject] >= g.maxUpSubj:
 		return nil, &capError{http.StatusTooManyRequests, fmt.Sprintf(
-			"Too Many Requests: this caller has %d %s open, the most one caller may have (--max-upstreams-per-subject). Nothing was started. "+
-				"End sessions you no longer use with HTTP DELETE, or retry after %s, when unused sessions close.", g.bySubject[subject], what, g.idle)}
+			"Too Many Requests: this caller has as many sessions open as one caller may (--max-upstreams-per-subject %d%s). Nothing was started. "+
+				"End sessions you no longer use with HTTP DELETE, or retry after %s, when unused sessions close.", g.maxUpSubj, each, g.idle)}
 	}
 	g.upstreams++
 	g.bySubject[subject]++
