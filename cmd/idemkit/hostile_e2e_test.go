@@ -108,7 +108,11 @@ func TestGateway_HostileRequests_TypeScriptStdioUpstream(t *testing.T) {
 	for what, h := range map[string]http.Header{
 		"text/plain": func() http.Header { h := mcpHeaders("Bearer a", sid); h.Set("Content-Type", "text/plain"); return h }(),
 		"JSON only":  func() http.Header { h := mcpHeaders("Bearer a", sid); h.Set("Accept", "application/json"); return h }(),
-		"a version":  func() http.Header { h := mcpHeaders("Bearer a", sid); h.Set("Mcp-Protocol-Version", "2001-01-01"); return h }(),
+		"a version": func() http.Header {
+			h := mcpHeaders("Bearer a", sid)
+			h.Set("Mcp-Protocol-Version", "2001-01-01")
+			return h
+		}(),
 		"two tokens": twice,
 	} {
 		resp, m := call(h, `{"name":"issue_refund","arguments":{"order_id":"o-1","amount_cents":5}}`)
