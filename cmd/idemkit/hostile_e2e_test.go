@@ -105,14 +105,15 @@ func TestGateway_HostileRequests_TypeScriptStdioUpstream(t *testing.T) {
 	}
 	twice := mcpHeaders("Bearer a", sid)
 	twice.Add("Authorization", "Bearer b")
+	with := func(k, v string) http.Header {
+		h := mcpHeaders("Bearer a", sid)
+		h.Set(k, v)
+		return h
+	}
 	for what, h := range map[string]http.Header{
-		"text/plain": func() http.Header { h := mcpHeaders("Bearer a", sid); h.Set("Content-Type", "text/plain"); return h }(),
-		"JSON only":  func() http.Header { h := mcpHeaders("Bearer a", sid); h.Set("Accept", "application/json"); return h }(),
-		"a version": func() http.Header {
-			h := mcpHeaders("Bearer a", sid)
-			h.Set("Mcp-Protocol-Version", "2001-01-01")
-			return h
-		}(),
+		"text/plain": with("Content-Type", "text/plain"),
+		"JSON only":  with("Accept", "application/json"),
+		"a version":  with("Mcp-Protocol-Version", "2001-01-01"),
 		"two tokens": twice,
 	} {
 		resp, m := call(h, `{"name":"issue_refund","arguments":{"order_id":"o-1","amount_cents":5}}`)
