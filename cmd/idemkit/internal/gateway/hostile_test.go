@@ -462,11 +462,14 @@ func TestGateway_IdleSessionsAreReaped(t *testing.T) {
 	if !eventually(func() bool { return alive() == 0 }) {
 		t.Fatalf("the idle session's upstream process is still alive")
 	}
-	g.mu.Lock()
-	open := g.upstreams
-	g.mu.Unlock()
-	if open != 0 {
-		t.Errorf("%d upstream slots still taken", open)
+	slots := func() int {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.upstreams
+	}
+	// The slot comes back once the gateway has reaped the process.
+	if !eventually(func() bool { return slots() == 0 }) {
+		t.Errorf("%d upstream slots still taken", slots())
 	}
 	if a := c.call("issue_refund", map[string]any{"order_id": "o-1"}); a.status != http.StatusNotFound {
 		t.Errorf("a request on a reaped session: %d %s, want 404", a.status, a.body)
