@@ -48,7 +48,7 @@ import (
 // Defaults of Config.
 const (
 	// DefaultSubjectHeader is the request header whose value identifies the
-	// caller: the bearer token, hashed.
+	// caller: the credential (a bearer token), hashed.
 	DefaultSubjectHeader = "Authorization"
 	// DefaultSessionIdleTimeout closes a session unused this long (no
 	// request, no open stream): the TypeScript SDK's Client.close() ends
@@ -97,11 +97,10 @@ type Config struct {
 	// "Bearer") names no one; for another header it is the header's value
 	// (an identity an authenticating proxy set). Over HTTP, a protected call
 	// without a subject is refused, and a request that carries the header
-	// more than once gets HTTP 400. "-" disables
-	// it: calls are then scoped by the gateway's own session, which only
-	// the client it was issued to can present (a duplicate sent on a new
-	// session after a reconnect then runs again). Defaults to
-	// DefaultSubjectHeader.
+	// more than once gets HTTP 400. "-" disables it: calls are then scoped
+	// by the gateway's own session, which only the client it was issued to
+	// can present (a duplicate sent on a new session after a reconnect then
+	// runs again). Defaults to DefaultSubjectHeader.
 	SubjectHeader string
 	// SessionIdleTimeout closes sessions (and their upstream sessions or
 	// processes) not used for this long: no request in progress, no open
