@@ -387,16 +387,22 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// post sends one raw JSON-RPC POST to the gateway.
+// post sends one raw JSON-RPC POST to the gateway, as an identified
+// caller (Authorization: Bearer raw) unless hdr says otherwise.
 func post(t *testing.T, url, session, body string, hdr ...string) (*http.Response, string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer raw")
 	if session != "" {
 		req.Header.Set("Mcp-Session-Id", session)
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i+1] == "" {
+			req.Header.Del(hdr[i])
+			continue
+		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)

@@ -37,7 +37,18 @@ type gatewayFlags struct {
 	bypass        []string
 	logLevel      string
 	readyFile     string
+	maxMessage    int
+	sweepEvery    time.Duration
+	maxUp         int
+	maxUpSubject  int
+	sessionIdle   time.Duration
+	readTimeout   time.Duration
+	idleTimeout   time.Duration
 }
+
+// DefaultIdleTimeout is how long the gateway keeps an idle keep-alive
+// connection without --idle-timeout.
+const DefaultIdleTimeout = 2 * time.Minute
 
 // DefaultListen is the address the gateway listens on without --listen.
 const DefaultListen = "127.0.0.1:8787"
@@ -69,13 +80,36 @@ optional idempotency_key argument, which the gateway strips before
 forwarding.
 
 Who the caller is: the --subject-header value (default Authorization: the
-bearer token, hashed, never stored or exported). Two callers never share a
-result. Over HTTP, a protected call without that header is refused, never
-run unprotected (and tools/list then offers it no idempotency_key); on
---stdio the process serves one client. --subject-header - scopes calls by
+scheme and the SHA-256 of the credential after it, "bearer:<hex>", never
+the credential itself; Basic and any other scheme alike, each its own
+namespace). Two callers never share a result. An Authorization value with
+no credential (empty, white space, or a scheme alone such as "Bearer",
+which is what "Bearer " with an unset token arrives as) names no one. A
+request that carries the subject header more than once (a proxy that
+appends instead of replacing) gets HTTP 400: the gateway cannot tell
+which one counts. Over HTTP, a protected call without a subject is
+refused, never run unprotected (and tools/list then offers it no
+idempotency_key); on --stdio the process serves one client. --subject-header - scopes calls by
 the gateway's own session instead (its IDs are random and only those it
 issued are accepted), which catches retries within a session but not a
-call replayed on a new session.`,
+call replayed on a new session.
+
+Authentication is the upstream's: its HTTP 401 and 403 reach the client as
+they are, WWW-Authenticate included (MCP's OAuth discovery). An answer from
+the gateway's records (a replay, an in-progress answer) is given only after
+the upstream accepted the caller's headers for a ping on its session, so a
+revoked token gets no replay.
+
+Limits: a stdio server runs one process per HTTP session, started when an
+identified caller's initialize arrives (with a subject header configured,
+an initialize without one gets HTTP 401 and starts nothing), at most
+--max-upstreams at once (default 32 for a stdio server, 1024 for an HTTP
+one; beyond: 503) and --max-upstreams-per-subject per caller (default 4,
+or 64; beyond: 429). A session unused for --session-idle-timeout (default
+5m; no request, no open stream) is closed with its process: the TypeScript
+SDK's Client.close() sends no DELETE. --read-timeout (10s) bounds reading
+a request's headers and its body, --idle-timeout (2m) an idle keep-alive
+connection, --max-message-bytes (16 MiB) one message.`,
 		Example: `  idemkit gateway --listen 127.0.0.1:8787 --upstream http://127.0.0.1:3000/mcp --store sqlite:idemkit.db
   idemkit gateway --listen 127.0.0.1:8787 --store sqlite:idemkit.db -- node build/server.js
   idemkit gateway --stdio --store sqlite:idemkit.db -- python -m my_server
@@ -100,7 +134,7 @@ call replayed on a new session.`,
 	fl.BoolVar(&f.stdio, "stdio", false, "serve one client over stdin/stdout instead of HTTP (the upstream is the command after --)")
 	fl.StringVar(&f.store, "store", "", storeHelp)
 	fl.BoolVar(&f.migrate, "migrate", false, "apply pending migrations to a Postgres store on start (SQLite stores are always migrated)")
-	fl.StringVar(&f.subjectHeader, "subject-header", gateway.DefaultSubjectHeader, "the request header that identifies the caller (Authorization: the bearer token's hash; -: none, calls are scoped by session)")
+	fl.StringVar(&f.subjectHeader, "subject-header", gateway.DefaultSubjectHeader, "the request header that identifies the caller (Authorization: the credential's hash, by scheme; -: none, calls are scoped by session)")
 	fl.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", otlpEndpointHelp)
 	fl.StringVar(&f.serviceName, "service-name", "idemkit-gateway", "the service.name of the gateway's spans and metrics")
 	fl.DurationVar(&f.window, "window", idemkit.DefaultWindow, "how long a completed call's result answers its duplicates")
@@ -108,6 +142,15 @@ call replayed on a new session.`,
 	fl.StringSliceVar(&f.protect, "protect", nil, "tools to protect whatever their annotations say (repeat or comma-separate)")
 	fl.StringSliceVar(&f.bypass, "bypass", nil, "tools never to protect whatever their annotations say (repeat or comma-separate)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")
+	fl.IntVar(&f.maxMessage, "max-message-bytes", gateway.DefaultMaxMessageBytes, "the largest JSON-RPC message read from a client (larger: HTTP 413) or from the upstream, and the largest result kept (a call whose answer is larger is recorded as done, its result not kept: retries are told so, never run again)")
+	fl.IntVar(&f.maxUp, "max-upstreams", 0, fmt.Sprintf("the most upstream sessions open at once over HTTP, each a process for a stdio server (0: %d for a stdio server, %d for an HTTP one); an initialize beyond it gets HTTP 503",
+		gateway.DefaultMaxStdioUpstreams, gateway.DefaultMaxHTTPUpstreams))
+	fl.IntVar(&f.maxUpSubject, "max-upstreams-per-subject", 0, fmt.Sprintf("the most upstream sessions one caller may have open (0: %d for a stdio server, %d for an HTTP one); an initialize beyond it gets HTTP 429",
+		gateway.DefaultMaxStdioUpstreamsPerSubject, gateway.DefaultMaxHTTPUpstreamsPerSubject))
+	fl.DurationVar(&f.sessionIdle, "session-idle-timeout", gateway.DefaultSessionIdleTimeout, "close a session (and its upstream session or process) unused this long: no request, no open stream")
+	fl.DurationVar(&f.readTimeout, "read-timeout", gateway.DefaultReadTimeout, "how long a client may take to send a request's headers, and again its body (slower: the connection is closed, or HTTP 408)")
+	fl.DurationVar(&f.idleTimeout, "idle-timeout", DefaultIdleTimeout, "how long an idle keep-alive connection is kept open between requests")
+	fl.DurationVar(&f.sweepEvery, "sweep-interval", time.Minute, "how often the gateway deletes the store's expired records (0: never, for a SQLite or Postgres store swept by 'idemkit sweep' from cron; a memory store is always swept)")
 	fl.StringVar(&f.readyFile, "ready-file", "", "once serving, write the MCP endpoint's URL to this file (for scripts that start the gateway on --listen 127.0.0.1:0)")
 	return c
 }
@@ -127,6 +170,12 @@ func (f *gatewayFlags) validate(listenSet bool, command []string) error {
 		return usagef("--window must be positive, got %s", f.window)
 	case f.lease <= 0:
 		return usagef("--lease must be positive, got %s", f.lease)
+	case f.maxMessage <= 0:
+		return usagef("--max-message-bytes must be positive, got %d", f.maxMessage)
+	case f.maxUp < 0 || f.maxUpSubject < 0:
+		return usagef("--max-upstreams and --max-upstreams-per-subject must not be negative (0: the default)")
+	case f.sessionIdle <= 0 || f.readTimeout <= 0 || f.idleTimeout <= 0:
+		return usagef("--session-idle-timeout, --read-timeout and --idle-timeout must be positive")
 	case f.lease > f.window:
 		return usagef("--lease (%s) must not be longer than --window (%s): a completed call must outlive its claim", f.lease, f.window)
 	}
@@ -163,14 +212,20 @@ func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout i
 	if err := f.validate(listenSet, command); err != nil {
 		return err
 	}
-	if _, err := parseStoreURL(f.store); err != nil {
+	su, err := parseStoreURL(f.store)
+	if err != nil {
 		return err
+	}
+	switch {
+	case f.sweepEvery < 0:
+		return usagef("--sweep-interval must not be negative, got %s", f.sweepEvery)
+	case f.sweepEvery == 0 && su.kind == kindMemory:
+		return usagef("--sweep-interval 0 with --store memory: a memory store is only emptied by sweeping, and would grow with every distinct call; give an interval (default 1m)")
 	}
 	level, _ := parseLevel(f.logLevel)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	var up gateway.Upstream
-	var err error
 	if f.upstream != "" {
 		up, err = gateway.NewHTTPUpstream(f.upstream, nil)
 	} else {
@@ -199,16 +254,33 @@ func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout i
 			log.Warn("flushing telemetry failed", "error", err)
 		}
 	}()
-	guard, err := idemkit.NewGuard(st.Store, &idemkit.Config{Window: f.window, Lease: f.lease})
+	guard, err := idemkit.NewGuard(st.Store, &idemkit.Config{Window: f.window, Lease: f.lease, MaxResponseBytes: f.maxMessage})
 	if err != nil {
 		return err
 	}
+	if f.sweepEvery > 0 {
+		sctx, stop := context.WithCancel(ctx)
+		swept := make(chan struct{})
+		go func() {
+			defer close(swept)
+			sweep(sctx, guard, f.sweepEvery, log)
+		}()
+		defer func() {
+			stop()
+			<-swept
+		}()
+	}
 	gw, err := gateway.New(gateway.Config{
-		Upstream:        up,
-		Guard:           guard,
-		Instrumentation: instrumentation(tel, f),
-		SubjectHeader:   f.subjectHeader,
-		Logger:          log,
+		Upstream:               up,
+		Guard:                  guard,
+		Instrumentation:        instrumentation(tel, f),
+		SubjectHeader:          f.subjectHeader,
+		MaxMessageBytes:        f.maxMessage,
+		SessionIdleTimeout:     f.sessionIdle,
+		MaxUpstreams:           f.maxUp,
+		MaxUpstreamsPerSubject: f.maxUpSubject,
+		ReadTimeout:            f.readTimeout,
+		Logger:                 log,
 	})
 	if err != nil {
 		return err
@@ -229,7 +301,7 @@ func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout i
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", gw)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: f.readTimeout, IdleTimeout: f.idleTimeout}
 	srv.RegisterOnShutdown(gw.CloseStreams)
 	target := f.upstream
 	if target == "" {
@@ -258,6 +330,28 @@ func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout i
 		return err
 	}
 	return nil
+}
+
+// sweep deletes the store's expired records with g every interval until
+// ctx ends, so that a memory store stays bounded by the calls of one
+// window and a durable one does not grow without `idemkit sweep`.
+func sweep(ctx context.Context, g *idemkit.Guard, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			n, err := g.Sweep(ctx)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				log.Warn("sweeping expired records failed; the next sweep tries again", "error", err)
+			case n > 0:
+				log.Debug("swept expired records", "records", n)
+			}
+		}
+	}
 }
 
 // instrumentation configures the spans and metrics of every request and

@@ -48,18 +48,34 @@ import (
 // Defaults of Config.
 const (
 	// DefaultSubjectHeader is the request header whose value identifies the
-	// caller: the bearer token, hashed.
+	// caller: the credential (a bearer token), hashed.
 	DefaultSubjectHeader = "Authorization"
-	// DefaultSessionIdleTimeout closes a session unused this long.
-	DefaultSessionIdleTimeout = 30 * time.Minute
+	// DefaultSessionIdleTimeout closes a session unused this long (no
+	// request, no open stream): the TypeScript SDK's Client.close() ends
+	// its session without an HTTP DELETE, so an idle close is how most
+	// sessions, and their upstream processes, end.
+	DefaultSessionIdleTimeout = 5 * time.Minute
+	// DefaultReadTimeout bounds reading one request's body.
+	DefaultReadTimeout = 10 * time.Second
 	// DefaultHeartbeatInterval is the least time between two lease
 	// extensions of one call driven by its progress notifications.
 	DefaultHeartbeatInterval = 500 * time.Millisecond
 )
 
-// maxMessageBytes bounds one JSON-RPC message read from a client or an
-// upstream answer.
-const maxMessageBytes = 16 << 20
+// Defaults of Config.MaxUpstreams and MaxUpstreamsPerSubject, by the
+// upstream's transport: a stdio upstream runs one process per session
+// (tens of MiB each), a Streamable HTTP one costs the gateway little per
+// session.
+const (
+	DefaultMaxStdioUpstreams           = 32
+	DefaultMaxStdioUpstreamsPerSubject = 4
+	DefaultMaxHTTPUpstreams            = 1024
+	DefaultMaxHTTPUpstreamsPerSubject  = 64
+)
+
+// DefaultMaxMessageBytes is the default of Config.MaxMessageBytes: 16 MiB,
+// idemkit.DefaultMaxResponse.
+const DefaultMaxMessageBytes = idemkit.DefaultMaxResponse
 
 // Config configures a Gateway.
 type Config struct {
@@ -75,23 +91,51 @@ type Config struct {
 	// own. Defaults to mcpcall.DefaultConfig().
 	Instrumentation *mcpcall.Config
 	// SubjectHeader is the request header that identifies the caller. For
-	// Authorization the subject is the SHA-256 of the bearer token (of the
-	// whole value for another scheme), never the token itself; for another
-	// header it is the header's value (an identity an authenticating proxy
-	// set). Over HTTP, a protected call without it is refused. "-" disables
-	// it: calls are then scoped by the gateway's own session, which only
-	// the client it was issued to can present (a duplicate sent on a new
-	// session after a reconnect then runs again). Defaults to
-	// DefaultSubjectHeader.
+	// Authorization the subject is the scheme and the SHA-256 of the
+	// credential after it ("bearer:<hex>"), never the credential itself, and
+	// a value with no credential (empty, white space, a scheme alone such as
+	// "Bearer") names no one; for another header it is the header's value
+	// (an identity an authenticating proxy set). Over HTTP, a protected call
+	// without a subject is refused, and a request that carries the header
+	// more than once gets HTTP 400. "-" disables it: calls are then scoped
+	// by the gateway's own session, which only the client it was issued to
+	// can present (a duplicate sent on a new session after a reconnect then
+	// runs again). Defaults to DefaultSubjectHeader.
 	SubjectHeader string
 	// SessionIdleTimeout closes sessions (and their upstream sessions or
-	// processes) not used for this long. Defaults to
-	// DefaultSessionIdleTimeout.
+	// processes) not used for this long: no request in progress, no open
+	// stream. Defaults to DefaultSessionIdleTimeout.
 	SessionIdleTimeout time.Duration
+	// MaxUpstreams bounds the upstream sessions open at once over HTTP (for
+	// a stdio upstream, its processes): an initialize beyond it gets HTTP
+	// 503 and starts nothing. Defaults to DefaultMaxStdioUpstreams or
+	// DefaultMaxHTTPUpstreams, by the upstream's transport.
+	MaxUpstreams int
+	// MaxUpstreamsPerSubject bounds the upstream sessions of one subject
+	// (the callers without one, over an HTTP upstream, count as one): an
+	// initialize beyond it gets HTTP 429. It does not apply when
+	// SubjectHeader is "-". Defaults to DefaultMaxStdioUpstreamsPerSubject
+	// or DefaultMaxHTTPUpstreamsPerSubject.
+	MaxUpstreamsPerSubject int
+	// ReadTimeout bounds reading one request's body: a client slower than
+	// that gets HTTP 408 and its connection is closed (the http.Server's
+	// ReadHeaderTimeout bounds the headers). Defaults to DefaultReadTimeout.
+	ReadTimeout time.Duration
 	// HeartbeatInterval is the least time between two lease extensions of
 	// one protected call driven by its progress notifications. Defaults to
 	// DefaultHeartbeatInterval.
 	HeartbeatInterval time.Duration
+	// MaxMessageBytes bounds one JSON-RPC message the gateway reads: a
+	// client's (a larger POST gets HTTP 413) and a Streamable HTTP
+	// upstream's JSON answer. A tools/call answer over it was run but can
+	// be neither passed on nor kept: a protected call is recorded as done
+	// with its result not kept (the first caller and every retry are
+	// answered response_not_kept; nothing runs again), which needs the
+	// Guard's Config.MaxResponseBytes to be at most this (the idemkit
+	// command sets both from --max-message-bytes). Answers that arrive as
+	// SSE or over stdio are not cut; the Guard keeps none over its own
+	// limit. Defaults to DefaultMaxMessageBytes.
+	MaxMessageBytes int
 	// Logger receives the gateway's logs. Defaults to discarding them.
 	Logger *slog.Logger
 }
@@ -104,11 +148,18 @@ type Gateway struct {
 	subjectH  string
 	idle      time.Duration
 	beatEvery time.Duration
+	maxMsg    int
+	readWait  time.Duration
+	maxUp     int
+	maxUpSubj int  // 0: no per-subject bound
+	stdio     bool // the upstream runs a process per session
 	log       *slog.Logger
 
-	mu       sync.Mutex // protects sessions, closed
-	sessions map[string]*session
-	closed   bool
+	mu        sync.Mutex // protects the fields below
+	sessions  map[string]*session
+	closed    bool
+	upstreams int            // upstream sessions open or opening over HTTP
+	bySubject map[string]int // the same, by subject
 
 	stopReaper chan struct{}
 	reaperDone chan struct{}
@@ -125,11 +176,20 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.SessionIdleTimeout < 0 || cfg.HeartbeatInterval < 0 {
 		return nil, errors.New("gateway: Config.SessionIdleTimeout and HeartbeatInterval must not be negative")
 	}
+	if cfg.MaxMessageBytes < 0 || cfg.MaxUpstreams < 0 || cfg.MaxUpstreamsPerSubject < 0 || cfg.ReadTimeout < 0 {
+		return nil, errors.New("gateway: Config.MaxMessageBytes, MaxUpstreams, MaxUpstreamsPerSubject and ReadTimeout must not be negative")
+	}
 	g := &Gateway{
 		up:         cfg.Upstream,
 		subjectH:   cfg.SubjectHeader,
 		idle:       cfg.SessionIdleTimeout,
 		beatEvery:  cfg.HeartbeatInterval,
+		maxMsg:     cfg.MaxMessageBytes,
+		readWait:   cfg.ReadTimeout,
+		maxUp:      cfg.MaxUpstreams,
+		maxUpSubj:  cfg.MaxUpstreamsPerSubject,
+		stdio:      cfg.Upstream.Transport() == "stdio",
+		bySubject:  map[string]int{},
 		log:        cfg.Logger,
 		sessions:   map[string]*session{},
 		stopReaper: make(chan struct{}),
@@ -148,6 +208,29 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if g.beatEvery == 0 {
 		g.beatEvery = DefaultHeartbeatInterval
+	}
+	if g.maxMsg == 0 {
+		g.maxMsg = DefaultMaxMessageBytes
+	}
+	if g.readWait == 0 {
+		g.readWait = DefaultReadTimeout
+	}
+	if g.maxUp == 0 {
+		g.maxUp = DefaultMaxHTTPUpstreams
+		if g.stdio {
+			g.maxUp = DefaultMaxStdioUpstreams
+		}
+	}
+	switch {
+	case g.subjectH == "":
+		g.maxUpSubj = 0 // every caller is anonymous: only the total counts
+	case g.maxUpSubj == 0 && g.stdio:
+		g.maxUpSubj = DefaultMaxStdioUpstreamsPerSubject
+	case g.maxUpSubj == 0:
+		g.maxUpSubj = DefaultMaxHTTPUpstreamsPerSubject
+	}
+	if u, ok := g.up.(interface{ setMaxMessageBytes(int) }); ok {
+		u.setMaxMessageBytes(g.maxMsg)
 	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
@@ -241,27 +324,55 @@ func (g *Gateway) reap() {
 	}
 }
 
-// subject returns the caller's subject from the request headers, or "".
+// subject returns the caller's subject from the request headers, or ""
+// when they name none: no subject header, a value of only white space, or
+// (for Authorization) a value that carries no credential.
 func (g *Gateway) subject(h http.Header) string {
 	if g.subjectH == "" || h == nil {
 		return ""
 	}
-	v := strings.TrimSpace(h.Get(g.subjectH))
+	vs := h.Values(g.subjectH)
+	if len(vs) != 1 {
+		// None, or more than one (which the HTTP front refuses before it
+		// gets here): no subject either way.
+		return ""
+	}
+	v := strings.TrimSpace(vs[0])
 	if v == "" {
 		return ""
 	}
 	if g.subjectH != "Authorization" {
 		return v
 	}
-	prefix := "authorization:"
-	if scheme, token, ok := strings.Cut(v, " "); ok && strings.EqualFold(scheme, "Bearer") {
-		prefix, v = "bearer:", strings.TrimSpace(token)
-		if v == "" {
-			return ""
-		}
+	return authorizationSubject(v)
+}
+
+// authorizationSubject returns the subject of an Authorization value:
+// the scheme, lower-cased, a colon and the hex SHA-256 of the credential
+// that follows it ("bearer:<sha256 of the token>", "basic:<sha256 of the
+// base64 user:password>"), never the credential itself. A value without a
+// credential after its scheme ("Bearer", which is what "Bearer " with an
+// unset token reaches a Go server as; "Basic"; one word of any kind) names
+// no one and returns "": RFC 9110 §11.4 makes the first word of the value
+// the scheme, and a scheme alone is not a credential. Two callers with such
+// a value must not share one scope, so their protected calls are refused
+// as unscoped, exactly like calls without the header.
+//
+// The scheme is part of the subject, so the same bytes sent under two
+// schemes are two callers; the scheme's case is not (schemes are
+// case-insensitive), the credential's is. The gateway does not verify the
+// credential: the upstream does, and a caller it rejects gets its 401.
+func authorizationSubject(v string) string {
+	i := strings.IndexAny(v, " \t")
+	if i < 0 {
+		return "" // a scheme alone
 	}
-	sum := sha256.Sum256([]byte(v))
-	return prefix + hex.EncodeToString(sum[:])
+	scheme, cred := v[:i], strings.TrimSpace(v[i+1:])
+	if cred == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(cred))
+	return strings.ToLower(scheme) + ":" + hex.EncodeToString(sum[:])
 }
 
 // session is one of the gateway's MCP sessions and its upstream session.
@@ -282,6 +393,9 @@ type session struct {
 	inflight  map[string]json.RawMessage // client request ID (idKey) -> upstream ID
 
 	endOnce sync.Once
+
+	release     func() // gives back the session's upstream slot, or nil
+	releaseOnce sync.Once
 
 	tools toolIndex
 }
@@ -320,7 +434,17 @@ func (s *session) close(ctx context.Context, errType string) error {
 		s.mu.Unlock()
 		s.g.in.RecordSession(context.WithoutCancel(ctx), s.start, protocol, &t, errType)
 	})
-	return s.conn.Close(ctx)
+	return s.closeUpstream(ctx)
+}
+
+// closeUpstream closes the upstream side (for a stdio upstream, the
+// process, which may take a few seconds) and then gives back its slot.
+func (s *session) closeUpstream(ctx context.Context) error {
+	err := s.conn.Close(ctx)
+	if s.release != nil {
+		s.releaseOnce.Do(s.release)
+	}
+	return err
 }
 
 // sink receives the messages the upstream sends for a request before its
@@ -381,30 +505,18 @@ func (s *session) roundTrip(ctx context.Context, req *Message, h http.Header, ou
 	}
 }
 
-// requestParams are the members of a request's params the gateway reads.
-type requestParams struct {
-	Name           string          `json:"name"`
-	URI            string          `json:"uri"`
-	Arguments      json.RawMessage `json:"arguments"`
-	Meta           map[string]any  `json:"_meta"`
-	Cursor         json.RawMessage `json:"cursor"`
-	RequestState   json.RawMessage `json:"requestState"`
-	InputResponses json.RawMessage `json:"inputResponses"`
-}
-
 // handle answers one client request, which arrived on transport t, in its
-// own SERVER span. lost reports that the upstream no longer knows the
-// session: the gateway session is then closed.
-func (s *session) handle(ctx context.Context, req *Message, h http.Header, t *mcpcall.Transport, out sink) (resp *Message, lost bool) {
+// own SERVER span. err is why the request failed, when it did (resp is
+// then the JSON-RPC error that says so): matching ErrSessionLost, the
+// upstream no longer knows the session and the gateway session is to be
+// closed; an *authError, the upstream refused the caller, which the HTTP
+// front passes on.
+func (s *session) handle(ctx context.Context, req *Message, h http.Header, t *mcpcall.Transport, out sink) (resp *Message, err error) {
 	s.active.Add(1)
 	defer s.active.Add(-1)
 	defer s.touch()
 
-	var p requestParams
-	perr := error(nil)
-	if len(req.Params) > 0 {
-		perr = json.Unmarshal(req.Params, &p)
-	}
+	p, perr := decodeParams(req.Params, req.Method == spancontract.MethodToolsCall)
 	r := mcpcall.Request{Method: req.Method, Meta: p.Meta, SessionID: s.id, ProtocolVersion: s.protocolVersion(), Transport: *t}
 	r.ID, r.HasID = mcpcall.FormatRawRequestID(req.ID)
 	switch req.Method {
@@ -426,9 +538,16 @@ func (s *session) handle(ctx context.Context, req *Message, h http.Header, t *mc
 		op.End(end)
 	}()
 
-	var err error
 	switch {
 	case req.Method == spancontract.MethodToolsCall:
+		if envErr, ok := errors.AsType[*envelopeError](perr); ok {
+			// Nothing is claimed or forwarded: the upstream might run
+			// other arguments (or another tool) than the key would name.
+			resp = newErrorResponse(req.ID, codeInvalidParams, "Invalid params: "+envErr.Error()+
+				". MCP servers disagree on which member counts (one written in Go reads any case, the last one winning; one in JavaScript or Python only the exact name), "+
+				"so the idemkit gateway refused this tools/call and nothing was run. Send name, arguments and _meta once each, spelled exactly so.")
+			break
+		}
 		if perr != nil || p.Name == "" {
 			resp = newErrorResponse(req.ID, codeInvalidParams, "Invalid params: tools/call needs params.name (the tool) and params.arguments (an object).")
 			break
@@ -444,7 +563,7 @@ func (s *session) handle(ctx context.Context, req *Message, h http.Header, t *mc
 		}
 	}
 	if err != nil {
-		resp, lost = s.errorResponse(req, err), errors.Is(err, ErrSessionLost)
+		resp = s.errorResponse(req, err)
 		end.Err = err
 	}
 	if e := resp.Error; e != nil {
@@ -453,7 +572,7 @@ func (s *session) handle(ctx context.Context, req *Message, h http.Header, t *mc
 			end.Err = e
 		}
 	}
-	return resp, lost
+	return resp, err
 }
 
 // errorResponse turns a failure into the JSON-RPC error the client gets.
@@ -462,6 +581,8 @@ func (s *session) errorResponse(req *Message, err error) *Message {
 	switch {
 	case errors.As(err, &rpc):
 		return &Message{JSONRPC: "2.0", ID: req.ID, Error: rpc}
+	case errors.As(err, new(*authError)):
+		return newErrorResponse(req.ID, codeInvalidRequest, strings.ToUpper(err.Error()[:1])+err.Error()[1:]+".")
 	case errors.Is(err, ErrSessionLost):
 		s.g.log.Warn("the upstream lost a session; closing it", "session", s.id, "method", req.Method)
 		return newErrorResponse(req.ID, codeUpstream, "The upstream MCP server no longer knows this session (it restarted or expired it), so this "+req.Method+
@@ -531,7 +652,12 @@ func (s *session) toolsCall(op *mcpcall.Op, req *Message, p *requestParams, h ht
 	if in.WriteTool(p.Name, tool.info) {
 		call.Validator = tool.validator()
 	}
+	var (
+		tooLarge *answerTooLargeError
+		ran      bool
+	)
 	res, err := mcpcall.CallTool(op, call, mcpcall.RawCodec{}, func(ctx context.Context) (json.RawMessage, error) {
+		ran = true
 		c := idemkit.CallFromContext(ctx)
 		if c != nil {
 			// A protected call runs to its end and records its outcome even
@@ -550,6 +676,16 @@ func (s *session) toolsCall(op *mcpcall.Op, req *Message, p *requestParams, h ht
 			}
 		})
 		switch {
+		case c != nil && errors.As(err, &tooLarge):
+			// The upstream answered: the call ran. Its answer is gone, but
+			// the Guard must record the call as done with its result not
+			// kept, which it does for a result over its limit: hand it the
+			// buffer the answer was read into, cleared (no flag of a
+			// result is read from it), which is longer than that limit.
+			standIn := tooLarge.buf
+			tooLarge.buf = nil
+			clear(standIn)
+			return standIn, nil
 		case err != nil:
 			return nil, err
 		case resp.Error != nil:
@@ -562,7 +698,53 @@ func (s *session) toolsCall(op *mcpcall.Op, req *Message, p *requestParams, h ht
 	if err != nil {
 		return nil, err
 	}
+	if !ran {
+		// The answer comes from the gateway's records (a replay, or an
+		// in-progress, mismatch or not-kept answer), not from the upstream,
+		// which never saw the caller's credentials for it: give it only to
+		// a caller the upstream accepts now (a token it has revoked since
+		// the first call must not keep getting that call's result).
+		if verr := s.verifyCaller(op, h); verr != nil {
+			return nil, verr
+		}
+	}
+	if tooLarge != nil {
+		// The first caller gets what a retry gets, said for the first
+		// time; the stand-in result is not for anyone.
+		s.g.log.Warn("the upstream's answer to a protected call is over the message limit: the call is recorded as done, its result not kept",
+			"session", s.id, "tool", p.Name, "limit", s.g.maxMsg)
+		res = mcpcall.RawCodec{}.WithMeta(mcpcall.RawCodec{}.ErrorResult(tooLarge.notKeptText(p.Name)),
+			mcpcall.RefusalMetaKey, map[string]any{"reason": spancontract.RefusalResponseNotKept})
+	}
 	return newResponse(req.ID, res), nil
+}
+
+// verifyTimeout bounds the ping of verifyCaller.
+const verifyTimeout = 10 * time.Second
+
+// verifyCaller asks a Streamable HTTP upstream whether it accepts the
+// caller's credentials now: a ping on the caller's upstream session, with
+// the caller's headers. It returns nil when the upstream answers (with a
+// result or a JSON-RPC error alike: the request was admitted), the
+// upstream's *authError when it answers 401 or 403, and otherwise an error
+// that says the answer was withheld. A stdio upstream sees no credentials;
+// there is nothing to ask.
+func (s *session) verifyCaller(ctx context.Context, h http.Header) error {
+	if s.g.up.Transport() != "http" || h == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, verifyTimeout)
+	defer cancel()
+	_, err := s.roundTrip(ctx, &Message{JSONRPC: "2.0", Method: "ping"}, h, nil, nil)
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, new(*authError)), errors.Is(err, ErrSessionLost):
+		return err
+	}
+	s.g.log.Warn("confirming a caller with the upstream before answering from the records failed; the answer is withheld", "session", s.id, "error", err)
+	return &RPCError{Code: codeUpstream, Message: "The idemkit gateway answers this call from its records, but only to a caller the upstream MCP server accepts, " +
+		"and the upstream could not be asked (" + err.Error() + "). Nothing was run. Send the same call again."}
 }
 
 var errNoResult = &RPCError{Code: codeInternalError, Message: "the upstream MCP server answered tools/call without a result"}

@@ -91,6 +91,21 @@ func newUpstream(t testing.TB) *upstreamServer {
 			time.Sleep(50 * time.Millisecond)
 			return mcp.NewToolResultText("done"), nil
 		})
+	// Results of any size: a write tool and a read-only one.
+	big := func(name string) server.ToolHandlerFunc {
+		return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			u.inc(name)
+			if req.Params.Meta != nil && req.Params.Meta.ProgressToken != nil {
+				// A message before the answer: mcp-go answers with an SSE
+				// stream.
+				_ = server.ServerFromContext(ctx).SendNotificationToClient(ctx, "notifications/progress",
+					map[string]any{"progressToken": req.Params.Meta.ProgressToken, "progress": 1})
+			}
+			return mcp.NewToolResultText(strings.Repeat("x", req.GetInt("bytes", 0))), nil
+		}
+	}
+	s.AddTool(mcp.NewTool("big_report", mcp.WithNumber("bytes")), big("big_report"))
+	s.AddTool(mcp.NewTool("big_lookup", mcp.WithReadOnlyHintAnnotation(true), mcp.WithNumber("bytes")), big("big_lookup"))
 	hs := httptest.NewServer(server.NewStreamableHTTPServer(s, server.WithStateful(true)))
 	t.Cleanup(hs.Close)
 	u.URL = hs.URL + "/mcp"
@@ -110,12 +125,19 @@ func newGatewayServer(t testing.TB, upstreamURL string, cfg Config) (*Gateway, s
 	if err != nil {
 		t.Fatal(err)
 	}
+	return g, serveGateway(t, g)
+}
+
+// serveGateway serves g on loopback until the test ends, and returns its
+// URL.
+func serveGateway(t testing.TB, g *Gateway) string {
+	t.Helper()
 	hs := httptest.NewServer(g)
 	t.Cleanup(func() {
 		hs.Close()
 		_ = g.Close(context.Background())
 	})
-	return g, hs.URL
+	return hs.URL
 }
 
 // telemetryPair is a span recorder and a metric reader.

@@ -8,11 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 	"github.com/idemkit-mcp/idemkit/spancontract"
@@ -26,6 +30,15 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Forbidden: the Origin header names another site (DNS rebinding protection); MCP clients send no Origin or their own", http.StatusForbidden)
 		return
 	}
+	if n := g.subjectHeaders(r.Header); n > 1 {
+		writeJSONRPCError(w, http.StatusBadRequest, nil, codeInvalidRequest, fmt.Sprintf(
+			"Bad Request: the %s header appears %d times in this request. The idemkit gateway identifies the caller by it and cannot tell which one counts "+
+				"(a proxy that appends the header instead of replacing it sends it twice). Nothing was done: send it once.", g.subjectH, n))
+		return
+	}
+	if !headersAcceptable(w, r) {
+		return
+	}
 	switch r.Method {
 	case http.MethodPost:
 		g.post(w, r)
@@ -37,6 +50,86 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", "GET, POST, DELETE")
 		http.Error(w, "Method Not Allowed: MCP's Streamable HTTP transport uses POST, GET and DELETE", http.StatusMethodNotAllowed)
 	}
+}
+
+// headersAcceptable checks the headers MCP's Streamable HTTP transport
+// prescribes, as the SDKs' own servers do: a POST carries one JSON-RPC
+// message as application/json (else 415) and accepts both a JSON answer
+// and an SSE stream (else 406); a GET accepts an SSE stream (else 406).
+// It answers the client itself and returns false when they do not hold.
+// (MCP-Protocol-Version is checked against the session, in
+// protocolVersionOK.)
+func headersAcceptable(w http.ResponseWriter, r *http.Request) bool {
+	switch r.Method {
+	case http.MethodPost:
+		if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != "application/json" {
+			writeJSONRPCError(w, http.StatusUnsupportedMediaType, nil, codeInvalidRequest,
+				"Unsupported Media Type: a POST to an MCP endpoint carries one JSON-RPC message with Content-Type: application/json.")
+			return false
+		}
+		if jsonOK, sseOK := accepts(r.Header.Values("Accept")); !jsonOK || !sseOK {
+			writeJSONRPCError(w, http.StatusNotAcceptable, nil, codeInvalidRequest,
+				"Not Acceptable: an MCP client must accept both application/json and text/event-stream (Accept: application/json, text/event-stream).")
+			return false
+		}
+	case http.MethodGet:
+		if _, sseOK := accepts(r.Header.Values("Accept")); !sseOK {
+			writeJSONRPCError(w, http.StatusNotAcceptable, nil, codeInvalidRequest,
+				"Not Acceptable: the stream of an MCP session is text/event-stream; send Accept: text/event-stream.")
+			return false
+		}
+	}
+	return true
+}
+
+// accepts reports whether Accept values admit a JSON answer and an SSE
+// stream, wildcards and parameters included.
+func accepts(values []string) (jsonOK, sseOK bool) {
+	for _, v := range values {
+		for _, part := range strings.Split(v, ",") {
+			base, _, _ := strings.Cut(part, ";")
+			switch strings.ToLower(strings.TrimSpace(base)) {
+			case "application/json", "application/*":
+				jsonOK = true
+			case "text/event-stream", "text/*":
+				sseOK = true
+			case "*/*":
+				jsonOK, sseOK = true, true
+			}
+		}
+	}
+	return jsonOK, sseOK
+}
+
+// knownProtocolVersions are the MCP versions whose name the gateway knows.
+var knownProtocolVersions = []string{"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"}
+
+// protocolVersionOK checks the request's MCP-Protocol-Version header: when
+// present, it must name a version the gateway knows or the one the session
+// s (nil for an initialize) negotiated with the upstream. It answers the
+// client (400) and returns false when it does not.
+func protocolVersionOK(w http.ResponseWriter, r *http.Request, s *session) bool {
+	v := r.Header.Get("Mcp-Protocol-Version")
+	if v == "" || slices.Contains(knownProtocolVersions, v) || (s != nil && v == s.protocolVersion()) {
+		return true
+	}
+	supported := knownProtocolVersions
+	if s != nil && s.protocolVersion() != "" {
+		supported = []string{s.protocolVersion()}
+	}
+	writeJSONRPCError(w, http.StatusBadRequest, nil, codeInvalidRequest, fmt.Sprintf(
+		"Bad Request: unsupported MCP-Protocol-Version %q (supported: %s). Send the version the initialize answer negotiated.",
+		truncateBytes([]byte(v), 40), strings.Join(supported, ", ")))
+	return false
+}
+
+// subjectHeaders returns how many times the subject header appears in h
+// (0 when none is configured).
+func (g *Gateway) subjectHeaders(h http.Header) int {
+	if g.subjectH == "" {
+		return 0
+	}
+	return len(h.Values(g.subjectH))
 }
 
 // originAllowed accepts requests without an Origin (non-browser clients),
@@ -89,14 +182,25 @@ func (g *Gateway) lookup(w http.ResponseWriter, r *http.Request) *session {
 }
 
 func (g *Gateway) post(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxMessageBytes))
+	// A client that sends its body slowly holds a connection and a
+	// goroutine: bound the read (the HTTP server's ReadHeaderTimeout
+	// bounds the headers), then lift the deadline for the answer.
+	rc := http.NewResponseController(w)
+	deadline := rc.SetReadDeadline(time.Now().Add(g.readWait)) == nil
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(g.maxMsg)))
+	if deadline {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			writeJSONRPCError(w, http.StatusRequestEntityTooLarge, nil, codeInvalidRequest, fmt.Sprintf("Request Entity Too Large: a message may be at most %d bytes.", maxMessageBytes))
-			return
+		switch {
+		case errors.As(err, &tooLarge):
+			writeJSONRPCError(w, http.StatusRequestEntityTooLarge, nil, codeInvalidRequest, fmt.Sprintf("Request Entity Too Large: a message may be at most %d bytes (the gateway's --max-message-bytes).", g.maxMsg))
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			w.Header().Set("Connection", "close")
+			writeJSONRPCError(w, http.StatusRequestTimeout, nil, codeInvalidRequest, fmt.Sprintf("Request Timeout: the body did not arrive within %s (the gateway's --read-timeout). Nothing was done.", g.readWait))
 		}
-		return // the client went away
+		return // otherwise the client went away
 	}
 	if t := bytes.TrimSpace(body); len(t) > 0 && t[0] == '[' {
 		writeJSONRPCError(w, http.StatusBadRequest, nil, codeInvalidRequest,
@@ -113,15 +217,21 @@ func (g *Gateway) post(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if msg.IsRequest() && msg.Method == "initialize" {
-		g.initializeHTTP(w, r, msg)
+		if protocolVersionOK(w, r, nil) {
+			g.initializeHTTP(w, r, msg)
+		}
 		return
 	}
 	s := g.lookup(w, r)
-	if s == nil {
+	if s == nil || !protocolVersionOK(w, r, s) {
 		return
 	}
 	if !msg.IsRequest() {
 		if err := s.send(r.Context(), msg, r.Header); err != nil {
+			if auth, ok := errors.AsType[*authError](err); ok {
+				auth.write(w, nil)
+				return
+			}
 			if errors.Is(err, ErrSessionLost) {
 				g.drop(s)
 				writeJSONRPCError(w, http.StatusNotFound, nil, codeUpstream, "The upstream MCP server no longer knows this session. Start a new session with an initialize request.")
@@ -133,10 +243,14 @@ func (g *Gateway) post(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
-	out := &httpSink{w: w, acceptsSSE: acceptsSSE(r)}
+	out := &httpSink{w: w}
 	t := g.httpTransport(r)
-	resp, lost := s.handle(r.Context(), msg, r.Header, &t, out)
-	if lost {
+	resp, err := s.handle(r.Context(), msg, r.Header, &t, out)
+	if auth, ok := errors.AsType[*authError](err); ok && !out.started {
+		auth.write(w, msg.ID)
+		return
+	}
+	if errors.Is(err, ErrSessionLost) {
 		g.drop(s)
 		if !out.started {
 			w.Header().Set("Content-Type", "application/json")
@@ -148,31 +262,50 @@ func (g *Gateway) post(w http.ResponseWriter, r *http.Request) {
 	out.final(resp)
 }
 
-// acceptsSSE reports whether the client accepts an SSE answer (MCP clients
-// must; a client that does not gets only the final answer).
-func acceptsSSE(r *http.Request) bool {
-	a := r.Header.Get("Accept")
-	return a == "" || strings.Contains(a, "text/event-stream") || strings.Contains(a, "*/*")
-}
-
 // initializeHTTP starts a session: an upstream session, then the client's
-// initialize request on it.
+// initialize request on it. A stdio upstream's process is started only for
+// an identified caller (when a subject header is configured), and only
+// within the upstream caps.
 func (g *Gateway) initializeHTTP(w http.ResponseWriter, r *http.Request, msg *Message) {
+	subject := g.subject(r.Header)
+	if g.stdio && g.subjectH != "" && subject == "" {
+		if g.subjectH == "Authorization" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="idemkit-gateway"`)
+		}
+		writeJSONRPCError(w, http.StatusUnauthorized, msg.ID, codeInvalidRequest, fmt.Sprintf(
+			"Unauthorized: the idemkit gateway starts a server process for a session only for an identified caller, and this initialize had no %s credential. "+
+				"Nothing was started. Send initialize again with the caller's %s header.", g.subjectH, g.subjectH))
+		return
+	}
+	release, capErr := g.reserve(subject)
+	if capErr != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(int(min(g.idle, 10*time.Minute).Seconds())))
+		writeJSONRPCError(w, capErr.status, msg.ID, codeUpstream, capErr.Error())
+		return
+	}
 	s, err := g.open(r.Context(), false)
 	if err != nil {
+		release()
 		writeJSONRPCError(w, http.StatusBadGateway, msg.ID, codeUpstream, "The idemkit gateway could not reach the upstream MCP server: "+err.Error())
 		return
 	}
+	s.release = release
 	// The header goes out with the first byte of the answer, which may be
 	// an SSE stream's.
 	w.Header().Set("Mcp-Session-Id", s.id)
-	out := &httpSink{w: w, acceptsSSE: acceptsSSE(r)}
+	out := &httpSink{w: w}
 	t := g.httpTransport(r)
-	resp, _ := s.handle(r.Context(), msg, r.Header, &t, out)
+	resp, err := s.handle(r.Context(), msg, r.Header, &t, out)
 	if resp.Error != nil {
-		_ = s.conn.Close(context.WithoutCancel(r.Context()))
+		_ = s.closeUpstream(context.WithoutCancel(r.Context()))
 		if !out.started {
 			w.Header().Del("Mcp-Session-Id")
+			if auth, ok := errors.AsType[*authError](err); ok {
+				// The upstream's 401, with its challenge: how an MCP client
+				// learns that it must authorize (OAuth discovery).
+				auth.write(w, msg.ID)
+				return
+			}
 		}
 		out.final(resp)
 		return
@@ -186,6 +319,45 @@ func (g *Gateway) initializeHTTP(w http.ResponseWriter, r *http.Request, msg *Me
 		return
 	}
 	out.final(resp)
+}
+
+// capError is an initialize refused because an upstream cap is reached.
+type capError struct {
+	status int // 503 for the total, 429 for a subject's
+	msg    string
+}
+
+func (e *capError) Error() string { return e.msg }
+
+// reserve takes a slot for a new upstream session of subject, and returns
+// the function that gives it back, or the cap it would exceed.
+func (g *Gateway) reserve(subject string) (release func(), err *capError) {
+	each := ""
+	if g.stdio {
+		each = "; each is a server process"
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case g.upstreams >= g.maxUp:
+		return nil, &capError{http.StatusServiceUnavailable, fmt.Sprintf(
+			"Service Unavailable: the idemkit gateway has as many upstream sessions open as it may run (--max-upstreams %d%s). Nothing was started. "+
+				"Retry later: sessions unused for %s close (and clients that are done should end theirs with HTTP DELETE).", g.maxUp, each, g.idle)}
+	case g.maxUpSubj > 0 && g.bySubject[subject] >= g.maxUpSubj:
+		return nil, &capError{http.StatusTooManyRequests, fmt.Sprintf(
+			"Too Many Requests: this caller has as many sessions open as one caller may (--max-upstreams-per-subject %d%s). Nothing was started. "+
+				"End sessions you no longer use with HTTP DELETE, or retry after %s, when unused sessions close.", g.maxUpSubj, each, g.idle)}
+	}
+	g.upstreams++
+	g.bySubject[subject]++
+	return func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.upstreams--
+		if g.bySubject[subject]--; g.bySubject[subject] <= 0 {
+			delete(g.bySubject, subject)
+		}
+	}, nil
 }
 
 // open connects a new upstream session.
@@ -278,14 +450,18 @@ func (s *session) send(ctx context.Context, msg *Message, h http.Header) error {
 
 func (g *Gateway) get(w http.ResponseWriter, r *http.Request) {
 	s := g.lookup(w, r)
-	if s == nil {
+	if s == nil || !protocolVersionOK(w, r, s) {
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	defer context.AfterFunc(g.streams, cancel)()
 	st, err := s.conn.Listen(ctx, r.Header)
+	var auth *authError
 	switch {
+	case errors.As(err, &auth):
+		auth.write(w, nil)
+		return
 	case errors.Is(err, errNoListen):
 		w.Header().Set("Allow", "POST, DELETE")
 		http.Error(w, "Method Not Allowed: the upstream MCP server offers no stream outside requests", http.StatusMethodNotAllowed)
@@ -321,7 +497,7 @@ func (g *Gateway) get(w http.ResponseWriter, r *http.Request) {
 
 func (g *Gateway) delete(w http.ResponseWriter, r *http.Request) {
 	s := g.lookup(w, r)
-	if s == nil {
+	if s == nil || !protocolVersionOK(w, r, s) {
 		return
 	}
 	g.mu.Lock()
@@ -334,8 +510,7 @@ func (g *Gateway) delete(w http.ResponseWriter, r *http.Request) {
 // httpSink answers one POST: with JSON when the answer is the only
 // message, with an SSE stream as soon as a message comes before it.
 type httpSink struct {
-	w          http.ResponseWriter
-	acceptsSSE bool
+	w http.ResponseWriter
 
 	mu      sync.Mutex // protects the fields below and writes to w
 	sse     *sseWriter
@@ -344,9 +519,6 @@ type httpSink struct {
 }
 
 func (k *httpSink) send(m *Message) error {
-	if !k.acceptsSSE {
-		return nil
-	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.gone {

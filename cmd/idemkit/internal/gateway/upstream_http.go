@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,6 +20,38 @@ import (
 type HTTPUpstream struct {
 	url    string
 	client *http.Client
+	maxMsg atomic.Int64 // the largest JSON answer read; set by New
+}
+
+func (u *HTTPUpstream) setMaxMessageBytes(n int) { u.maxMsg.Store(int64(n)) }
+
+func (u *HTTPUpstream) maxMessageBytes() int64 {
+	if n := u.maxMsg.Load(); n > 0 {
+		return n
+	}
+	return DefaultMaxMessageBytes
+}
+
+// answerTooLargeError: the upstream answered a request with a JSON message
+// over the gateway's limit. The request ran; its answer was not read
+// whole.
+type answerTooLargeError struct {
+	limit int64
+	buf   []byte // the limit+1 bytes read, for reuse
+}
+
+func (e *answerTooLargeError) Error() string {
+	return fmt.Sprintf("the upstream MCP server answered with a message larger than %d bytes, the most the idemkit gateway reads (--max-message-bytes), "+
+		"so the request ran but its answer cannot be passed on", e.limit)
+}
+
+// notKeptText is the answer to the first caller of a protected call whose
+// answer was too large.
+func (e *answerTooLargeError) notKeptText(tool string) string {
+	return fmt.Sprintf("The %s call ran: the upstream MCP server answered it, but with more than the %d bytes the idemkit gateway passes on "+
+		"(its --max-message-bytes), so the answer was neither passed on nor kept. Do not call %s again for this: the work is done, "+
+		"and a retry is answered that its result was not kept. To see the result, ask the server's operator for a smaller one or a higher limit.",
+		tool, e.limit, tool)
 }
 
 // NewHTTPUpstream returns the Streamable HTTP upstream at rawURL (http or
@@ -101,7 +135,8 @@ func (c *httpConn) newRequest(ctx context.Context, method string, body []byte, h
 	return req, nil
 }
 
-// do sends req and translates transport failures and a lost session.
+// do sends req and translates transport failures, a lost session and a
+// refused caller.
 func (c *httpConn) do(req *http.Request) (*http.Response, error) {
 	resp, err := c.up.client.Do(req)
 	if err != nil {
@@ -110,12 +145,66 @@ func (c *httpConn) do(req *http.Request) (*http.Response, error) {
 		}
 		return nil, fmt.Errorf("%w: %s %s: %v", ErrUpstreamGone, req.Method, c.up.url, err)
 	}
-	if resp.StatusCode == http.StatusNotFound && req.Header.Get("Mcp-Session-Id") != "" {
+	switch {
+	case resp.StatusCode == http.StatusNotFound && req.Header.Get("Mcp-Session-Id") != "":
 		drain(resp)
 		c.lost()
 		return nil, ErrSessionLost
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		return nil, newAuthError(resp)
 	}
 	return resp, nil
+}
+
+// maxAuthBody bounds the body of a 401 or 403 the gateway passes on.
+const maxAuthBody = 64 << 10
+
+// authError is an upstream's HTTP 401 or 403: it does not accept the
+// caller's credentials, or refuses the caller. The request was not
+// processed. The HTTP front passes the status, the WWW-Authenticate
+// challenges (which MCP's OAuth discovery reads) and the body on to the
+// client as they are.
+type authError struct {
+	status      int
+	challenges  []string // WWW-Authenticate values
+	contentType string
+	body        []byte
+}
+
+func newAuthError(resp *http.Response) *authError {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxAuthBody))
+	resp.Body.Close()
+	return &authError{
+		status:      resp.StatusCode,
+		challenges:  resp.Header.Values("WWW-Authenticate"),
+		contentType: resp.Header.Get("Content-Type"),
+		body:        b,
+	}
+}
+
+func (e *authError) Error() string {
+	what := "does not accept this request's credentials"
+	if e.status == http.StatusForbidden {
+		what = "refuses this caller"
+	}
+	return fmt.Sprintf("the upstream MCP server %s (HTTP %d): nothing was done", what, e.status)
+}
+
+// write answers the client with the upstream's refusal.
+func (e *authError) write(w http.ResponseWriter, id json.RawMessage) {
+	for _, c := range e.challenges {
+		w.Header().Add("WWW-Authenticate", c)
+	}
+	if len(e.body) == 0 {
+		writeJSONRPCError(w, e.status, id, codeInvalidRequest, strings.ToUpper(e.Error()[:1])+e.Error()[1:]+
+			". Send the request again with credentials the server accepts.")
+		return
+	}
+	if e.contentType != "" {
+		w.Header().Set("Content-Type", e.contentType)
+	}
+	w.WriteHeader(e.status)
+	_, _ = w.Write(e.body)
 }
 
 func drain(resp *http.Response) {
@@ -159,10 +248,14 @@ func (c *httpConn) Request(ctx context.Context, msg *Message, h http.Header) (St
 	case ct == "application/json":
 		// A JSON answer, whatever the status: a JSON-RPC response (or an
 		// error response to a rejected request).
-		b, err := io.ReadAll(io.LimitReader(resp.Body, maxMessageBytes+1))
+		limit := c.up.maxMessageBytes()
+		b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 		resp.Body.Close()
 		if err != nil {
 			return nil, fmt.Errorf("%w: reading the answer: %v", ErrUpstreamGone, err)
+		}
+		if int64(len(b)) > limit {
+			return nil, &answerTooLargeError{limit: limit, buf: b}
 		}
 		m, perr := parseMessage(b)
 		if perr != nil || !m.IsResponse() {
