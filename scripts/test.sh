@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test.sh runs every test of the project, on a fresh machine too: it installs
 # what the tests need (PostgreSQL's server programs, the Collector builder),
-# then runs vet, the Go tests of every module against a real PostgreSQL (a
+# then runs the Go tests of every module against a real PostgreSQL (a
 # throwaway cluster, or TEST_DATABASE_URL), the Collector components and the
 # end-to-end tests. It never skips a test it cannot run: it fails.
 # Usage: make test   (or scripts/test.sh from anywhere)
@@ -15,15 +15,11 @@ step "prerequisites"
 go version
 scripts/ensure-postgres.sh
 
-step "format and vet"
-unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './collector/_build/*'))
-if [[ -n "$unformatted" ]]; then
-  echo "gofmt would change:"; echo "$unformatted"; exit 1
-fi
+# gofmt, go vet and staticcheck are make lint (scripts/lint.sh), which CI
+# runs before this.
 # The library module, the examples, the idemkit command and the development
 # tools (go.work ties the modules together; ./... stops at a module's edge).
 pkgs=(./... ./examples/... ./cmd/idemkit/... ./internal/devtools/... ./spancontract/...)
-go vet "${pkgs[@]}"
 
 step "idemkit, stores, instrument, examples, cmd/idemkit (race detector on)"
 go test -race -count=1 -timeout 30m "${pkgs[@]}"
