@@ -1,7 +1,8 @@
 // Command idemkit is idemkit's one binary: the gateway that protects any MCP
 // server, whatever its language, and the operator's tools.
 //
-//	go install github.com/idemkit-mcp/idemkit/cmd/idemkit@latest
+//	go install github.com/idemkit-mcp/idemkit/cmd/idemkit@v0.1.0   (once published; until then
+//	go install ./cmd/idemkit from the root of a clone, see the README's Install)
 //
 //	idemkit gateway --listen 127.0.0.1:8787 --upstream http://127.0.0.1:3000/mcp --store sqlite:idemkit.db
 //	idemkit gateway --stdio --store sqlite:idemkit.db -- node server.js
