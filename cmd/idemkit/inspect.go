@@ -30,9 +30,11 @@ func newInspectCmd() *cobra.Command {
 		Use:   "inspect --store URL (KEY_HASH | --subject S --tool T --arguments JSON)",
 		Short: "Show one idempotency key's record",
 		Long: `inspect shows the record a store holds for one call's key, without claiming
-or changing it: its state (in_progress, completed, released), attempt, when
-its lease and its window end, the size of the stored result, the write ID
-the tool recorded, the last failure and the last progress note.
+or changing it: its state (in_progress: running, or abandoned once its
+lease ran out without a heartbeat; completed; released; any of them
+expired once its window is over), attempt, when its lease and its window
+end, the size of the stored result, the write ID the tool recorded, the
+last failure and the last progress note.
 
 Name the key by its hash, the idemkit.key.hash attribute of the call's span
 (32 hex characters; any prefix of at least 8 of the 64-character key ID),

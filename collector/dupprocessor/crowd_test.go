@@ -56,8 +56,6 @@ type crowdGen struct {
 	reads, rounds int
 }
 
-func (g *crowdGen) pick(xs []string) string { return xs[g.rng.IntN(len(xs))] }
-
 func (g *crowdGen) between(lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(g.rng.Int64N(int64(hi-lo)))
 }

@@ -131,7 +131,7 @@ footer { color:var(--muted); font-size:12.5px; margin-top:40px; }
 <div class="figure" id="chart-by-layer">{{.Legend}}{{.ByLayer}}</div>
 
 <h2>How long after the first call duplicates arrive</h2>
-<p class="note">The gap from a call to its duplicate, per cause, on a log scale. Retries below the network and the harness come within milliseconds; a model re-issues after it has thought. The dup processor's <code>harness_threshold</code> ({{.Threshold}}) separates a harness retry from a model re-issue when no model turn is seen between the calls; its <code>window</code> and the Guard's key retention must exceed the slowest cause you want caught.</p>
+<p class="note">The gap from a call to its duplicate, per cause, on a log scale: a dot per duplicate, coloured by its effect as above, each server (or service) on its own line of the cause's row, named at the left. Retries below the network and the harness come within milliseconds; a model re-issues after it has thought. The dup processor's <code>harness_threshold</code> ({{.Threshold}}) separates a harness retry from a model re-issue when no model turn is seen between the calls; its <code>window</code> and the Guard's key retention must exceed the slowest cause you want caught.</p>
 <div class="figure" id="chart-gaps">{{.Gaps}}</div>
 
 {{if .Timelines}}<h2>{{.P.TimelinesTitle}}</h2>
@@ -307,7 +307,9 @@ func gapChart(p *Page, threshold time.Duration) template.HTML {
 	}
 	sort.Strings(extra)
 	rows = append(rows, extra...)
-	const width, left, right, top, laneGap = 760.0, 170.0, 30.0, 26.0, 15.0
+	// left leaves room for the cause's name and, right-aligned beside the
+	// dots, the name of each lane's line.
+	const width, left, right, top, laneGap = 760.0, 250.0, 30.0, 26.0, 15.0
 	rowH := 32 + laneGap*float64(nlanes)
 	height := top + float64(len(rows))*rowH + 30
 	lmin, lmax := math.Log10(float64(lo)), math.Log10(float64(hi))
@@ -333,6 +335,13 @@ func gapChart(p *Page, threshold time.Duration) template.HTML {
 		cy := top + float64(i)*rowH + rowH/2
 		fmt.Fprintf(&b, `<line x1="%g" x2="%g" y1="%.1f" y2="%.1f" stroke="#f1f5f9" stroke-width="%g" stroke-linecap="round"/>`, left, width-right, cy, cy, laneGap*float64(nlanes))
 		fmt.Fprintf(&b, `<text x="0" y="%.1f" font-size="14" font-weight="600" fill="#0f172a">%s</text>`, cy+5, esc(c))
+		if nlanes > 1 {
+			for li, l := range p.Lanes {
+				off := (float64(li) - float64(nlanes-1)/2) * laneGap
+				fmt.Fprintf(&b, `<text class="gap-lane" data-lane="%s" x="%g" y="%.1f" font-size="10.5" fill="#64748b" text-anchor="end">%s</text>`,
+					esc(l), left-laneGap*float64(nlanes)/2-6, cy+off+3.5, esc(l)) // clear of the row's rounded end
+			}
+		}
 		dots := byCause[c]
 		sort.SliceStable(dots, func(i, j int) bool { return dots[i].Gap < dots[j].Gap })
 		for _, d := range dots {

@@ -87,3 +87,25 @@ func TestPage_WriteHTML(t *testing.T) {
 		}
 	}
 }
+
+// The gap chart names each lane's line in every cause's row, so that a dot
+// says which server (or service) it is without hovering.
+func TestPage_GapChartNamesEachLane(t *testing.T) {
+	var b bytes.Buffer
+	if err := testPage().WriteHTML(&b); err != nil {
+		t.Fatal(err)
+	}
+	html := b.String()
+	start := strings.Index(html, `data-chart="gaps"`)
+	if start < 0 {
+		t.Fatal("no gap chart")
+	}
+	chart := html[start : start+strings.Index(html[start:], "</svg>")]
+	rows := strings.Count(chart, `font-weight="600"`) // one cause name per row
+	for _, lane := range []string{"billing", "&lt;script&gt;alert(1)&lt;/script&gt;"} {
+		label := `class="gap-lane" data-lane="` + lane + `"`
+		if n := strings.Count(chart, label); rows == 0 || n != rows {
+			t.Errorf("lane %s is named in %d of the %d rows", lane, n, rows)
+		}
+	}
+}
