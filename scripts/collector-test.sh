@@ -18,7 +18,7 @@ if [[ -z "$tp" ]]; then
   tp="$tpdir/testprogress"
   (cd "$root" && go build -o "$tp" ./internal/devtools/cmd/testprogress)
 fi
-(cd "$root/collector/dupprocessor" && go test -json -race -count=1 ./...) | "$tp" ${IDEMKIT_TEST_SKIPS:+-skips "$IDEMKIT_TEST_SKIPS"}
+(cd "$root/collector/dupprocessor" && go test -json -race -count=1 ./...) | "$tp" ${IDEMKIT_TEST_SKIPS:+-skips "$IDEMKIT_TEST_SKIPS"} ${IDEMKIT_TEST_TOTALS:+-totals "$IDEMKIT_TEST_TOTALS"}
 if [[ "${IDEMKIT_E2E:-1}" != "0" ]]; then
   # -v: one package, whose tests log each stage as it happens.
   (cd "$root/collector/e2e" && IDEMKIT_E2E=1 go test -count=1 -timeout 40m -v ./...)

@@ -25,7 +25,11 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/idemkit-test.XXXXXX")"
 # -skips, and scripts/collector-test.sh through the same variables).
 export IDEMKIT_TEST_SKIPS="$work/skipped.txt"
 export IDEMKIT_TESTPROGRESS="$work/testprogress"
+# Every go test run's counts, one "PASSED FAILED SKIPPED" per line
+# (testprogress -totals): the summary's closing line sums them.
+export IDEMKIT_TEST_TOTALS="$work/totals.txt"
 : >"$IDEMKIT_TEST_SKIPS"
+: >"$IDEMKIT_TEST_TOTALS"
 
 started=$SECONDS
 step_name="" step_start=$SECONDS times=()
@@ -54,6 +58,8 @@ summary() {
   else
     printf '\nSKIPPED: none\n'
   fi
+  # The closing line: every Go test of the run, summed over its go test runs.
+  awk '{p+=$1; f+=$2; s+=$3} END {printf "\ngo tests: %d passed, %d failed, %d skipped\n", p, f, s}' "$IDEMKIT_TEST_TOTALS"
   rm -rf "$work"
 }
 trap summary EXIT
@@ -62,8 +68,9 @@ step "prerequisites"
 go version
 scripts/ensure-postgres.sh
 
-# gofmt, go vet and staticcheck are make lint (scripts/lint.sh), which CI
-# runs before this.
+step "format, vet and staticcheck (make lint)"
+scripts/lint.sh
+
 # The library module, the examples, the idemkit command and the development
 # tools (go.work ties the modules together; ./... stops at a module's edge).
 pkgs=(./... ./examples/... ./cmd/idemkit/... ./internal/devtools/... ./spancontract/...)
@@ -71,7 +78,7 @@ pkgs=(./... ./examples/... ./cmd/idemkit/... ./internal/devtools/... ./spancontr
 go build -o "$IDEMKIT_TESTPROGRESS" ./internal/devtools/cmd/testprogress
 
 step "idemkit, stores, instrument, examples, cmd/idemkit (race detector on)"
-go test -json -race -count=1 -timeout 30m "${pkgs[@]}" | "$IDEMKIT_TESTPROGRESS" -skips "$IDEMKIT_TEST_SKIPS"
+go test -json -race -count=1 -timeout 30m "${pkgs[@]}" | "$IDEMKIT_TESTPROGRESS" -skips "$IDEMKIT_TEST_SKIPS" -totals "$IDEMKIT_TEST_TOTALS"
 
 step "installable by strangers: every public module from a file-system proxy, outside the repository"
 scripts/consumer-test.sh

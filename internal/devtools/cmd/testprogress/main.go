@@ -29,6 +29,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -42,6 +43,7 @@ import (
 func main() {
 	skips := flag.String("skips", "", "append every skipped test to this file (PACKAGE TEST: reason), instead of printing them")
 	heartbeat := flag.Duration("heartbeat", time.Minute, "print what is still running after this long without a line (0: never)")
+	totals := flag.String("totals", "", "append this run's counts to this file, one line \"PASSED FAILED SKIPPED\" (scripts/test.sh sums them into its closing line)")
 	flag.Parse()
 
 	p := newPrinter(os.Stdout, time.Now)
@@ -63,7 +65,19 @@ func main() {
 		defer f.Close()
 		skipOut = f
 	}
-	if !p.finish(skipOut) {
+	ok := p.finish(skipOut)
+	if *totals != "" {
+		f, err := os.OpenFile(*totals, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err == nil {
+			_, err = fmt.Fprintf(f, "%d %d %d\n", p.passed, p.failed, p.skipped)
+			err = errors.Join(err, f.Close())
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "testprogress:", err)
+			os.Exit(1)
+		}
+	}
+	if !ok {
 		os.Exit(1)
 	}
 }
@@ -117,6 +131,8 @@ type printer struct {
 	pkgs    map[string]*pkg
 	skips   []skip
 	anyFail bool
+	// passed, failed and skipped are the run's totals, set by finish.
+	passed, failed, skipped int
 }
 
 func newPrinter(w io.Writer, now func() time.Time) *printer {
@@ -370,6 +386,7 @@ func (p *printer) finish(skipOut io.Writer) bool {
 		}
 	}
 	slices.Sort(names)
+	p.passed, p.failed, p.skipped = passed, failed, skipped
 	p.println("")
 	p.println(fmt.Sprintf("go test: %s, in %d packages (%d without tests), %s",
 		counts(passed, failed, skipped), len(names), noTests, clock(p.now().Sub(p.start))))
