@@ -239,7 +239,7 @@ func (g *Gateway) register(s *session) bool {
 		}
 		g.mu.Unlock()
 		if mine {
-			g.log.Info("the upstream ended a session", "session", s.id, "upstream", g.up.Transport())
+			g.log.Info("the upstream ended a session", "session", s.logID(), "upstream", g.up.Transport())
 			_ = s.close(context.Background(), spancontract.ErrorTypeOther)
 		}
 	}()
