@@ -21,6 +21,11 @@
 // claim, the tool's own writes and the stored outcome in the caller's
 // transaction: there is then no window in which the work is done but not
 // recorded, even if the process is killed.
+//
+// Every outcome is kept with the Guard's checksum of it (migration 004), so
+// that a record changed behind the store's back is refused
+// (idemkit.ErrRecordDamaged), never replayed wrong nor run again; rows from
+// before 004 replay unchecked.
 package pgstore
 
 import (
