@@ -29,6 +29,17 @@
 //     backoff until Config.FinishTimeout, so that a database restart at the
 //     end of the work does not leave the key in progress. One that still
 //     fails is logged and returned as a *FinishError, never dropped.
+//  6. A durable store keeps a checksum with every outcome, which every
+//     replay verifies: a record damaged in storage (an overwritten body, an
+//     unknown storage kind, a body stored apart that is gone) is refused
+//     with a *RecordDamagedError (the call ran, its answer cannot be read),
+//     logged, and neither replayed nor run again.
+//
+// The hashes idemkit exports (on spans, in logs and error texts) are made
+// by a Hasher: plain SHA-256 without a key, which anyone can recompute from
+// guessed inputs, or HMAC-SHA-256 under a deployment's hash key
+// (Config.HashKey, instrument.WithHashKey). The key never changes what a
+// Store keeps.
 //
 // A record can be read without claiming it: Guard.Lookup reports one call
 // by its Key (in progress with its last heartbeat note, completed with the

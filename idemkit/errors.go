@@ -55,6 +55,15 @@ var (
 	// ErrNotFound is returned by Store.Response when no stored body exists,
 	// and by Store.Lookup and Guard.Lookup when no record of the key exists.
 	ErrNotFound = errors.New("idemkit: not found")
+
+	// ErrRecordDamaged: the call already ran (its completed record exists),
+	// but the record cannot be read back as it was written: it fails the
+	// checksum stored with it, names a storage kind that does not exist, or
+	// its body stored apart is missing. Nothing was replayed and nothing
+	// was run again. Matched by *RecordDamagedError. It does not match
+	// ErrStore: the store answered, and a retry gets the same answer until
+	// the record's window ends.
+	ErrRecordDamaged = errors.New("idemkit: stored record is damaged")
 )
 
 // InProgressError is returned to a duplicate that arrives while the first
@@ -132,6 +141,36 @@ func (e *ResponseTooLargeError) Error() string {
 
 // Is reports whether target is ErrResponseTooLarge.
 func (e *ResponseTooLargeError) Is(target error) bool { return target == ErrResponseTooLarge }
+
+// RecordDamagedError is returned to a duplicate whose call completed but
+// whose stored record cannot be read back as it was written (see
+// ErrRecordDamaged): the work ran, and its answer is lost. The Guard never
+// replays such a record (its bytes may be another call's, or garbage) and
+// never runs the work again (it already ran: a second refund is worse than
+// a missing answer); it logs every refusal (Config.Logger). Its Error text
+// is written for a model. It matches ErrRecordDamaged.
+type RecordDamagedError struct {
+	// Tool is the tool, KeyHash the key's idemkit.key.hash (keyed as the
+	// Guard's Config.HashKey says; never the raw subject), Attempt the
+	// record's attempt count (0 when the store could not read the record
+	// at all).
+	Tool    string
+	KeyHash string
+	Attempt int
+	// Reason says what is wrong with the record, for operators: "checksum
+	// mismatch", "unknown storage kind 7", "body stored apart is missing".
+	Reason string
+}
+
+func (e *RecordDamagedError) Error() string {
+	return fmt.Sprintf("The %s call with these arguments already ran, but its stored result cannot be read: "+
+		"the idempotency record is damaged (%s, key %s). Do not call it again: the work is done, and a retry gets this same answer. "+
+		"Tell the user that the call completed but its result is unavailable, and ask the server's operator to inspect the record.",
+		e.Tool, e.Reason, e.KeyHash)
+}
+
+// Is reports whether target is ErrRecordDamaged.
+func (e *RecordDamagedError) Is(target error) bool { return target == ErrRecordDamaged }
 
 // Transient marks err as transient: the result matches ErrTransient and
 // everything err matches, and its text is err's. Store implementations
@@ -220,7 +259,7 @@ func (e *FinishError) Unwrap() []error {
 func (e *FinishError) Is(target error) bool { return target == ErrStore }
 
 // storeError wraps a store failure so that it matches both ErrStore and the
-// underlying driver error.
-func storeError(op string, key Key, err error) error {
+// underlying driver error. key is the key's label (Guard.label).
+func storeError(op, key string, err error) error {
 	return fmt.Errorf("%w: %s %s: %w", ErrStore, op, key, err)
 }

@@ -1,12 +1,16 @@
 package idemkit
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/spancontract"
@@ -160,9 +164,20 @@ type Config struct {
 
 	// Logger receives one Error record for every finish that still failed
 	// after its retries (see FinishError), with the tool, the key hash
-	// (never the raw subject), the attempt and the store's error.
+	// (never the raw subject), the attempt and the store's error, and one
+	// for every damaged record a duplicate met (see RecordDamagedError).
 	// Defaults to slog.Default() at the time of the log call.
 	Logger *slog.Logger
+
+	// HashKey is the deployment's hash key: with it, every key hash the
+	// Guard writes into its errors and log records is an HMAC-SHA-256
+	// under it instead of a plain SHA-256, which a reader who guesses the
+	// subject and the arguments could recompute (see Hasher). Use the same
+	// key on every replica, and in the instrumentation's
+	// instrument.WithHashKey (which applies it to the Guard it is given
+	// when this is unset). It changes no stored record (see Hasher). At
+	// least MinHashKeyLen bytes; use 32 random bytes. Defaults to none.
+	HashKey []byte
 }
 
 func (c *Config) validate() error {
@@ -183,6 +198,9 @@ func (c *Config) validate() error {
 	}
 	if c.FailurePolicy > StoreToolErrors {
 		return fmt.Errorf("idemkit: Config.FailurePolicy %d is not a known policy", c.FailurePolicy)
+	}
+	if n := len(c.HashKey); n > 0 && n < MinHashKeyLen {
+		return fmt.Errorf("idemkit: Config.HashKey is %d bytes, under the %d-byte minimum (idemkit.MinHashKeyLen); use 32 random bytes", n, MinHashKeyLen)
 	}
 	for name, t := range c.Tools {
 		field := fmt.Sprintf("Tools[%q].", name)
@@ -217,6 +235,7 @@ type Guard struct {
 	tools     map[string]toolPolicy
 	maxInline int
 	maxResp   int
+	hasher    Hasher // the key hashes of errors and log records
 }
 
 // NewGuard returns a Guard that claims keys in store. cfg may be nil.
@@ -238,7 +257,7 @@ func NewGuard(store Store, cfg *Config) (*Guard, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	g := &Guard{cfg: c}
+	g := &Guard{cfg: c, hasher: NewHasher(c.HashKey)}
 	g.setStore(store)
 	g.base = toolPolicy{
 		window:  orDuration(c.Window, DefaultWindow),
@@ -302,6 +321,29 @@ func orDuration(d, def time.Duration) time.Duration {
 
 // Store returns the Guard's store.
 func (g *Guard) Store() Store { return g.store }
+
+// Hasher returns the Hasher of the key hashes the Guard writes into its
+// errors and log records: keyed with Config.HashKey, or the zero Hasher.
+func (g *Guard) Hasher() Hasher { return g.hasher }
+
+// WithHasher returns a copy of g, on the same store and with the same
+// configuration, whose errors and log records carry key hashes made by h.
+// The instrumentation uses it to apply instrument.WithHashKey.
+func (g *Guard) WithHasher(h Hasher) *Guard {
+	c := *g
+	c.hasher = h
+	return &c
+}
+
+// label is the form of key the Guard's errors and log records carry: the
+// tool, the key's source and its key hash (as Key.String, with the key
+// hash keyed when the Guard has a hash key). Never the raw subject.
+func (g *Guard) label(key Key) string {
+	if !g.hasher.Keyed() {
+		return key.String()
+	}
+	return key.tool + "/" + key.Source() + "/" + g.hasher.KeyHash(key)
+}
 
 // WithStore returns a copy of g, with the same configuration, that claims in
 // s. Store packages use it to run the Guard inside a caller's transaction
@@ -372,6 +414,12 @@ type Work func(ctx context.Context) (Response, error)
 //   - Duplicate while in progress: returns an *InProgressError, after
 //     waiting up to the tool's Wait for the first call to finish.
 //   - Explicit key reused with other arguments: returns a *MismatchError.
+//   - Duplicate of a completed call whose stored record cannot be read as
+//     it was written (it fails the checksum kept with the outcome, names
+//     an unknown storage kind, or its body stored apart is gone): returns
+//     a *RecordDamagedError, logged, matching ErrRecordDamaged; the work
+//     is not run again, since it ran. Records written before the stores
+//     kept checksums are replayed unchecked.
 //   - Work returns an error (or, by default, an IsError response): the claim
 //     is released, the error (or response) is returned, and the next
 //     duplicate runs the work again.
@@ -405,6 +453,7 @@ func (g *Guard) Do(ctx context.Context, key Key, work Work) (Result, error) {
 	var (
 		waitUntil time.Time
 		backoff   = 5 * time.Millisecond
+		reread    bool // the claim was repeated after a body stored apart was not found
 	)
 	for {
 		req.Now = g.now()
@@ -418,13 +467,27 @@ func (g *Guard) Do(ctx context.Context, key Key, work Work) (Result, error) {
 			cr, err = g.store.Claim(ctx, req)
 		}
 		if err != nil {
-			return Result{}, storeError("claim", key, err)
+			if errors.Is(err, ErrRecordDamaged) {
+				// The store found the record but cannot read it.
+				return Result{}, g.damaged(key, 0, strings.TrimPrefix(err.Error(), ErrRecordDamaged.Error()+": "))
+			}
+			return Result{}, storeError("claim", g.label(key), err)
 		}
 		switch cr.Status {
 		case ClaimAcquired, ClaimTakenOver:
 			return g.run(ctx, &key, p, req.Token, &cr, work)
 		case ClaimCompleted:
-			return g.replay(ctx, key, cr)
+			res, err := g.replay(ctx, key, &cr)
+			if err == errBodyMissing {
+				if !reread {
+					// The record may have expired and been swept since the
+					// claim read it: claim again, which then starts afresh.
+					reread = true
+					continue
+				}
+				err = g.damaged(key, cr.Attempt, "its body stored apart is missing")
+			}
+			return res, err
 		case ClaimMismatch:
 			return Result{}, &MismatchError{Tool: key.tool}
 		case ClaimBusy:
@@ -443,7 +506,7 @@ func (g *Guard) Do(ctx context.Context, key Key, work Work) (Result, error) {
 			}
 			backoff = min(backoff*2, 250*time.Millisecond)
 		default:
-			return Result{}, storeError("claim", key, fmt.Errorf("store returned invalid claim status %d", cr.Status))
+			return Result{}, storeError("claim", g.label(key), fmt.Errorf("store returned invalid claim status %d", cr.Status))
 		}
 	}
 }
@@ -500,19 +563,86 @@ func (g *Guard) inProgress(key Key, p *toolPolicy, cr ClaimResult) error {
 	return e
 }
 
-func (g *Guard) replay(ctx context.Context, key Key, cr ClaimResult) (Result, error) {
+// errBodyMissing is replay's report of a body stored apart that the store
+// does not have.
+var errBodyMissing = errors.New("idemkit: the body stored apart is missing")
+
+// replay answers a duplicate from the completed record cr: the stored
+// outcome, once it is read in full and matches the checksum stored with
+// it. A record that cannot be read as it was written is refused with a
+// *RecordDamagedError (logged), never replayed and never run again; a body
+// stored apart that the store does not have is errBodyMissing.
+func (g *Guard) replay(ctx context.Context, key Key, cr *ClaimResult) (Result, error) {
 	res := Result{Response: cr.Response, Outcome: OutcomeReplayed, Attempt: cr.Attempt}
 	switch cr.Storage {
+	case StorageInline:
 	case StorageExternal:
 		body, err := g.store.Response(ctx, key.id)
+		if errors.Is(err, ErrNotFound) {
+			return Result{}, errBodyMissing
+		}
 		if err != nil {
-			return Result{}, storeError("load response", key, err)
+			return Result{}, storeError("load response", g.label(key), err)
 		}
 		res.Body = body
 	case StorageDropped:
+		res.Body = nil
+	default:
+		return Result{}, g.damaged(key, cr.Attempt, fmt.Sprintf("unknown storage kind %d", cr.Storage))
+	}
+	if cr.Checksum != nil && !bytes.Equal(cr.Checksum, outcomeChecksum(key.id, cr.Storage, cr.Size, &res.Response)) {
+		return Result{}, g.damaged(key, cr.Attempt, "checksum mismatch")
+	}
+	if cr.Storage == StorageDropped {
 		return Result{}, &ResponseTooLargeError{Tool: key.tool, Size: cr.Size, Limit: int64(g.maxResp)}
 	}
 	return res, nil
+}
+
+// checksumDomain separates outcome checksums from any other SHA-256 use.
+const checksumDomain = "idemkit/outcome/v1\x00"
+
+// outcomeChecksum returns the checksum of a completed record's outcome,
+// everything a replay returns or decides by: the key, the storage kind,
+// the size, the error flag, the write ID and the body (none is kept for
+// StorageDropped). Binding the key means that a row's outcome copied onto
+// another key's row fails too.
+func outcomeChecksum(key string, storage Storage, size int64, resp *Response) []byte {
+	var stack [192]byte
+	b := append(stack[:0], checksumDomain...)
+	b = appendField(b, key)
+	b = append(b, byte(storage))
+	b = binary.AppendVarint(b, size)
+	if resp.IsError {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	b = appendField(b, resp.WriteID)
+	h := sha256.New()
+	h.Write(b)
+	if storage != StorageDropped {
+		h.Write(binary.AppendUvarint(stack[:0], uint64(len(resp.Body))))
+		h.Write(resp.Body)
+	}
+	return h.Sum(make([]byte, 0, sha256.Size))
+}
+
+// damaged returns the *RecordDamagedError of key's record and logs it.
+func (g *Guard) damaged(key Key, attempt int, reason string) error {
+	e := &RecordDamagedError{Tool: key.tool, KeyHash: g.hasher.KeyHash(key), Attempt: attempt, Reason: reason}
+	l := g.cfg.Logger
+	if l == nil {
+		l = slog.Default()
+	}
+	l.LogAttrs(context.Background(), slog.LevelError,
+		"idemkit: a completed call's stored record is damaged; its duplicate was refused, neither replayed nor run again",
+		slog.String("gen_ai.tool.name", e.Tool),
+		slog.String("idemkit.key.hash", e.KeyHash),
+		slog.Int("idemkit.attempt", e.Attempt),
+		slog.String("reason", e.Reason),
+	)
+	return e
 }
 
 // run runs work under the claim cr of key (key and cr are only read).
@@ -567,6 +697,12 @@ func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, c
 		tooLarge = &ResponseTooLargeError{Tool: key.tool, Size: fin.Size, Limit: int64(g.maxResp), Result: res}
 	case len(resp.Body) > g.maxInline:
 		fin.Storage = StorageExternal
+	}
+	if g.mem == nil {
+		// A store outside the process keeps the outcome's checksum, which
+		// every replay verifies. (The memory store's records live in this
+		// process's memory, which nothing else writes.)
+		fin.Checksum = outcomeChecksum(key.id, fin.Storage, fin.Size, &fin.Response)
 	}
 	if ferr := g.finish(a, &fin, nil); ferr != nil {
 		return res, ferr
@@ -634,7 +770,7 @@ func (g *Guard) finishFailed(fctx context.Context, timed bool, key Key, attemptN
 			if !fin.Succeeded {
 				return nil // released, or taken over: either way not ours to release
 			}
-			return fmt.Errorf("idemkit: finish %s: %w", key, err)
+			return fmt.Errorf("idemkit: finish %s: %w", g.label(key), err)
 		}
 		retry := !g.inTx && errors.Is(err, ErrTransient) && fctx.Err() == nil
 		if retry && !timed {
@@ -660,7 +796,7 @@ func (g *Guard) finishFailed(fctx context.Context, timed bool, key Key, attemptN
 			if !fin.Succeeded {
 				op = FinishRelease
 			}
-			fe := &FinishError{Op: op, Tool: key.tool, KeyHash: key.Hash(), Attempt: attemptN, Tries: tries, Err: err, WorkErr: workErr}
+			fe := &FinishError{Op: op, Tool: key.tool, KeyHash: g.hasher.KeyHash(key), Attempt: attemptN, Tries: tries, Err: err, WorkErr: workErr}
 			g.logFinishError(fe)
 			return fe
 		}
@@ -770,9 +906,9 @@ func (c *Call) HeartbeatNote(ctx context.Context, note string) error {
 		return nil
 	}
 	if errors.Is(err, ErrLeaseLost) {
-		return fmt.Errorf("idemkit: heartbeat %s: %w", c.key, err)
+		return fmt.Errorf("idemkit: heartbeat %s: %w", c.guard.label(c.key), err)
 	}
-	return storeError("heartbeat", c.key, err)
+	return storeError("heartbeat", c.guard.label(c.key), err)
 }
 
 // Lookup returns the record of key as its store holds it, with the stored
@@ -793,14 +929,35 @@ func (g *Guard) Lookup(ctx context.Context, key Key) (Record, error) {
 	rec, err := g.store.Lookup(ctx, LookupRequest{Key: key.id, Body: true, Now: g.now()})
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
-			return Record{}, fmt.Errorf("idemkit: lookup %s: %w", key, err)
+			return Record{}, fmt.Errorf("idemkit: lookup %s: %w", g.label(key), err)
 		}
-		return Record{}, storeError("lookup", key, err)
+		return Record{}, storeError("lookup", g.label(key), err)
 	}
 	if rec.Fingerprint != key.Fingerprint() {
 		return Record{}, &MismatchError{Tool: key.tool}
 	}
+	if rec.State == StateCompleted {
+		if err := g.checkRecord(key, &rec); err != nil {
+			rec.Body = nil
+			return rec, err
+		}
+	}
 	return rec, nil
+}
+
+// checkRecord verifies a completed record read by Lookup as replay does.
+func (g *Guard) checkRecord(key Key, rec *Record) error {
+	if rec.Storage > StorageDropped {
+		return g.damaged(key, rec.Attempt, fmt.Sprintf("unknown storage kind %d", rec.Storage))
+	}
+	if rec.Checksum == nil {
+		return nil
+	}
+	resp := Response{Body: rec.Body, WriteID: rec.WriteID, IsError: rec.IsError}
+	if !bytes.Equal(rec.Checksum, outcomeChecksum(key.id, rec.Storage, rec.Size, &resp)) {
+		return g.damaged(key, rec.Attempt, "checksum mismatch")
+	}
+	return nil
 }
 
 // Cancel ends the attempt in progress on key, whichever caller (in
@@ -840,9 +997,9 @@ func (g *Guard) cancel(ctx context.Context, key Key, reason string, abandoned bo
 	case err == nil:
 		return rec, nil
 	case errors.Is(err, ErrNotInProgress), errors.Is(err, ErrInProgress), errors.Is(err, ErrNotFound):
-		return rec, fmt.Errorf("idemkit: cancel %s: %w", key, err)
+		return rec, fmt.Errorf("idemkit: cancel %s: %w", g.label(key), err)
 	}
-	return rec, storeError("cancel", key, err)
+	return rec, storeError("cancel", g.label(key), err)
 }
 
 // WithPolicy returns a copy of g, on the same store and clock, whose calls

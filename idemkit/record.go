@@ -116,6 +116,10 @@ type Record struct {
 	// request asked for it and the record is completed with a kept body;
 	// nil otherwise.
 	Body []byte
+	// Checksum is the checksum stored with a completed record's outcome
+	// (see FinishRequest.Checksum), or nil when none was: Guard.Lookup
+	// verifies it.
+	Checksum []byte
 
 	// Error is the failure text of the attempt that released the record
 	// (at most MaxErrorBytes), or the reason of the Store.Cancel that

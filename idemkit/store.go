@@ -25,6 +25,18 @@ import (
 //     retries a finish that fails so, until Config.FinishTimeout.
 //   - A stored body is returned byte for byte, and so are WriteID, Error
 //     and Note, whatever bytes they hold (NUL, invalid UTF-8).
+//   - The Checksum a successful Finish carries is kept with its outcome
+//     and returned with it (ClaimResult.Checksum, Record.Checksum), and
+//     never with another outcome of the record: a store that cannot tell
+//     returns none. The Guard verifies it on every replay, so that a record
+//     damaged in storage is refused instead of replayed (ErrRecordDamaged).
+//     A store that keeps no checksum (returns nil) leaves its records
+//     unchecked; the storage kind and a missing external body are checked
+//     all the same. A Claim that meets a record it cannot read at all (a
+//     column holding a value its schema forbids) returns an error
+//     matching ErrRecordDamaged, which the Guard answers as it answers a
+//     failed checksum: never as a store failure (the call ran), never by
+//     running the work again.
 //
 // Times: when a request's Now is zero the store uses its own clock (for SQL
 // stores, the database's, so that replicas agree); tests set Now to drive
@@ -175,6 +187,10 @@ type ClaimResult struct {
 	Storage Storage
 	// Size is the body's length in bytes.
 	Size int64
+	// Checksum is FinishRequest.Checksum as the outcome's finish stored it,
+	// or nil (none was stored, as for records written before the store
+	// kept checksums).
+	Checksum []byte
 
 	// handle is an in-process store's reference to the record it claimed
 	// (ClaimAcquired, ClaimTakenOver), which the Guard hands back in the
@@ -198,6 +214,11 @@ type FinishRequest struct {
 	// Error is a short description of a failure, kept for operators
 	// (Record.Error) byte for byte. The Guard bounds it to MaxErrorBytes.
 	Error string
+	// Checksum, for a success, is what the Guard computed over the
+	// outcome (key, storage, size, write ID, error flag and body): the
+	// store keeps it with the outcome, byte for byte, and returns it with
+	// that outcome only. nil keeps none. In-process stores may ignore it.
+	Checksum []byte
 	// Now is the current time, or zero for the store's clock.
 	Now time.Time
 

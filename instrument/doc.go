@@ -29,7 +29,8 @@
 //     mcp.resource.uri on resources/read, subscribe and unsubscribe;
 //   - jsonrpc.request.id (a string; numbers in full decimal notation;
 //     absent when the ID is null or the transport hides it), mcp.session.id
-//     (absent on stdio), mcp.protocol.version;
+//     (a hash of the session ID, which grants nothing; the ID itself only
+//     with WithRawSessionID; absent on stdio), mcp.protocol.version;
 //   - network.transport ("tcp" over HTTP, "pipe" on stdio),
 //     network.protocol.name and version, client.address and client.port
 //     (over HTTP, when the server is served through the adapter's HTTP
@@ -52,6 +53,25 @@
 //   - gen_ai.tool.call.arguments and gen_ai.tool.call.result only with
 //     WithRecordArguments and WithRecordResults; idemkit.subject only with
 //     WithRawSubject.
+//
+// # Hashes, and what they reveal
+//
+// idemkit.args.hash, idemkit.key.hash, idemkit.subject.hash and
+// mcp.session.id are hashes (idemkit.Hasher), so that spans carry no
+// arguments, subjects or credentials. Without a key they are plain
+// SHA-256, and a plain hash hides only what cannot be guessed: anyone who
+// reads the spans hashes candidate inputs and compares. Arguments of low
+// entropy (an order ID and an amount: a dictionary of every plausible pair
+// is hashed in well under a second) and subjects that are user IDs or
+// e-mail addresses are recovered so. WithHashKey makes every one of
+// them an HMAC-SHA-256 under a deployment key, which nobody without the key
+// can compute; give every replica the same key, so that the Collector's
+// dup processor (which compares the hashes as opaque strings) still groups
+// their duplicates. The session ID is hashed with or without a key: it is
+// random, and in session scope it is the credential that reaches the
+// session's stored results. No exported value grants access, and no tool
+// result or argument bytes reach a span unless WithRecordArguments or
+// WithRecordResults asks.
 //
 // # Protection
 //

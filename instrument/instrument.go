@@ -52,7 +52,10 @@ const (
 	//   - "store_unavailable": the idempotency store could not be reached;
 	//     nothing was done, a retry is safe;
 	//   - "response_not_kept", "result_unreadable": the call already ran,
-	//     but its result cannot be replayed.
+	//     but its result cannot be replayed: it was too large to keep, or
+	//     its stored record cannot be read (it fails its checksum, or is
+	//     damaged otherwise: see idemkit.ErrRecordDamaged). Retrying gets
+	//     the same answer; the work is not run again.
 	//
 	// In every case but in_progress nothing ran for this request.
 	RefusalMetaKey = "io.idemkit/refusal"

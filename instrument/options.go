@@ -116,22 +116,52 @@ func WithSubject(fn func(ctx context.Context) string) Option {
 	return optionFunc(func(c *mcpcall.Config) { c.Subject = fn })
 }
 
-// WithSubjectHashKey makes idemkit.subject.hash an HMAC-SHA-256 of the
-// subject under key instead of a plain SHA-256, so that a span reader cannot
-// confirm a guessed subject (an e-mail address) by hashing it. For the same
-// reason idemkit.key.hash becomes an HMAC of the key ID. Every replica must
-// use the same key for their hashes, and the Collector's duplicate groups,
-// to agree. Defaults to no key.
-func WithSubjectHashKey(key []byte) Option {
+// WithHashKey sets the deployment's hash key: every hash the
+// instrumentation exports becomes an HMAC-SHA-256 under key instead of a
+// plain SHA-256 (see idemkit.Hasher): idemkit.args.hash, idemkit.key.hash,
+// idemkit.subject.hash, the hashed mcp.session.id, and the key hashes in
+// the Guard's errors and log records (the instrumentation uses a copy of
+// the Guard with the key).
+//
+// Without a key, anyone who reads the spans can recompute the hashes from
+// guessed inputs: arguments of low entropy (an order ID and an amount) and
+// subjects such as e-mail addresses are recovered with a dictionary in
+// seconds. With one, nobody without the key can. Use 32 random bytes
+// (idemkit.MinHashKeyLen is the least NewGuard accepts; a shorter key is
+// used, with a warning in the log), keep it with the service's other
+// secrets, and give every replica the same key: the Collector's dup
+// processor groups duplicates by these hashes, and hashes made under two
+// keys never match. Rotating the key splits the duplicate groups that
+// straddle the change, nothing else: stored records never depend on it.
+// Defaults to none, or the Guard's idemkit.Config.HashKey when it has one.
+func WithHashKey(key []byte) Option {
 	k := append([]byte(nil), key...)
-	return optionFunc(func(c *mcpcall.Config) { c.SubjectHashKey = k })
+	return optionFunc(func(c *mcpcall.Config) { c.HashKey = k })
 }
+
+// WithSubjectHashKey is WithHashKey, under its former name (it now keys
+// idemkit.args.hash and the session hash too).
+//
+// Deprecated: use WithHashKey.
+func WithSubjectHashKey(key []byte) Option { return WithHashKey(key) }
 
 // WithRawSubject also records the raw subject on spans (idemkit.subject).
 // Subjects are personal data: opt in only where your tracing backend may
 // hold them. Defaults to off.
 func WithRawSubject() Option {
 	return optionFunc(func(c *mcpcall.Config) { c.RawSubject = true })
+}
+
+// WithRawSessionID records the MCP session ID itself as mcp.session.id,
+// instead of its hash. A session ID a server issues and validates is the
+// credential that reaches its session's stored results (in session scope,
+// a stranger who presents it gets them), so by default spans carry only a
+// hash of it (idemkit.Hasher.SessionHash, keyed with WithHashKey), which
+// tells sessions apart exactly as the ID does for the Collector's dup
+// processor. Opt in only where your tracing backend may hold credentials.
+// Defaults to off.
+func WithRawSessionID() Option {
+	return optionFunc(func(c *mcpcall.Config) { c.RawSessionID = true })
 }
 
 // WithProtect protects tools whatever their annotations say.

@@ -32,7 +32,9 @@ const (
 	GenAIConversationID = "gen_ai.conversation.id"
 	// MCPMethodName is mcp.method.name.
 	MCPMethodName = "mcp.method.name"
-	// MCPSessionID is mcp.session.id.
+	// MCPSessionID is mcp.session.id. idemkit's instrumentation exports a
+	// hash of the session ID (which may be a credential), unless the user
+	// opts in to the raw ID; it tells sessions apart as the ID does.
 	MCPSessionID = "mcp.session.id"
 	// MCPProtocolVersion is mcp.protocol.version.
 	MCPProtocolVersion = "mcp.protocol.version"
@@ -124,15 +126,19 @@ const (
 const (
 	// ArgsHash (string) is the hex SHA-256, first HashLen characters, of the
 	// canonical (RFC 8785) arguments with the explicit-key parameter and any
-	// excluded fields stripped.
+	// excluded fields stripped; with a deployment hash key, an HMAC-SHA-256
+	// of it under the key (idemkit.Hasher). Consumers compare it as an
+	// opaque string.
 	ArgsHash = "idemkit.args.hash"
 	// KeyHash (string) is the hex SHA-256, first HashLen characters, of the
-	// full idempotency key (subject + tool + args hash or explicit key). It is
-	// the duplicate-group key.
+	// full idempotency key (subject + tool + args hash or explicit key), or,
+	// with a deployment hash key, its HMAC-SHA-256. It is the duplicate-group
+	// key, compared as an opaque string.
 	KeyHash = "idemkit.key.hash"
 	// KeySource (string) is KeySourceDerived or KeySourceExplicit.
 	KeySource = "idemkit.key.source"
-	// SubjectHash (string) is the hashed subject.
+	// SubjectHash (string) is the hashed subject (HMAC-SHA-256 with a
+	// deployment hash key).
 	SubjectHash = "idemkit.subject.hash"
 	// Subject (string) is the raw subject, written only when a user opts in.
 	Subject = "idemkit.subject"

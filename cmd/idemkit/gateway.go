@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -44,6 +45,7 @@ type gatewayFlags struct {
 	sessionIdle   time.Duration
 	readTimeout   time.Duration
 	idleTimeout   time.Duration
+	hashKeyFile   string
 }
 
 // DefaultIdleTimeout is how long the gateway keeps an idle keep-alive
@@ -109,7 +111,18 @@ or 64; beyond: 429). A session unused for --session-idle-timeout (default
 5m; no request, no open stream) is closed with its process: the TypeScript
 SDK's Client.close() sends no DELETE. --read-timeout (10s) bounds reading
 a request's headers and its body, --idle-timeout (2m) an idle keep-alive
-connection, --max-message-bytes (16 MiB) one message.`,
+connection, --max-message-bytes (16 MiB) one message.
+
+What the spans reveal: no arguments, results, subjects or credentials;
+idemkit.args.hash, idemkit.key.hash and idemkit.subject.hash are hashes of
+them, and mcp.session.id is a hash of the gateway's session ID (which, with
+--subject-header -, is the credential that reaches a session's results).
+Without --hash-key-file those hashes are plain SHA-256: anyone who reads the
+spans can hash guessed arguments (an order ID and an amount) and confirm
+them. --hash-key-file makes every one an HMAC-SHA-256 under a deployment
+key; give every replica the same file, so that the Collector still groups
+their duplicates. The key never changes what the store keeps. An upstream
+answer the gateway cannot read is reported by its size, never its bytes.`,
 		Example: `  idemkit gateway --listen 127.0.0.1:8787 --upstream http://127.0.0.1:3000/mcp --store sqlite:idemkit.db
   idemkit gateway --listen 127.0.0.1:8787 --store sqlite:idemkit.db -- node build/server.js
   idemkit gateway --stdio --store sqlite:idemkit.db -- python -m my_server
@@ -152,6 +165,7 @@ connection, --max-message-bytes (16 MiB) one message.`,
 	fl.DurationVar(&f.idleTimeout, "idle-timeout", DefaultIdleTimeout, "how long an idle keep-alive connection is kept open between requests")
 	fl.DurationVar(&f.sweepEvery, "sweep-interval", time.Minute, "how often the gateway deletes the store's expired records (0: never, for a SQLite or Postgres store swept by 'idemkit sweep' from cron; a memory store is always swept)")
 	fl.StringVar(&f.readyFile, "ready-file", "", "once serving, write the MCP endpoint's URL to this file (for scripts that start the gateway on --listen 127.0.0.1:0)")
+	fl.StringVar(&f.hashKeyFile, "hash-key-file", "", "a file holding the deployment's hash key (at least 16 bytes; surrounding whitespace is ignored): every exported hash becomes an HMAC under it; the same file on every replica (make one: head -c 32 /dev/urandom | base64 > FILE)")
 	return c
 }
 
@@ -222,6 +236,10 @@ func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout i
 	case f.sweepEvery == 0 && su.kind == kindMemory:
 		return usagef("--sweep-interval 0 with --store memory: a memory store is only emptied by sweeping, and would grow with every distinct call; give an interval (default 1m)")
 	}
+	hashKey, err := readHashKey(f.hashKeyFile)
+	if err != nil {
+		return err
+	}
 	level, _ := parseLevel(f.logLevel)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
@@ -254,7 +272,7 @@ func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout i
 			log.Warn("flushing telemetry failed", "error", err)
 		}
 	}()
-	guard, err := idemkit.NewGuard(st.Store, &idemkit.Config{Window: f.window, Lease: f.lease, MaxResponseBytes: f.maxMessage})
+	guard, err := idemkit.NewGuard(st.Store, &idemkit.Config{Window: f.window, Lease: f.lease, MaxResponseBytes: f.maxMessage, HashKey: hashKey})
 	if err != nil {
 		return err
 	}
@@ -273,7 +291,7 @@ func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout i
 	gw, err := gateway.New(gateway.Config{
 		Upstream:               up,
 		Guard:                  guard,
-		Instrumentation:        instrumentation(tel, f),
+		Instrumentation:        instrumentation(tel, f, hashKey),
 		SubjectHeader:          f.subjectHeader,
 		MaxMessageBytes:        f.maxMessage,
 		SessionIdleTimeout:     f.sessionIdle,
@@ -356,9 +374,10 @@ func sweep(ctx context.Context, g *idemkit.Guard, every time.Duration, log *slog
 
 // instrumentation configures the spans and metrics of every request and
 // which tools are protected.
-func instrumentation(tel *telemetry, f gatewayFlags) *mcpcall.Config {
+func instrumentation(tel *telemetry, f gatewayFlags, hashKey []byte) *mcpcall.Config {
 	cfg := mcpcall.DefaultConfig()
 	cfg.TracerProvider, cfg.MeterProvider = tel.tp, tel.mp
+	cfg.HashKey = hashKey
 	// The trace context clients send in params._meta (traceparent).
 	cfg.Propagator = propagation.TraceContext{}
 	for _, t := range f.protect {
@@ -374,6 +393,36 @@ func instrumentation(tel *telemetry, f gatewayFlags) *mcpcall.Config {
 		cfg.Protect[t] = false
 	}
 	return &cfg
+}
+
+// maxHashKeyFile bounds what --hash-key-file reads: a key is a few dozen
+// bytes, and a larger file is the wrong file.
+const maxHashKeyFile = 4096
+
+// readHashKey returns the hash key in the file at path (none for ""): its
+// bytes with surrounding whitespace (a trailing newline) removed.
+func readHashKey(path string) ([]byte, error) {
+	if path == "" {
+		return nil, nil
+	}
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, usagef("--hash-key-file: %v", err)
+	}
+	defer fh.Close()
+	b, err := io.ReadAll(io.LimitReader(fh, maxHashKeyFile+1))
+	if err != nil {
+		return nil, usagef("--hash-key-file %s: %v", path, err)
+	}
+	if len(b) > maxHashKeyFile {
+		return nil, usagef("--hash-key-file %s is over %d bytes: it should hold only the key (make one with: head -c 32 /dev/urandom | base64 > %s)", path, maxHashKeyFile, path)
+	}
+	key := bytes.TrimSpace(b)
+	if len(key) < idemkit.MinHashKeyLen {
+		return nil, usagef("--hash-key-file %s holds a %d-byte key; it needs at least %d bytes, so that nobody can guess it (make one with: head -c 32 /dev/urandom | base64 > %s)",
+			path, len(key), idemkit.MinHashKeyLen, path)
+	}
+	return key, nil
 }
 
 // writeFileAtomic writes b to path through a temporary file and a rename,

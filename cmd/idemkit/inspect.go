@@ -47,8 +47,9 @@ middleware's is what instrument.WithSubject returned, and a stdio server's
 is empty (--subject ""). Stores hold no raw subject; inspect prints only its
 hash.
 
-A key hash that is an HMAC (the middleware's WithSubjectHashKey) is not the
-key's prefix: inspect such a call by --subject, --tool and --arguments.`,
+A key hash that is an HMAC (the middleware's WithHashKey, the gateway's
+--hash-key-file) is not the key's prefix: inspect such a call by --subject,
+--tool and --arguments.`,
 		Example: `  idemkit inspect --store sqlite:idemkit.db 3f2a9c0e51d84b7a9e6f1c2d3b4a5968
   idemkit inspect --store postgres://idemkit@db/idemkit --json 3f2a9c0e51d84b7a9e6f1c2d3b4a5968
   idemkit inspect --store sqlite:idemkit.db --subject "bearer:$(printf %s "$TOKEN" | sha256sum | cut -c1-64)" \
@@ -149,7 +150,7 @@ func lookupRecord(ctx context.Context, st *openedStore, hash string, k idemkit.K
 	switch len(recs) {
 	case 0:
 		return idemkit.Record{}, fmt.Errorf("the %s store has no record whose key starts with %s: the call never ran here, its window ended and a sweep deleted it, "+
-			"or the hash is an HMAC (WithSubjectHashKey; then inspect by --subject, --tool and --arguments)", st.url, hash)
+			"or the hash is an HMAC (WithHashKey, --hash-key-file; then inspect by --subject, --tool and --arguments)", st.url, hash)
 	case 1:
 		return recs[0], nil
 	}

@@ -21,6 +21,11 @@
 // claim, the tool's own writes and the stored outcome in the caller's
 // transaction: there is then no window in which the work is done but not
 // recorded, even if the process is killed.
+//
+// Every outcome is kept with the Guard's checksum of it (migration 004), so
+// that a record changed behind the store's back is refused
+// (idemkit.ErrRecordDamaged), never replayed wrong nor run again; rows from
+// before 004 replay unchecked.
 package pgstore
 
 import (
@@ -165,13 +170,21 @@ VALUES ($1, $2, $3, 'in_progress', $4, 1,
 ON CONFLICT (key) DO NOTHING`
 
 	// lookupSQL reads the row a fresh claim met; the inline body comes back
-	// only for a completed row, an external body never.
+	// only for a completed row, an external body never. So does the
+	// outcome's checksum (see checksumCol).
 	lookupSQL = `
 SELECT c.state, c.attempt, c.fingerprint = $2, c.started_at, c.lease_until, c.storage, c.size, c.write_id, c.is_error,
     CASE WHEN c.state = 'succeeded' AND c.storage = 0 THEN c.response END,
-    n.now, c.expires_at <= n.now
+    n.now, c.expires_at <= n.now, ` + checksumCol + `
 FROM {schema}idemkit_claims c, (SELECT coalesce($3::timestamptz, statement_timestamp()) AS now) n
 WHERE c.key = $1`
+
+	// checksumCol is the checksum of a completed row's outcome, when the
+	// finish that wrote the outcome wrote it: checksum_token is the token
+	// of the attempt whose finish set checksum, so a checksum left by an
+	// earlier outcome of the row (one a store without checksums finished,
+	// in a rolling deploy) is not returned with this one.
+	checksumCol = `CASE WHEN c.state = 'succeeded' AND c.checksum_token = c.token THEN c.checksum END`
 
 	expiredCond  = `(c.expires_at <= excluded.started_at AND (c.state <> 'in_progress' OR c.lease_until <= excluded.started_at))`
 	takeoverCond = `(c.fingerprint = excluded.fingerprint AND (c.state = 'failed' OR (c.state = 'in_progress' AND c.lease_until <= excluded.started_at)))`
@@ -201,7 +214,8 @@ ON CONFLICT (key) DO UPDATE SET
 RETURNING c.token = $4, c.attempt, c.fingerprint = $3, c.state, c.started_at, c.lease_until,
     c.storage, c.size, c.write_id, c.is_error,
     CASE WHEN c.token <> $4 AND c.state = 'succeeded' AND c.storage = 0 THEN c.response END,
-    coalesce($7::timestamptz, statement_timestamp())`
+    coalesce($7::timestamptz, statement_timestamp()),
+    CASE WHEN c.token <> $4 THEN ` + checksumCol + ` END`
 
 	// The finishes are fenced by the token, and idempotent for it:
 	// repeated after a lost acknowledgement (the connection dropped after
@@ -210,7 +224,7 @@ RETURNING c.token = $4, c.attempt, c.fingerprint = $3, c.state, c.started_at, c.
 	finishSucceededSQL = `
 UPDATE {schema}idemkit_claims
 SET state = 'succeeded', response = $3, storage = $4, size = $5, write_id = $6, is_error = $7,
-    updated_at = coalesce($8::timestamptz, statement_timestamp())
+    updated_at = coalesce($8::timestamptz, statement_timestamp()), checksum = $9, checksum_token = $2
 WHERE key = $1 AND token = $2 AND state <> 'failed'`
 
 	// finishInlineDBClockSQL is finishSucceededSQL for the common case, an
@@ -219,7 +233,7 @@ WHERE key = $1 AND token = $2 AND state <> 'failed'`
 	finishInlineDBClockSQL = `
 UPDATE {schema}idemkit_claims
 SET state = 'succeeded', response = $3::bytea, storage = 0, size = octet_length($3::bytea), write_id = $4, is_error = $5,
-    updated_at = statement_timestamp()
+    updated_at = statement_timestamp(), checksum = $6, checksum_token = $2
 WHERE key = $1 AND token = $2 AND state <> 'failed'`
 
 	finishFailedSQL = `
@@ -232,7 +246,7 @@ WHERE key = $1 AND token = $2 AND state <> 'succeeded'`
 WITH done AS (
     UPDATE {schema}idemkit_claims
     SET state = 'succeeded', response = NULL, storage = 1, size = $4, write_id = $5, is_error = $6,
-        updated_at = coalesce($7::timestamptz, statement_timestamp())
+        updated_at = coalesce($7::timestamptz, statement_timestamp()), checksum = $8, checksum_token = $2
     WHERE key = $1 AND token = $2 AND state <> 'failed'
     RETURNING key
 )
@@ -256,7 +270,8 @@ WHERE r.key = $1 AND c.state = 'succeeded' AND c.storage = 1`
 	// recordColumns are the columns of an idemkit.Record, in scanRecord's
 	// order.
 	recordColumns = `c.key, c.tool, c.fingerprint, c.state, c.attempt, c.started_at, c.lease_until, c.expires_at,
-    c.storage, c.size, c.write_id, c.is_error, c.last_error, c.note, c.cancelled, coalesce(c.updated_at, c.started_at)`
+    c.storage, c.size, c.write_id, c.is_error, c.last_error, c.note, c.cancelled, coalesce(c.updated_at, c.started_at),
+    ` + checksumCol
 
 	// inspectSQL reads one record, and with $2 its kept body, inline or
 	// external.
@@ -344,7 +359,7 @@ func (s *Store) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.Cl
 		writeID, body            []byte
 	)
 	err = s.db.QueryRow(ctx, s.sql.lookup, req.Key, req.Fingerprint, now).Scan(
-		&state, &attempt, &sameFingerprint, &res.Started, &res.LeaseUntil, &storage, &res.Size, &writeID, &res.Response.IsError, &body, &res.Now, &expired)
+		&state, &attempt, &sameFingerprint, &res.Started, &res.LeaseUntil, &storage, &res.Size, &writeID, &res.Response.IsError, &body, &res.Now, &expired, &res.Checksum)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return s.claimRow(ctx, req, lease, window, now) // swept in between
@@ -360,14 +375,14 @@ func (s *Store) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.Cl
 		return idemkit.ClaimResult{Status: idemkit.ClaimMismatch, Attempt: res.Attempt, Started: res.Started, Now: res.Now}, nil
 	case state == "succeeded":
 		res.Status = idemkit.ClaimCompleted
-		res.Storage = idemkit.Storage(storage)
+		res.Storage = storageKind(int64(storage))
 		res.Response.Body = body
 		res.Response.WriteID = string(writeID)
 		res.LeaseUntil = time.Time{}
 		return res, nil
 	case state == "in_progress" && !lapsed:
 		res.Status = idemkit.ClaimBusy
-		res.Size, res.Response.IsError = 0, false
+		res.Size, res.Response.IsError, res.Checksum = 0, false, nil
 		return res, nil
 	}
 	return s.claimRow(ctx, req, lease, window, now) // released, or lapsed: take it over
@@ -385,7 +400,7 @@ func (s *Store) claimRow(ctx context.Context, req idemkit.ClaimRequest, lease, w
 		writeID, body        []byte
 	)
 	err := s.db.QueryRow(ctx, s.sql.claim, req.Key, req.Tool, req.Fingerprint, req.Token, lease, window, now).Scan(
-		&won, &attempt, &sameFingerprint, &state, &res.Started, &res.LeaseUntil, &storage, &res.Size, &writeID, &res.Response.IsError, &body, &res.Now)
+		&won, &attempt, &sameFingerprint, &state, &res.Started, &res.LeaseUntil, &storage, &res.Size, &writeID, &res.Response.IsError, &body, &res.Now, &res.Checksum)
 	if err != nil {
 		return idemkit.ClaimResult{}, s.translate("claim", err)
 	}
@@ -399,14 +414,14 @@ func (s *Store) claimRow(ctx context.Context, req idemkit.ClaimRequest, lease, w
 		return idemkit.ClaimResult{Status: idemkit.ClaimMismatch, Attempt: res.Attempt, Started: res.Started, Now: res.Now}, nil
 	case state == "succeeded":
 		res.Status = idemkit.ClaimCompleted
-		res.Storage = idemkit.Storage(storage)
+		res.Storage = storageKind(int64(storage))
 		res.Response.Body = body
 		res.Response.WriteID = string(writeID)
 		res.LeaseUntil = time.Time{}
 		return res, nil
 	case state == "in_progress":
 		res.Status = idemkit.ClaimBusy
-		res.Size, res.Response.IsError = 0, false
+		res.Size, res.Response.IsError, res.Checksum = 0, false, nil
 		return res, nil
 	}
 	// A released record of the same fingerprint is always taken over.
@@ -428,13 +443,13 @@ func (s *Store) Finish(ctx context.Context, req idemkit.FinishRequest) error {
 	case !req.Succeeded:
 		tag, err = s.db.Exec(ctx, s.sql.finishFailed, req.Key, req.Token, nullBytes(req.Error), now)
 	case req.Storage == idemkit.StorageExternal:
-		tag, err = s.db.Exec(ctx, s.sql.finishExternal, req.Key, req.Token, body, req.Size, nullBytes(req.Response.WriteID), req.Response.IsError, now)
+		tag, err = s.db.Exec(ctx, s.sql.finishExternal, req.Key, req.Token, body, req.Size, nullBytes(req.Response.WriteID), req.Response.IsError, now, nullChecksum(req.Checksum))
 	case req.Storage == idemkit.StorageDropped:
-		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, nil, int16(idemkit.StorageDropped), req.Size, nullBytes(req.Response.WriteID), req.Response.IsError, now)
+		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, nil, int16(idemkit.StorageDropped), req.Size, nullBytes(req.Response.WriteID), req.Response.IsError, now, nullChecksum(req.Checksum))
 	case now == nil && req.Size == int64(len(body)):
-		tag, err = s.db.Exec(ctx, s.sql.finishInlineDBClock, req.Key, req.Token, body, nullBytes(req.Response.WriteID), req.Response.IsError)
+		tag, err = s.db.Exec(ctx, s.sql.finishInlineDBClock, req.Key, req.Token, body, nullBytes(req.Response.WriteID), req.Response.IsError, nullChecksum(req.Checksum))
 	default:
-		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, body, int16(idemkit.StorageInline), req.Size, nullBytes(req.Response.WriteID), req.Response.IsError, now)
+		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, body, int16(idemkit.StorageInline), req.Size, nullBytes(req.Response.WriteID), req.Response.IsError, now, nullChecksum(req.Checksum))
 	}
 	if err != nil {
 		return s.translate("finish", err)
@@ -443,6 +458,25 @@ func (s *Store) Finish(ctx context.Context, req idemkit.FinishRequest) error {
 		return idemkit.ErrLeaseLost
 	}
 	return nil
+}
+
+// storageKind converts the storage column, whatever a damaged row holds
+// in it, to an idemkit.Storage: a value outside the kinds' byte range
+// becomes 255, which the Guard refuses as an unknown kind (a plain
+// conversion would wrap 258 around to StorageDropped).
+func storageKind(v int64) idemkit.Storage {
+	if v < 0 || v > 255 {
+		return 255
+	}
+	return idemkit.Storage(v)
+}
+
+// nullChecksum passes a checksum to the bytea column, empty as NULL.
+func nullChecksum(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
 }
 
 // nullBytes passes s to a bytea column, "" as NULL.
@@ -566,7 +600,7 @@ func scanRecord(row pgx.Row, rec *idemkit.Record, extra ...any) error {
 		writeID, lastErr, note []byte
 	)
 	dest := append([]any{&rec.Key, &rec.Tool, &rec.Fingerprint, &state, &attempt, &rec.Started, &rec.LeaseUntil, &rec.ExpiresAt,
-		&storage, &rec.Size, &writeID, &rec.IsError, &lastErr, &note, &rec.Cancelled, &rec.Updated, &rec.Now}, extra...)
+		&storage, &rec.Size, &writeID, &rec.IsError, &lastErr, &note, &rec.Cancelled, &rec.Updated, &rec.Checksum, &rec.Now}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return err
 	}
@@ -574,7 +608,7 @@ func scanRecord(row pgx.Row, rec *idemkit.Record, extra ...any) error {
 	rec.Attempt = int(attempt)
 	rec.Error, rec.Note = string(lastErr), string(note)
 	if rec.State == idemkit.StateCompleted {
-		rec.Storage = idemkit.Storage(storage)
+		rec.Storage = storageKind(int64(storage))
 		rec.WriteID = string(writeID)
 	} else {
 		rec.Size, rec.IsError = 0, false

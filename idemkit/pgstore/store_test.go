@@ -41,20 +41,27 @@ func TestMain(m *testing.M) {
 // newStore returns a migrated store in a schema of its own.
 func newStore(t testing.TB, pool *pgxpool.Pool) *pgstore.Store {
 	t.Helper()
-	store, err := pgstore.New(pool, &pgstore.Config{Schema: pgtest.Schema(t, pool)})
+	schema := pgtest.Schema(t, pool)
+	store, err := pgstore.New(pool, &pgstore.Config{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := store.Migrate(context.Background()); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
+	storeSchemas.Store(store, schema)
 	return store
 }
+
+// storeSchemas maps the stores newStore made to their schemas, for the
+// raw SQL of damageRecord.
+var storeSchemas sync.Map // *pgstore.Store -> string
 
 func TestStore_Conformance(t *testing.T) {
 	pool := pgtest.Pool(t)
 	storetest.Run(t, storetest.Config{
 		NewStore: func(t *testing.T) idemkit.Store { return newStore(t, pool) },
+		Damage:   damageRecord,
 	})
 }
 

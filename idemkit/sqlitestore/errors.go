@@ -66,6 +66,12 @@ func interpretError(op string, err error) error {
 	return fmt.Errorf("sqlitestore: %s: %w", op, err)
 }
 
+// isCheckViolation reports a CHECK constraint failure.
+func isCheckViolation(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_CHECK
+}
+
 // querier is what the store runs statements on: its pool, or a caller's
 // transaction.
 type querier interface {

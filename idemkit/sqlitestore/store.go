@@ -402,9 +402,15 @@ func scanClaim(row *sql.Row, now time.Time) (idemkit.ClaimResult, error) {
 		status, attempt, storage, started, lease, size int64
 		writeID                                        string
 		isError                                        bool
-		body                                           []byte
+		body, checksum                                 []byte
 	)
-	if err := row.Scan(&status, &attempt, &started, &lease, &storage, &size, &writeID, &isError, &body); err != nil {
+	if err := row.Scan(&status, &attempt, &started, &lease, &storage, &size, &writeID, &isError, &body, &checksum); err != nil {
+		if isCheckViolation(err) {
+			// The claim writes only valid values of its own and the row's
+			// values back: the row holds one outside its column's range.
+			return idemkit.ClaimResult{}, fmt.Errorf("%w: sqlitestore: the record holds a value its schema does not allow (the database was changed outside the store): %w",
+				idemkit.ErrRecordDamaged, err)
+		}
 		return idemkit.ClaimResult{}, interpretError("claim", err)
 	}
 	if status < statusAcquired || status > statusMismatch {
@@ -421,8 +427,9 @@ func scanClaim(row *sql.Row, now time.Time) (idemkit.ClaimResult, error) {
 		res.LeaseUntil = time.Unix(0, lease).UTC()
 	case statusCompleted:
 		res.Response = idemkit.Response{Body: body, WriteID: writeID, IsError: isError}
-		res.Storage = idemkit.Storage(storage)
+		res.Storage = storageKind(int64(storage))
 		res.Size = size
+		res.Checksum = checksum
 	}
 	return res, nil
 }
@@ -445,7 +452,7 @@ func finishArgs(req idemkit.FinishRequest) []any {
 	if req.Storage == idemkit.StorageInline {
 		body = nonNil(req.Response.Body)
 	}
-	return []any{req.Key, req.Token, body, int64(req.Storage), req.Size, req.Response.WriteID, req.Response.IsError, now}
+	return []any{req.Key, req.Token, body, int64(req.Storage), req.Size, req.Response.WriteID, req.Response.IsError, now, nullBlob(req.Checksum)}
 }
 
 // Finish implements idemkit.Store. An external body is written in the same
@@ -485,6 +492,25 @@ func (s *Store) Finish(ctx context.Context, req idemkit.FinishRequest) error {
 		return interpretError("finish", err)
 	}
 	return interpretError("finish", tx.Commit())
+}
+
+// storageKind converts the storage column, whatever a damaged row holds
+// in it, to an idemkit.Storage: a value outside the kinds' byte range
+// becomes 255, which the Guard refuses as an unknown kind (a plain
+// conversion would wrap 258 around to StorageDropped).
+func storageKind(v int64) idemkit.Storage {
+	if v < 0 || v > 255 {
+		return 255
+	}
+	return idemkit.Storage(v)
+}
+
+// nullBlob passes b to a BLOB column, empty as NULL.
+func nullBlob(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
 }
 
 func nonNil(b []byte) []byte {
@@ -717,14 +743,14 @@ func scanRecord(row interface{ Scan(...any) error }, rec *idemkit.Record, now ti
 		attempt, started, lease, expires, storage, updated int64
 	)
 	dest := append([]any{&rec.Key, &rec.Tool, &rec.Fingerprint, &state, &attempt, &started, &lease, &expires,
-		&storage, &rec.Size, &rec.WriteID, &rec.IsError, &rec.Error, &rec.Note, &rec.Cancelled, &updated}, extra...)
+		&storage, &rec.Size, &rec.WriteID, &rec.IsError, &rec.Error, &rec.Note, &rec.Cancelled, &updated, &rec.Checksum}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return err
 	}
 	switch state {
 	case "succeeded":
 		rec.State = idemkit.StateCompleted
-		rec.Storage = idemkit.Storage(storage)
+		rec.Storage = storageKind(int64(storage))
 	case "failed":
 		rec.State = idemkit.StateReleased
 	default:

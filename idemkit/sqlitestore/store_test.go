@@ -54,12 +54,14 @@ func openPath(t testing.TB, path string, cfg *sqlitestore.Config) *sqlitestore.S
 func TestStore_Conformance(t *testing.T) {
 	storetest.Run(t, storetest.Config{
 		NewStore: func(t *testing.T) idemkit.Store { return openFile(t, nil) },
+		Damage:   damageRecord,
 	})
 }
 
 func TestStore_ConformanceInMemory(t *testing.T) {
 	storetest.Run(t, storetest.Config{
 		NewStore: func(t *testing.T) idemkit.Store { return openPath(t, ":memory:", nil) },
+		Damage:   damageRecord,
 	})
 }
 

@@ -39,6 +39,14 @@ type Config struct {
 	StormGoroutines int
 	// StormKeys is how many distinct keys the storm claims. Defaults to 500.
 	StormKeys int
+
+	// Damage, when set, damages the record of key in store (made by
+	// NewStore) as d says, with the store's raw access (SQL), so that the
+	// suite can check that damaged records are refused, never replayed
+	// wrong and never run again (see idemkit.ErrRecordDamaged). It fails t
+	// when it cannot. Stores whose records live only in the process leave
+	// it nil, and those subtests are skipped. Defaults to nil.
+	Damage func(t *testing.T, store idemkit.Store, key string, d Damage)
 }
 
 // Run runs the whole conformance suite against the stores cfg.NewStore makes.
@@ -72,6 +80,7 @@ func Run(t *testing.T, cfg Config) {
 		{"Guard_WindowExpiryRunsAgain", s.windowExpiry},
 		{"Guard_LargeResponseStoredApart", s.largeResponse},
 		{"Guard_OversizedResponseNotKeptNorRerun", s.oversizedResponse},
+		{"Guard_RefusesDamagedRecords", s.damagedRecords},
 		{"Guard_CancelledContextRunsNothing", s.cancelled},
 		{"Store_ClaimStatuses", s.claimStatuses},
 		{"Store_FinishAndExtendAreFenced", s.storeFencing},

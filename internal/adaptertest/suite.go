@@ -48,6 +48,8 @@ func Run(t *testing.T, h Harness) {
 		{"SpanShape_PerMethodAndErrorClass", testSpanShape},
 		{"TraceContext_FromParamsMeta", testTraceContext},
 		{"Store_AnUnreachableStoreFailsClosed", testStoreDown},
+		{"Store_ADamagedRecordIsRefusedAsAlreadyRun", testDamagedRecord},
+		{"Telemetry_HashKeyKeysEveryHashAndSessionIDsAreHashed", testHashKeyOnSpans},
 		{"Metrics_SessionDuration", testSessionDuration},
 		{"ObserveOnly_WithoutAGuard", testObserveOnly},
 	} {
@@ -146,7 +148,7 @@ func testReplay(t *testing.T, h Harness) {
 		if d := hasAttrs(s, map[string]any{
 			string(semconv.McpMethodNameKey): "tools/call", string(semconv.GenAIOperationNameKey): "execute_tool",
 			string(semconv.GenAIToolNameKey): "refund", string(semconv.JSONRPCRequestIDKey): ids[i],
-			string(semconv.McpSessionIDKey): c.SessionID(), string(semconv.McpProtocolVersionKey): LegacyProtocol,
+			string(semconv.McpSessionIDKey): exportedSessionID(c.SessionID()), string(semconv.McpProtocolVersionKey): LegacyProtocol,
 			string(semconv.NetworkTransportKey): "tcp", string(semconv.NetworkProtocolNameKey): "http",
 			string(semconv.NetworkProtocolVersionKey): "1.1", string(semconv.ClientAddressKey): "127.0.0.1",
 			sc.ArgsHash: k.ArgsHash()[:32], sc.KeyHash: k.Hash(), sc.KeySource: "derived",
@@ -897,7 +899,7 @@ func testSpanShape(t *testing.T, h Harness) {
 	_, missingErr := c.CallTool(ctx, "missing", nil, nil)
 
 	base := map[string]any{
-		string(semconv.McpSessionIDKey): c.SessionID(), string(semconv.McpProtocolVersionKey): c.ProtocolVersion(),
+		string(semconv.McpSessionIDKey): exportedSessionID(c.SessionID()), string(semconv.McpProtocolVersionKey): c.ProtocolVersion(),
 		string(semconv.NetworkTransportKey): "tcp", string(semconv.NetworkProtocolNameKey): "http",
 	}
 	with := func(kv ...any) map[string]any {

@@ -64,7 +64,7 @@ func TestCallTool_ReplayIsTheStoredResultPlusTheMarker(t *testing.T) {
 	base := func(id, outcome string) map[string]any {
 		return map[string]any{
 			sc.MCPMethodName: "tools/call", sc.GenAIOperationName: "execute_tool", sc.GenAIToolName: "refund",
-			sc.JSONRPCRequestID: id, sc.MCPSessionID: "s-1", sc.MCPProtocolVersion: "2025-11-25", sc.NetworkTransport: "pipe",
+			sc.JSONRPCRequestID: id, sc.MCPSessionID: idemkit.Hasher{}.SessionHash("s-1"), sc.MCPProtocolVersion: "2025-11-25", sc.NetworkTransport: "pipe",
 			sc.ArgsHash: k.ArgsHash()[:32], sc.KeyHash: k.Hash(), sc.KeySource: "derived",
 			sc.SubjectHash: idemkit.ShortHash("alice"), sc.Outcome: outcome, sc.Attempt: int64(1), sc.WriteID: "re_1",
 		}
@@ -320,7 +320,7 @@ func TestCallTool_SessionsScopeKeys(t *testing.T) {
 func TestCallTool_SubjectHashesAreKeyed(t *testing.T) {
 	r := newRig(t, rigConfig{cfg: func(c *Config) {
 		c.Subject = func(context.Context) string { return "alice@example.com" }
-		c.SubjectHashKey = []byte("k")
+		c.HashKey = []byte("k")
 	}})
 	r.tool("t", ToolInfo{}, refundResult)
 	r.call("t", "", nil)

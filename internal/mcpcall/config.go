@@ -71,10 +71,17 @@ type Config struct {
 
 	// Subject names the authenticated caller of a request, or "".
 	Subject func(ctx context.Context) string
-	// SubjectHashKey makes subject and key hashes HMACs under it.
-	SubjectHashKey []byte
+	// HashKey is the deployment's hash key: every hash exported on spans
+	// (idemkit.args.hash, idemkit.key.hash, idemkit.subject.hash, the
+	// hashed mcp.session.id) and in the Guard's errors is an HMAC-SHA-256
+	// under it (see idemkit.Hasher). nil: the Guard's own
+	// (idemkit.Config.HashKey), else plain SHA-256.
+	HashKey []byte
 	// RawSubject records the raw subject on spans.
 	RawSubject bool
+	// RawSessionID records the raw MCP session ID as mcp.session.id
+	// instead of its hash.
+	RawSessionID bool
 
 	// Protect overrides, per tool, whether calls are protected (true) or
 	// bypassed (false) whatever the tool's annotations say.

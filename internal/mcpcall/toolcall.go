@@ -312,6 +312,12 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 		c.outcome = outcomeReplayed
 		return refuse(op, codec, spancontract.RefusalResponseNotKept, tooLarge.Error(), nil), nil
 	}
+	if damaged, ok := errors.AsType[*idemkit.RecordDamagedError](derr); ok {
+		// The call ran; its stored answer cannot be read (the Guard logged
+		// why). Never "nothing was done", never a re-run.
+		c.outcome, c.attempt, c.finishErr = outcomeReplayed, damaged.Attempt, derr
+		return refuse(op, codec, spancontract.RefusalResultUnreadable, unreadableText(call.Tool), nil), nil
+	}
 	// The claim failed (store unreachable, ctx cancelled): fail closed,
 	// never run the work unprotected.
 	c.finishErr = derr
