@@ -231,6 +231,11 @@ func NewGuard(store Store, cfg *Config) (*Guard, error) {
 		}
 		return nil, fmt.Errorf("idemkit: NewGuard needs a Store, got a nil %T (did opening the store fail?)", store)
 	}
+	if m, ok := store.(*MemoryStore); ok {
+		if err := m.validate(); err != nil {
+			return nil, err
+		}
+	}
 	var c Config
 	if cfg != nil {
 		c = *cfg
@@ -377,7 +382,8 @@ type Work func(ctx context.Context) (Response, error)
 //     duplicate runs the work again.
 //   - Work panics: the claim is released and the panic continues.
 //   - The store fails on the claim: an error matching ErrStore; work has not
-//     run.
+//     run. A store that is full (a MemoryStore at its limits) fails so with
+//     a *StoreFullError, which also matches ErrStoreFull.
 //   - The store fails to record the end of work that ran, after retrying
 //     transient errors (ErrTransient) with backoff until FinishTimeout: a
 //     *FinishError, matching ErrStore, which the Guard also logs. After a
