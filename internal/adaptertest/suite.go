@@ -48,6 +48,7 @@ func Run(t *testing.T, h Harness) {
 		{"SpanShape_PerMethodAndErrorClass", testSpanShape},
 		{"TraceContext_FromParamsMeta", testTraceContext},
 		{"Store_AnUnreachableStoreFailsClosed", testStoreDown},
+		{"Store_AFullMemoryStoreRefusesNewCallsAndRunsNothing", testStoreFull},
 		{"Metrics_SessionDuration", testSessionDuration},
 		{"ObserveOnly_WithoutAGuard", testObserveOnly},
 	} {

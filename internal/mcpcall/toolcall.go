@@ -312,6 +312,10 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 		c.outcome = outcomeReplayed
 		return refuse(op, codec, spancontract.RefusalResponseNotKept, tooLarge.Error(), nil), nil
 	}
+	if full, ok := errors.AsType[*idemkit.StoreFullError](derr); ok {
+		c.finishErr = derr
+		return refuse(op, codec, spancontract.RefusalStoreFull, storeFullText(call.Tool), storeFullMarker(full)), nil
+	}
 	// The claim failed (store unreachable, ctx cancelled): fail closed,
 	// never run the work unprotected.
 	c.finishErr = derr
