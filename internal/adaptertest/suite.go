@@ -49,6 +49,11 @@ func Run(t *testing.T, h Harness) {
 		{"TraceContext_FromParamsMeta", testTraceContext},
 		{"Store_AnUnreachableStoreFailsClosed", testStoreDown},
 		{"Store_AFullMemoryStoreRefusesNewCallsAndRunsNothing", testStoreFull},
+		{"HTTP_SessionCapRefusesANewSessionReadably", testHTTPSessionCap},
+		{"HTTP_IdleSessionsAreEndedAndFreeTheirPlace", testHTTPIdleSessions},
+		{"HTTP_AGETOpensNoSessionOfItsOwn", testHTTPGETNeedsASession},
+		{"HTTP_AnOversizedBodyIsRefusedUnread", testHTTPBodyLimit},
+		{"HTTP_ASlowBodyIsCutByTheReadTimeout", testHTTPSlowBody},
 		{"Metrics_SessionDuration", testSessionDuration},
 		{"ObserveOnly_WithoutAGuard", testObserveOnly},
 	} {
