@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/instrument"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
@@ -390,5 +393,67 @@ func testHTTPSlowBody(t *testing.T, h Harness) {
 		if !cut[i] || sent[i] >= length {
 			t.Fatalf("connection %d sent %d of %d bytes and was not cut by the %v read timeout", i, sent[i], length, timeout)
 		}
+	}
+}
+
+// testHTTPEndedSessionsFreeMemory: sessions that clients abandon (no
+// DELETE) are ended once idle, and the server's memory does not grow with
+// the sessions ever opened: round after round of abandoned sessions, the
+// heap after each round stays where it was after the second.
+func testHTTPEndedSessionsFreeMemory(t *testing.T, h Harness) {
+	const idle, n, rounds = 200 * time.Millisecond, 1000, 4
+	// No spans or metrics recorded: the test's recorder would keep what
+	// the server let go.
+	quiet := []instrument.Option{instrument.WithTracerProvider(tracenoop.NewTracerProvider()), instrument.WithMeterProvider(metricnoop.NewMeterProvider())}
+	r := start(t, h, setup{transport: HTTP, tools: []Tool{refundTool(&counter{})}, opts: quiet,
+		httpLimits: instrument.HTTPLimits{MaxSessions: n, SessionIdleTimeout: idle}})
+	c := raw{t, r.srv.URL()}
+	heap := func() int64 {
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapAlloc + ms.StackInuse) // a session's goroutines hold stacks
+	}
+	var open, after [rounds]int64 // open: the sessions of the round are being ended as the last ones open
+	for round := range rounds {
+		for i := range n {
+			if id, _, _ := c.open(); id == "" {
+				t.Fatalf("round %d: session %d was refused", round, i)
+			}
+		}
+		open[round] = heap()
+		// The server is at its cap of n: once n sessions could be opened
+		// again (each closed at once), all n abandoned ones were ended.
+		deadline := time.Now().Add(30 * time.Second)
+		for freed := 0; freed < n; {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %d of the %d abandoned sessions were ended within %v", round, freed, n, 30*time.Second)
+			}
+			id, st, b := c.open()
+			switch {
+			case id != "":
+				c.close(id)
+				freed++
+			case st == http.StatusServiceUnavailable:
+				time.Sleep(idle / 4)
+			default:
+				t.Fatalf("opening a session: %d %s", st, b)
+			}
+		}
+		after[round] = heap()
+		t.Logf("round %d: heap and stacks %.2f MiB with %d abandoned sessions open, %.2f MiB once they were ended",
+			round, float64(open[round])/(1<<20), n, float64(after[round])/(1<<20))
+	}
+	if open[0] <= after[0] {
+		t.Fatalf("%d open sessions took no memory (%d, then %d bytes): the measure cannot tell", n, open[0], after[0])
+	}
+	// From the second round on (the first grows what every round reuses:
+	// maps, buffers), ended sessions leave nothing: less than 256 bytes
+	// each, where an open session holds kilobytes (its state, its
+	// goroutines' stacks).
+	if grew, limit := after[rounds-1]-after[1], int64(n*(rounds-2)*256); grew > limit {
+		t.Fatalf("the heap and stacks grew by %.2f MiB over %d more rounds of %d ended sessions, over %.2f MiB",
+			float64(grew)/(1<<20), rounds-2, n, float64(limit)/(1<<20))
 	}
 }

@@ -51,6 +51,7 @@ func Run(t *testing.T, h Harness) {
 		{"Store_AFullMemoryStoreRefusesNewCallsAndRunsNothing", testStoreFull},
 		{"HTTP_SessionCapRefusesANewSessionReadably", testHTTPSessionCap},
 		{"HTTP_IdleSessionsAreEndedAndFreeTheirPlace", testHTTPIdleSessions},
+		{"HTTP_AbandonedSessionsGiveTheirMemoryBack", testHTTPEndedSessionsFreeMemory},
 		{"HTTP_AGETOpensNoSessionOfItsOwn", testHTTPGETNeedsASession},
 		{"HTTP_AnOversizedBodyIsRefusedUnread", testHTTPBodyLimit},
 		{"HTTP_ASlowBodyIsCutByTheReadTimeout", testHTTPSlowBody},

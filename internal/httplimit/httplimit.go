@@ -183,28 +183,38 @@ func (s *Sessions) armLocked() {
 	s.timer = time.AfterFunc(s.period(), s.reap)
 }
 
-// reap ends the sessions idle for longer than the idle timeout.
+// reap ends the sessions idle for longer than the idle timeout. They count
+// until they have ended (their state is freed), and no other check runs
+// meanwhile (s.timer stays set).
 func (s *Sessions) reap() {
 	now := time.Now()
-	var ends []func()
+	type idle struct {
+		id  string
+		end func()
+	}
+	var ended []idle
 	s.mu.Lock()
 	for id, ss := range s.live {
-		if ss.refs > 0 || now.Sub(ss.last) < s.idle {
-			continue
+		if ss.refs == 0 && now.Sub(ss.last) >= s.idle {
+			ended = append(ended, idle{id, ss.end})
 		}
-		delete(s.live, id)
-		if ss.end != nil {
-			ends = append(ends, ss.end)
-		} else if s.end != nil {
-			ends = append(ends, func() { s.end(id) })
+	}
+	s.mu.Unlock()
+	for _, e := range ended {
+		switch {
+		case e.end != nil:
+			e.end()
+		case s.end != nil:
+			s.end(e.id)
 		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range ended {
+		delete(s.live, e.id)
 	}
 	s.timer = nil
 	s.armLocked()
-	s.mu.Unlock()
-	for _, end := range ends {
-		end()
-	}
 }
 
 // Handler bounds the requests to Next. Build it with its fields set and do
