@@ -900,6 +900,32 @@ func (g *Guard) Sweep(ctx context.Context) (int, error) {
 	}
 }
 
+// StartSweeper runs RunSweeper in a goroutine of its own until the
+// function it returns is called; that function stops the sweeper and waits
+// for it to return, so that the store may be closed right after. Run one
+// beside every Guard on a store that keeps expired records until swept
+// (the SQL stores; MemoryStore deletes its own): a sweep deletes what
+// expired in batches, safely from many replicas at once. It panics on an
+// interval that is not positive.
+//
+//	stop := guard.StartSweeper(time.Minute, func(err error) { log.Print(err) })
+//	defer stop() // before closing the store
+func (g *Guard) StartSweeper(interval time.Duration, onError func(error)) (stop func()) {
+	if interval <= 0 {
+		panic("idemkit: StartSweeper needs a positive interval")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = g.RunSweeper(ctx, interval, onError)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 // RunSweeper calls Sweep every interval until ctx is done, and returns
 // ctx's error. Sweep errors are passed to onError (which may be nil) and do
 // not stop the loop.

@@ -310,3 +310,24 @@ func TestMemoryStore_SweepDeletesExactlyTheExpired(t *testing.T) {
 		}
 	}
 }
+
+// StartSweeper sweeps until stopped, and its stop waits for it: a store
+// closed right after is never swept.
+func TestGuard_StartSweeperSweepsUntilStopped(t *testing.T) {
+	store := &idemkit.MemoryStore{}
+	clock := storetest.NewClock()
+	g := memGuard(t, store, clock)
+	if _, err := g.Do(context.Background(), memKey(t, 1), respond(nil)); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Minute)
+	stop := g.StartSweeper(time.Millisecond, func(err error) { t.Error(err) })
+	deadline := time.Now().Add(10 * time.Second)
+	for store.Len() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the sweeper did not delete the expired record")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	stop() // goleak (TestMain) checks that it returned
+}

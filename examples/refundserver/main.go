@@ -195,13 +195,11 @@ func run(o options, log *slog.Logger) error {
 		// Expired records are deleted as the store's windows end: a SQL
 		// store keeps them otherwise (the memory store deletes its own;
 		// sweeping it too is harmless). Stopped before the store closes.
-		sweepCtx, stopSweeper := context.WithCancel(context.Background())
-		swept := make(chan struct{})
-		go func() {
-			defer close(swept)
-			_ = st.guard.RunSweeper(sweepCtx, o.sweepInterval, func(err error) { log.Error("sweeping expired records", "err", err) })
-		}()
-		defer func() { stopSweeper(); <-swept }()
+		if o.sweepInterval <= 0 {
+			return fmt.Errorf("-sweep-interval must be positive, got %s", o.sweepInterval)
+		}
+		stopSweeper := st.guard.StartSweeper(o.sweepInterval, func(err error) { log.Error("sweeping expired records", "err", err) })
+		defer stopSweeper()
 	}
 	defer cfg.DB.Close()
 	desk, err := refunds.NewServer(cfg)
