@@ -258,7 +258,8 @@ const maxParsedBody = 1 << 20
 // version, client.address and client.port. validatedSessions vouches that
 // h accepts only the session IDs it issued (a stateful
 // StreamableHTTPHandler); only then may a session scope the keys of calls
-// without a subject.
+// without a subject. It applies none of the limits of
+// NewStreamableHTTPHandler (sessions): a handler of your own needs its own.
 func HTTPHandler(h http.Handler, validatedSessions bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		info := &requestInfo{known: true, transport: mcpcall.HTTPTransport(r, validatedSessions)}

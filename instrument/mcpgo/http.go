@@ -142,7 +142,8 @@ func (discard) WriteHeader(int)             {}
 // stateful session manager, or one that verifies signed IDs); only then
 // may a session scope the keys of calls without a subject. Pass false for
 // a stateless server or one whose session manager accepts any well-formed
-// ID.
+// ID. It applies none of the limits of NewStreamableHTTPHandler (sessions,
+// bodies): a handler of your own needs its own.
 func HTTPHandler(h http.Handler, validatedSessions bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hi := &httpInfo{transport: mcpcall.HTTPTransport(r, validatedSessions)}
