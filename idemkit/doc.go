@@ -57,7 +57,13 @@
 // Stores: MemoryStore (this package; its zero value is ready to use),
 // idemkit/sqlitestore (embedded, durable) and idemkit/pgstore (PostgreSQL);
 // both SQL stores have DoTx and DoInTx, which commit the claim, the tool's
-// own writes and the outcome in one transaction. Every store passes the conformance suite in idemkit/storetest.
+// own writes and the outcome in one transaction. Every store passes the
+// conformance suite in idemkit/storetest. The SQL stores keep expired
+// records until Sweep deletes them: whoever builds a Guard on one runs
+// Guard.RunSweeper (or the idemkit sweep command) beside it. MemoryStore
+// deletes its expired records itself, and is bounded: at MaxRecords
+// records (100,000 by default) or MaxBytes (256 MiB) with none expired, it
+// refuses new keys with a *StoreFullError and evicts nothing.
 //
 // This package depends on the standard library and the stdlib-only span
 // contract; it never imports a database driver, an MCP SDK

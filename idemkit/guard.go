@@ -250,6 +250,11 @@ func NewGuard(store Store, cfg *Config) (*Guard, error) {
 		}
 		return nil, fmt.Errorf("idemkit: NewGuard needs a Store, got a nil %T (did opening the store fail?)", store)
 	}
+	if m, ok := store.(*MemoryStore); ok {
+		if err := m.validate(); err != nil {
+			return nil, err
+		}
+	}
 	var c Config
 	if cfg != nil {
 		c = *cfg
@@ -425,7 +430,8 @@ type Work func(ctx context.Context) (Response, error)
 //     duplicate runs the work again.
 //   - Work panics: the claim is released and the panic continues.
 //   - The store fails on the claim: an error matching ErrStore; work has not
-//     run.
+//     run. A store that is full (a MemoryStore at its limits) fails so with
+//     a *StoreFullError, which also matches ErrStoreFull.
 //   - The store fails to record the end of work that ran, after retrying
 //     transient errors (ErrTransient) with backoff until FinishTimeout: a
 //     *FinishError, matching ErrStore, which the Guard also logs. After a
@@ -1048,6 +1054,32 @@ func (g *Guard) Sweep(ctx context.Context) (int, error) {
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
+	}
+}
+
+// StartSweeper runs RunSweeper in a goroutine of its own until the
+// function it returns is called; that function stops the sweeper and waits
+// for it to return, so that the store may be closed right after. Run one
+// beside every Guard on a store that keeps expired records until swept
+// (the SQL stores; MemoryStore deletes its own): a sweep deletes what
+// expired in batches, safely from many replicas at once. It panics on an
+// interval that is not positive.
+//
+//	stop := guard.StartSweeper(time.Minute, func(err error) { log.Print(err) })
+//	defer stop() // before closing the store
+func (g *Guard) StartSweeper(interval time.Duration, onError func(error)) (stop func()) {
+	if interval <= 0 {
+		panic("idemkit: StartSweeper needs a positive interval")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = g.RunSweeper(ctx, interval, onError)
+	}()
+	return func() {
+		cancel()
+		<-done
 	}
 }
 

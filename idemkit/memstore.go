@@ -2,6 +2,7 @@ package idemkit
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -9,16 +10,49 @@ import (
 	"time"
 )
 
+// Defaults of MemoryStore.
+const (
+	DefaultMemoryMaxRecords = 100_000
+	DefaultMemoryMaxBytes   = 256 << 20
+)
+
 // MemoryStore is a Store that keeps records in process memory. Its zero
 // value is ready to use and it is safe for concurrent use. It forgets
 // everything when the process exits, and is shared only by the Guards of one
 // process: use it for tests, single-process servers that accept losing
 // protection on restart, and as the reference implementation of Store.
-// Records are deleted by Sweep (Guard.RunSweeper); nothing else bounds its
-// size.
+//
+// Its memory is bounded whatever its callers send. It expires its own
+// records: each claim of a new key also deletes a few of the records whose
+// window has ended (found in an index by expiry time, never by scanning),
+// so it needs no sweeper (Guard.Sweep and RunSweeper work on it all the
+// same). And it holds at most MaxRecords records taking at most about
+// MaxBytes: when it is full and none of its records has expired, a Claim
+// of a new key fails with a *StoreFullError (matching ErrStoreFull), so
+// nothing runs, and the middleware answers the call with a refusal
+// (store_full: nothing was done, retry later). It never evicts a record
+// whose window is still open to make room: that would let a duplicate run
+// the work again. Duplicates of the calls it holds are answered as ever.
 type MemoryStore struct {
-	mu      sync.Mutex            // protects records
+	// MaxRecords caps the records held at once, expired ones not yet
+	// deleted included. Set it before the store's first use; it must not be
+	// negative. Defaults to DefaultMemoryMaxRecords (100,000).
+	MaxRecords int
+
+	// MaxBytes caps the memory of the records, as the store counts it: each
+	// record's key, tool name, fingerprint, stored body, write ID, error
+	// and note, plus 256 bytes for the record itself and its index entries.
+	// A new key is refused once the records take MaxBytes; the outcome of a
+	// call that ran is always recorded, so the store may exceed it by the
+	// responses of the calls in flight. Set it before the store's first
+	// use; it must not be negative. Defaults to DefaultMemoryMaxBytes
+	// (256 MiB).
+	MaxBytes int64
+
+	mu      sync.Mutex            // protects the fields below
 	records map[string]*memRecord // by key ID; nil until the first Claim
+	bytes   int64                 // the records' cost (memRecord.cost), summed
+	queue   memQueue              // every record in records, by deadline
 }
 
 var _ Store = (*MemoryStore)(nil)
@@ -33,8 +67,9 @@ const (
 
 // memRecord is one claim. Times are Unix nanoseconds: compact, and no
 // pointers for the garbage collector to chase. It is laid out to fit a
-// 144-byte allocation: a call allocates one per fresh key.
+// 160-byte allocation: a call allocates one per fresh key.
 type memRecord struct {
+	key         string // the record's key in MemoryStore.records
 	tool        string
 	fingerprint string
 	body        []byte     // the stored response's body (memSucceeded; nil when dropped)
@@ -151,14 +186,25 @@ func (s *MemoryStore) claim(ctx context.Context, req *ClaimRequest, res *ClaimRe
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.records == nil {
+		if err := s.validate(); err != nil {
+			return err
+		}
 		s.records = make(map[string]*memRecord)
 	}
 	r := s.records[req.Key]
 	if r == nil || r.expired(now) {
-		if r != nil {
-			r.state = memGone
+		if s.queue.dueBy(now) {
+			// Amortised sweeping: a few of the records due are examined
+			// with every new one (r among them, perhaps).
+			s.sweepDue(now, memSweepStep, 0)
+		}
+		if r != nil && r.state != memGone {
+			s.forget(r) // replaced below, in place: the count stays
+		} else if err := s.makeRoom(now, req); err != nil {
+			return err
 		}
 		r = &memRecord{
+			key:         req.Key,
 			tool:        req.Tool,
 			fingerprint: req.Fingerprint,
 			state:       memInProgress,
@@ -171,6 +217,8 @@ func (s *MemoryStore) claim(ctx context.Context, req *ClaimRequest, res *ClaimRe
 			mono:        mono,
 		}
 		s.records[req.Key] = r
+		s.bytes += r.cost()
+		s.queue.push(r, r.deadline())
 		t := fromNanos(now)
 		*res = ClaimResult{Status: ClaimAcquired, Attempt: 1, Started: t, Now: t, handle: r}
 		return nil
@@ -193,7 +241,9 @@ func (s *MemoryStore) claim(ctx context.Context, req *ClaimRequest, res *ClaimRe
 		*res = ClaimResult{Status: ClaimBusy, Attempt: int(r.attempt), Started: fromNanos(r.started), LeaseUntil: fromNanos(r.leaseUntil), Now: fromNanos(now)}
 		return nil
 	}
-	// Failed, or in progress with a lapsed lease: take it over.
+	// Failed, or in progress with a lapsed lease: take it over. (Its
+	// deadline moves later: the index finds that when it comes to it.)
+	s.bytes -= r.cost()
 	r.state = memInProgress
 	r.token = req.Token
 	r.attempt++
@@ -203,6 +253,7 @@ func (s *MemoryStore) claim(ctx context.Context, req *ClaimRequest, res *ClaimRe
 	r.updated = now
 	r.mono = mono
 	r.detail, r.cancelled = nil, false
+	s.bytes += r.cost()
 	t := fromNanos(now)
 	*res = ClaimResult{Status: ClaimTakenOver, Attempt: int(r.attempt), Started: t, Now: t, handle: r}
 	return nil
@@ -240,9 +291,13 @@ func (s *MemoryStore) finish(ctx context.Context, req *FinishRequest) error {
 	} else {
 		r.updated = memNow(req.Now)
 	}
+	s.bytes -= r.cost()
+	deadline := r.deadline()
 	if !req.Succeeded {
 		r.state = memFailed
 		r.setDetail(req.Error, r.note())
+		s.bytes += r.cost()
+		s.requeue(r, deadline)
 		return nil
 	}
 	r.state = memSucceeded
@@ -254,6 +309,8 @@ func (s *MemoryStore) finish(ctx context.Context, req *FinishRequest) error {
 		// Keep a private copy: the caller may reuse its buffer.
 		r.body = append([]byte(nil), req.Response.Body...)
 	}
+	s.bytes += r.cost()
+	s.requeue(r, deadline)
 	return nil
 }
 
@@ -269,11 +326,15 @@ func (s *MemoryStore) Extend(ctx context.Context, req ExtendRequest) error {
 	if r == nil || r.token != req.Token || r.state != memInProgress {
 		return ErrLeaseLost
 	}
+	deadline := r.deadline()
 	r.leaseUntil = addDuration(now, req.Lease)
 	r.expiresAt = max(r.expiresAt, r.leaseUntil)
 	r.updated = now
+	s.requeue(r, deadline) // a shorter lease than the last one
 	if req.Note != "" {
+		before := r.cost()
 		r.setDetail(r.lastError(), req.Note)
+		s.bytes += r.cost() - before
 	}
 	return nil
 }
@@ -295,9 +356,12 @@ func (s *MemoryStore) Cancel(ctx context.Context, req CancelRequest) (Record, er
 	case req.Abandoned && now < r.leaseUntil:
 		return r.record(req.Key, now), ErrInProgress
 	}
+	before, deadline := r.cost(), r.deadline()
 	r.state = memFailed
 	r.token = 0 // no attempt holds token 0: the running one is fenced out
 	r.setDetail(req.Reason, r.note())
+	s.bytes += r.cost() - before
+	s.requeue(r, deadline)
 	r.cancelled = true
 	r.updated = now
 	return r.record(req.Key, now), nil
@@ -318,7 +382,9 @@ func (s *MemoryStore) Response(ctx context.Context, key string) ([]byte, error) 
 	return append([]byte(nil), r.body...), nil
 }
 
-// Sweep implements Store.
+// Sweep implements Store. It deletes the expired records found through
+// the expiry index (a record is found within 100 ms of its deadline), never
+// scanning the others.
 func (s *MemoryStore) Sweep(ctx context.Context, req SweepRequest) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -326,18 +392,7 @@ func (s *MemoryStore) Sweep(ctx context.Context, req SweepRequest) (int, error) 
 	now := memNow(req.Now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
-	for k, r := range s.records {
-		if req.Limit > 0 && n >= req.Limit {
-			break
-		}
-		if r.expired(now) {
-			delete(s.records, k)
-			r.state = memGone
-			n++
-		}
-	}
-	return n, nil
+	return s.sweepDue(now, -1, req.Limit), nil
 }
 
 // Lookup implements Store.
@@ -431,4 +486,57 @@ func (s *MemoryStore) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.records)
+}
+
+// Bytes returns the memory the records take as MaxBytes counts it.
+func (s *MemoryStore) Bytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bytes
+}
+
+// validate checks the limits set on s.
+func (s *MemoryStore) validate() error {
+	switch {
+	case s.MaxRecords < 0:
+		return fmt.Errorf("idemkit: MemoryStore.MaxRecords must not be negative, got %d", s.MaxRecords)
+	case s.MaxBytes < 0:
+		return fmt.Errorf("idemkit: MemoryStore.MaxBytes must not be negative, got %d", s.MaxBytes)
+	}
+	return nil
+}
+
+func (s *MemoryStore) maxRecords() int {
+	if s.MaxRecords > 0 {
+		return s.MaxRecords
+	}
+	return DefaultMemoryMaxRecords
+}
+
+func (s *MemoryStore) maxBytes() int64 {
+	if s.MaxBytes > 0 {
+		return s.MaxBytes
+	}
+	return DefaultMemoryMaxBytes
+}
+
+// makeRoom returns nil when a record for req may be added: the store is
+// below its limits, or is once every expired record due has been deleted.
+// Otherwise it returns a *StoreFullError, and nothing is evicted: every
+// record left holds a window still open. s.mu must be held.
+func (s *MemoryStore) makeRoom(now int64, req *ClaimRequest) error {
+	maxRecords, maxBytes := s.maxRecords(), s.maxBytes()
+	need := int64(memRecordOverhead + len(req.Key) + len(req.Tool) + len(req.Fingerprint))
+	if len(s.records) < maxRecords && s.bytes+need <= maxBytes {
+		return nil
+	}
+	s.sweepDue(now, -1, 0)
+	if len(s.records) < maxRecords && s.bytes+need <= maxBytes {
+		return nil
+	}
+	e := &StoreFullError{Records: len(s.records), MaxRecords: maxRecords, Bytes: s.bytes, MaxBytes: maxBytes}
+	if len(s.queue.heap) > 0 && s.queue.next > now {
+		e.RetryAfter = time.Duration(s.queue.next - now)
+	}
+	return e
 }

@@ -6,7 +6,11 @@ import (
 )
 
 // Store keeps claim records. A record is created by the first Claim of a key
-// and lives until its window expires and Sweep deletes it.
+// and lives until its window expires and Sweep deletes it (a store may also
+// delete expired records itself, as MemoryStore does). A store with bounded
+// room refuses the Claim of a new key when full with an error matching
+// ErrStoreFull (see StoreFullError), and never deletes a record that has
+// not expired to make room.
 //
 // The Guard relies on these guarantees, which idemkit/storetest checks for
 // every implementation:

@@ -130,6 +130,27 @@
 // duplicate then runs once; the replay marker, the span's outcome and the
 // metrics are those of any protected tool.
 //
+// # Limits
+//
+// No client, authenticated or not, can grow the server's memory without
+// bound; every limit has a default, an option and a refusal a client can
+// read (nothing is done for the refused request):
+//
+//   - Streamable HTTP (mcpgo.NewStreamableHTTPHandler,
+//     gosdk.NewStreamableHTTPHandler; see HTTPLimits): at most 10,000
+//     sessions open at once (another initialize gets HTTP 503 with a
+//     JSON-RPC error, reason too_many_sessions), each ended after 30
+//     minutes without a request, and request bodies of at most 4 MiB (HTTP
+//     413, not read).
+//   - Sockets: NewHTTPServer returns an http.Server with header, request
+//     and idle-connection timeouts, so that a client trickling its request
+//     is cut.
+//   - Records: an idemkit.MemoryStore holds at most MaxRecords (100,000) and
+//     about MaxBytes (256 MiB) and deletes its own expired records; full,
+//     it refuses a new call (reason store_full: retry later) and evicts
+//     nothing. The SQL stores keep expired records until swept: run
+//     Guard.StartSweeper beside every Guard on one.
+//
 // # Metrics
 //
 // On by default: the conventions' MetricOperationDuration (every request)

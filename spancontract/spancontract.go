@@ -195,6 +195,10 @@ const (
 	RefusalInvalidArguments = "invalid_arguments"
 	// RefusalStoreUnavailable: the claim failed; nothing ran.
 	RefusalStoreUnavailable = "store_unavailable"
+	// RefusalStoreFull: the store is at its capacity (a memory store's
+	// record or byte limit) and none of its records has expired, so a new
+	// call could not be claimed; nothing ran, and a later retry may pass.
+	RefusalStoreFull = "store_full"
 	// RefusalResponseNotKept: a duplicate of a call that completed but whose
 	// response was too large to keep.
 	RefusalResponseNotKept = "response_not_kept"

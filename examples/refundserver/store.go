@@ -55,7 +55,7 @@ func openStore(ctx context.Context, o options) (*openedStore, error) {
 		if st.db, err = refunds.OpenDB(ctx, o.dbPath); err != nil {
 			return nil, err
 		}
-		store, st.desc = &idemkit.MemoryStore{}, "memory (lost on restart)"
+		store, st.desc = &idemkit.MemoryStore{MaxRecords: o.memoryMaxRecords}, fmt.Sprintf("memory (lost on restart; at most %d records)", o.memoryMaxRecords)
 	case "postgres":
 		if o.pgDSN == "" {
 			return nil, errors.New("-store postgres needs -postgres-dsn (or $DATABASE_URL)")

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -91,7 +90,7 @@ func (harness) Start(t *testing.T, cfg adaptertest.Config) adaptertest.Server {
 	var h http.Handler
 	switch cfg.Transport {
 	case adaptertest.HTTP:
-		h = NewStreamableHTTPHandler(getServer, nil)
+		h = NewStreamableHTTPHandler(getServer, nil, WithHTTPLimits(cfg.HTTPLimits))
 	case adaptertest.HTTPUnvalidated:
 		h = NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Stateless: true})
 	}
@@ -99,9 +98,7 @@ func (harness) Start(t *testing.T, cfg adaptertest.Config) adaptertest.Server {
 		if cfg.Bearer {
 			h = auth.RequireBearerToken(verifyToken, nil)(h)
 		}
-		hs := httptest.NewServer(h)
-		t.Cleanup(hs.Close)
-		ts.url = hs.URL
+		ts.url = adaptertest.Serve(t, h, cfg)
 	}
 	return ts
 }

@@ -23,6 +23,10 @@
 //     (server.Run(ctx, gosdk.Transport(&mcp.StdioTransport{}))): each
 //     request's jsonrpc.request.id is then recorded, as are the network.*
 //     and client.* attributes. Without them the span leaves the ID off.
+//   - Limits. The SDK's handler bounds request bodies but not sessions:
+//     NewStreamableHTTPHandler caps the sessions open at once and closes
+//     idle ones (instrument.HTTPLimits, WithHTTPLimits); serve it with an
+//     http.Server that has read timeouts (instrument.NewHTTPServer).
 //   - Which sessions are authentic. A stateful StreamableHTTPHandler only
 //     accepts the session IDs it issued (404 otherwise); a stateless one
 //     accepts any. NewStreamableHTTPHandler knows which it built; only then

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -115,7 +114,7 @@ func (harness) Start(t *testing.T, cfg adaptertest.Config) adaptertest.Server {
 	var h http.Handler
 	switch cfg.Transport {
 	case adaptertest.HTTP:
-		h = NewStreamableHTTPHandler(srv)
+		h = NewStreamableHTTPHandler(srv, WithHTTPLimits(cfg.HTTPLimits))
 	case adaptertest.HTTPUnvalidated:
 		h = HTTPHandler(server.NewStreamableHTTPServer(srv), false)
 	}
@@ -123,9 +122,7 @@ func (harness) Start(t *testing.T, cfg adaptertest.Config) adaptertest.Server {
 		if cfg.Bearer {
 			h = RequireBearerToken(verifyToken, nil)(h)
 		}
-		hs := httptest.NewServer(h)
-		t.Cleanup(hs.Close)
-		ts.url = hs.URL
+		ts.url = adaptertest.Serve(t, h, cfg)
 	}
 	return ts
 }

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -59,11 +60,13 @@ func newBillingHandler(ctx context.Context) (http.Handler, func() error, error) 
 	if err != nil {
 		return nil, nil, errors.Join(err, store.Close())
 	}
+	stopSweeper := guard.StartSweeper(time.Minute, nil) // deletes the records whose window ended
+	stop := func() error { stopSweeper(); return store.Close() }
 	s := server.NewMCPServer("billing", "1.0.0", mcpgo.ServerOptions(guard,
 		instrument.WithSubject(mcpgo.TokenSubject))...) // keys are scoped by the caller
 	s.AddTool(refundTool, refundHandler) // an unannotated write tool: protected
 	auth := mcpgo.RequireBearerToken(verifyToken, nil)
-	return auth(mcpgo.NewStreamableHTTPHandler(s)), store.Close, nil
+	return auth(mcpgo.NewStreamableHTTPHandler(s)), stop, nil // sessions and bodies bounded by default
 }
 
 // README:end

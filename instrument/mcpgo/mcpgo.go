@@ -48,7 +48,10 @@
 // wrap your own handler with HTTPHandler): it records the transport
 // attributes and, with stateful sessions, lets calls without a subject be
 // scoped by their session. Without it such calls cannot be scoped and are
-// refused by default (see instrument.WithSubject).
+// refused by default (see instrument.WithSubject). It also bounds what
+// clients may hold (sessions, idle sessions, request bodies: see
+// instrument.HTTPLimits and WithHTTPLimits); serve it with an http.Server
+// that has read timeouts (instrument.NewHTTPServer).
 //
 // # MCP tasks
 //

@@ -11,7 +11,9 @@ import (
 	"database/sql"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/instrument"
@@ -75,6 +77,13 @@ type Config struct {
 	// Prompts and Resources are registered with trivial handlers.
 	Prompts   []string
 	Resources []string
+	// HTTPLimits are the limits of the adapter's Streamable HTTP handler
+	// (HTTP only), given with its WithHTTPLimits.
+	HTTPLimits instrument.HTTPLimits
+	// ReadTimeout, when set, replaces the ReadTimeout of the HTTP server,
+	// which is built by instrument.NewHTTPServer (HTTP and
+	// HTTPUnvalidated).
+	ReadTimeout time.Duration
 }
 
 // Tool describes a tool independently of the SDK.
@@ -200,3 +209,19 @@ func generic(v any) map[string]any {
 // Generic returns v as JSON-decoded generic values: harnesses use it to
 // turn SDK results into the maps the suite compares.
 func Generic(v any) map[string]any { return generic(v) }
+
+// Serve serves h over HTTP on loopback as an MCP server should be served,
+// with the server instrument.NewHTTPServer builds (cfg.ReadTimeout
+// replacing its read timeout), until the test's cleanup, and returns its
+// URL.
+func Serve(t *testing.T, h http.Handler, cfg Config) string {
+	t.Helper()
+	hs := httptest.NewUnstartedServer(h)
+	hs.Config = instrument.NewHTTPServer(h)
+	if cfg.ReadTimeout > 0 {
+		hs.Config.ReadTimeout = cfg.ReadTimeout
+	}
+	hs.Start()
+	t.Cleanup(hs.Close)
+	return hs.URL
+}

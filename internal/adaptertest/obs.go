@@ -69,6 +69,9 @@ type setup struct {
 	txRunner  instrument.TxRunner[*sql.Tx]
 	prompts   []string
 	resources []string
+	// httpLimits and readTimeout: see Config.
+	httpLimits  instrument.HTTPLimits
+	readTimeout time.Duration
 }
 
 func start(t *testing.T, h Harness, s setup) *rig {
@@ -115,6 +118,7 @@ func start(t *testing.T, h Harness, s setup) *rig {
 		Transport: s.transport, Guard: r.guard, Options: opts, Bearer: s.bearer,
 		Tools: s.tools, JobTools: s.jobTools, Jobs: r.jobs, Prompts: s.prompts, Resources: s.resources,
 		Tasks: s.tasks, TxTools: s.txTools, TxRunner: s.txRunner,
+		HTTPLimits: s.httpLimits, ReadTimeout: s.readTimeout,
 	})
 	return r
 }

@@ -50,6 +50,13 @@ func Run(t *testing.T, h Harness) {
 		{"Store_AnUnreachableStoreFailsClosed", testStoreDown},
 		{"Store_ADamagedRecordIsRefusedAsAlreadyRun", testDamagedRecord},
 		{"Telemetry_HashKeyKeysEveryHashAndSessionIDsAreHashed", testHashKeyOnSpans},
+		{"Store_AFullMemoryStoreRefusesNewCallsAndRunsNothing", testStoreFull},
+		{"HTTP_SessionCapRefusesANewSessionReadably", testHTTPSessionCap},
+		{"HTTP_IdleSessionsAreEndedAndFreeTheirPlace", testHTTPIdleSessions},
+		{"HTTP_AbandonedSessionsGiveTheirMemoryBack", testHTTPEndedSessionsFreeMemory},
+		{"HTTP_AGETOpensNoSessionOfItsOwn", testHTTPGETNeedsASession},
+		{"HTTP_AnOversizedBodyIsRefusedUnread", testHTTPBodyLimit},
+		{"HTTP_ASlowBodyIsCutByTheReadTimeout", testHTTPSlowBody},
 		{"Metrics_SessionDuration", testSessionDuration},
 		{"ObserveOnly_WithoutAGuard", testObserveOnly},
 	} {

@@ -113,7 +113,7 @@ var bypassReasons = [...]string{spancontract.BypassUnprotected, spancontract.Byp
 var refusalReasons = [...]string{
 	spancontract.RefusalInProgress, spancontract.RefusalMismatch, spancontract.RefusalUnscoped,
 	spancontract.RefusalInvalidKey, spancontract.RefusalInvalidArguments, spancontract.RefusalStoreUnavailable,
-	spancontract.RefusalResponseNotKept, spancontract.RefusalResultUnreadable,
+	spancontract.RefusalResponseNotKept, spancontract.RefusalResultUnreadable, spancontract.RefusalStoreFull,
 }
 
 func indexOf(list []string, s string) int {

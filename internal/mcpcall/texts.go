@@ -51,6 +51,18 @@ func unavailableText(tool string) string {
 		"Nothing was done. Retry the same call in a few seconds."
 }
 
+func storeFullText(tool string) string {
+	return "The " + tool + " call was not run: the server is at capacity (its idempotency store holds as many recent calls as it may keep), " +
+		"so it cannot make a retry of this call safe. Nothing was done. Retry the same call later, in a minute or more."
+}
+
+func storeFullMarker(e *idemkit.StoreFullError) map[string]any {
+	if e.RetryAfter <= 0 {
+		return nil
+	}
+	return map[string]any{"retry_after_ms": e.RetryAfter.Round(time.Millisecond).Milliseconds()}
+}
+
 func rolledBackText(tool string) string {
 	return "The " + tool + " call was not completed: its database transaction could not be committed, so nothing it did was kept. " +
 		"Nothing was done. Retry the same call in a few seconds."

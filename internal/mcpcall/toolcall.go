@@ -318,6 +318,10 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 		c.outcome, c.attempt, c.finishErr = outcomeReplayed, damaged.Attempt, derr
 		return refuse(op, codec, spancontract.RefusalResultUnreadable, unreadableText(call.Tool), nil), nil
 	}
+	if full, ok := errors.AsType[*idemkit.StoreFullError](derr); ok {
+		c.finishErr = derr
+		return refuse(op, codec, spancontract.RefusalStoreFull, storeFullText(call.Tool), storeFullMarker(full)), nil
+	}
 	// The claim failed (store unreachable, ctx cancelled): fail closed,
 	// never run the work unprotected.
 	c.finishErr = derr

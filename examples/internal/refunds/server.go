@@ -70,6 +70,9 @@ type Config struct {
 	// ExportDuration is how long an export_refunds job works. Defaults to
 	// DefaultExportDuration.
 	ExportDuration time.Duration
+	// HTTPLimits bound what the desk's clients may hold: sessions, their
+	// idle time, request bodies. Defaults to instrument.HTTPLimits' own.
+	HTTPLimits instrument.HTTPLimits
 	// HoldAfterWrite, when set, is fault injection for the crash tests:
 	// issue_refund writes this file once its refund row is written (not
 	// yet committed) and then waits for its request to end, so that a test
@@ -169,8 +172,8 @@ func NewHandler(cfg Config) (http.Handler, error) {
 
 // NewServer returns the refund desk over Streamable HTTP, with stateful
 // sessions (every client gets an Mcp-Session-Id at initialize, and an
-// unknown or terminated one gets 404), behind bearer-token
-// authentication. Mount its Handler at /mcp. On mcp-go it advertises MCP
+// unknown or terminated one gets 404) within cfg.HTTPLimits, behind
+// bearer-token authentication. Mount its Handler at /mcp. On mcp-go it advertises MCP
 // tasks, and issue_refund supports task augmentation: with a Guard, its
 // tasks live in the Guard's store.
 func NewServer(cfg Config) (*Server, error) {
@@ -203,10 +206,11 @@ func NewServer(cfg Config) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		if inst == nil {
-			srv.Handler = mcpgoAuth(cfg.Tokens, server.NewStreamableHTTPServer(s, server.WithStateful(true)))
-		} else {
-			srv.Handler = mcpgoAuth(cfg.Tokens, mcpgo.NewStreamableHTTPHandler(s))
+		// The same handler with or without idemkit: its HTTP limits
+		// (sessions, bodies) are hygiene every server needs, not
+		// protection against duplicates.
+		srv.Handler = mcpgoAuth(cfg.Tokens, mcpgo.NewStreamableHTTPHandler(s, mcpgo.WithHTTPLimits(cfg.HTTPLimits)))
+		if inst != nil {
 			srv.closers = append([]func(context.Context) error{inst.Close}, srv.closers...)
 		}
 	case SDKGoSDK:
@@ -214,7 +218,7 @@ func NewServer(cfg Config) (*Server, error) {
 			return nil, errors.New("refunds: the server without idemkit is served by mcp-go only; use SDK mcpgo")
 		}
 		s := newGoSDKServer(cfg, mode, jobs)
-		srv.Handler = gosdkAuth(cfg.Tokens, gosdk.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+		srv.Handler = gosdkAuth(cfg.Tokens, gosdk.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil, gosdk.WithHTTPLimits(cfg.HTTPLimits)))
 	default:
 		return nil, fmt.Errorf("refunds: SDK %q: want %s or %s", cfg.SDK, SDKMCPGo, SDKGoSDK)
 	}
