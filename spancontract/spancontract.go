@@ -273,6 +273,12 @@ const (
 	DuplicateFirstSpanID = "idemkit.duplicate.first_span_id"
 	// DuplicateGapMS (int) is the milliseconds from the first call's start to this one's.
 	DuplicateGapMS = "idemkit.duplicate.gap_ms"
+	// DuplicateUncompared (bool) is true on a tool span that the processor
+	// could not compare with other calls: it carries no idemkit key hash
+	// and no captured arguments (gen_ai.tool.call.arguments). Such a call is
+	// never flagged a duplicate; the dup connector counts it, so that a
+	// dashboard shows what the attribution cannot see.
+	DuplicateUncompared = "idemkit.duplicate.uncompared"
 )
 
 // Values of DuplicateCause.
