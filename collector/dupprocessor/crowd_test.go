@@ -72,6 +72,8 @@ type crowdGen struct {
 	orchestrated, gateway int // users inside a shared trace, behind the shared session
 }
 
+func (g *crowdGen) pick(xs []string) string { return xs[g.rng.IntN(len(xs))] }
+
 func (g *crowdGen) between(lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(g.rng.Int64N(int64(hi-lo)))
 }
