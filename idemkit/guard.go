@@ -521,7 +521,7 @@ func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, c
 	// and to the finish.
 	a := &attempt{
 		Context: ctx,
-		call:    Call{guard: g, key: *key, token: token, attempt: cr.Attempt, lease: p.lease},
+		call:    Call{guard: g, key: *key, token: token, generation: cr.Generation, attempt: cr.Attempt, lease: p.lease},
 	}
 	fin := FinishRequest{Key: key.id, Token: token, handle: cr.handle}
 	res.Attempt = cr.Attempt
@@ -702,11 +702,12 @@ type callKey struct{}
 // CallFromContext. Its methods are safe for concurrent use and safe on a nil
 // *Call (they then do nothing), so helpers may call them unconditionally.
 type Call struct {
-	guard   *Guard
-	key     Key
-	token   int64
-	attempt int
-	lease   time.Duration
+	guard      *Guard
+	key        Key
+	token      int64
+	generation int64 // the record's (see IdempotencyKey)
+	attempt    int
+	lease      time.Duration
 }
 
 // CallFromContext returns the attempt running in ctx, or nil outside
@@ -731,18 +732,6 @@ func (c *Call) Attempt() int {
 		return 0
 	}
 	return c.attempt
-}
-
-// IdempotencyKey returns a stable string to forward to a downstream API that
-// accepts idempotency keys (a payment gateway's Idempotency-Key header). It
-// is the same for every attempt of one request, so a downstream call made by
-// an attempt that crashed before recording its outcome is deduplicated by the
-// downstream when a later attempt takes over. It carries no raw subject.
-func (c *Call) IdempotencyKey() string {
-	if c == nil {
-		return ""
-	}
-	return "idk_" + c.key.id
 }
 
 // Heartbeat extends the attempt's lease by the tool's Lease from now, so

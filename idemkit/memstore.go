@@ -33,7 +33,7 @@ const (
 
 // memRecord is one claim. Times are Unix nanoseconds: compact, and no
 // pointers for the garbage collector to chase. It is laid out to fit a
-// 144-byte allocation: a call allocates one per fresh key.
+// 160-byte allocation: a call allocates one per fresh key.
 type memRecord struct {
 	tool        string
 	fingerprint string
@@ -41,6 +41,7 @@ type memRecord struct {
 	writeID     string     // the stored response's WriteID
 	detail      *memDetail // nil until the record has an error or a note
 	token       int64
+	generation  int64 // the creating claim's token, kept by takeovers
 	size        int64
 	started     int64
 	leaseUntil  int64
@@ -163,6 +164,7 @@ func (s *MemoryStore) claim(ctx context.Context, req *ClaimRequest, res *ClaimRe
 			fingerprint: req.Fingerprint,
 			state:       memInProgress,
 			token:       req.Token,
+			generation:  req.Token,
 			attempt:     1,
 			started:     now,
 			leaseUntil:  addDuration(now, req.Lease),
@@ -172,7 +174,7 @@ func (s *MemoryStore) claim(ctx context.Context, req *ClaimRequest, res *ClaimRe
 		}
 		s.records[req.Key] = r
 		t := fromNanos(now)
-		*res = ClaimResult{Status: ClaimAcquired, Attempt: 1, Started: t, Now: t, handle: r}
+		*res = ClaimResult{Status: ClaimAcquired, Attempt: 1, Started: t, Now: t, Generation: req.Token, handle: r}
 		return nil
 	}
 	if r.fingerprint != req.Fingerprint {
@@ -204,7 +206,7 @@ func (s *MemoryStore) claim(ctx context.Context, req *ClaimRequest, res *ClaimRe
 	r.mono = mono
 	r.detail, r.cancelled = nil, false
 	t := fromNanos(now)
-	*res = ClaimResult{Status: ClaimTakenOver, Attempt: int(r.attempt), Started: t, Now: t, handle: r}
+	*res = ClaimResult{Status: ClaimTakenOver, Attempt: int(r.attempt), Started: t, Now: t, Generation: r.generation, handle: r}
 	return nil
 }
 
@@ -408,6 +410,7 @@ func (r *memRecord) record(key string, now int64) Record {
 		Fingerprint: r.fingerprint,
 		State:       r.recordState(),
 		Attempt:     int(r.attempt),
+		Generation:  r.generation,
 		Started:     fromNanos(r.started),
 		LeaseUntil:  fromNanos(r.leaseUntil),
 		ExpiresAt:   fromNanos(r.expiresAt),
