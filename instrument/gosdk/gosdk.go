@@ -69,7 +69,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -163,9 +162,8 @@ func (m *Instrumentation) send(next mcp.MethodHandler) mcp.MethodHandler {
 
 func (m *Instrumentation) receive(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
-		if strings.HasPrefix(method, "notifications/") {
-			return next(ctx, method, req)
-		}
+		// Notifications too (notifications/initialized, …/cancelled):
+		// each gets its SERVER span, named after its method.
 		r := m.describe(method, req)
 		// The Subject function reads the request (its token, its headers)
 		// on every method: tools/list too decides on its caller.

@@ -26,10 +26,12 @@ type httpInfo struct {
 // one, so the instrumentation may scope the keys of calls without a
 // subject by their session: a stranger who presents another client's
 // session ID is refused before any tool runs, never replayed that client's
-// results.
+// results. The notifications clients POST get their SERVER spans here
+// (mcp-go shows them to no hook); HTTPHandler alone does not give them
+// any.
 func NewStreamableHTTPHandler(s *server.MCPServer, opts ...server.StreamableHTTPOption) http.Handler {
 	opts = append(opts[:len(opts):len(opts)], server.WithStateful(true))
-	return HTTPHandler(taskLayer(s, server.NewStreamableHTTPServer(s, opts...)), true)
+	return HTTPHandler(notificationLayer(s, taskLayer(s, server.NewStreamableHTTPServer(s, opts...))), true)
 }
 
 // HTTPHandler returns h, an MCP HTTP handler of an instrumented server

@@ -163,9 +163,12 @@ func CallTool[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.C
 		return refuse(op, codec, spancontract.RefusalUnscoped, unscopedText(call.Tool, in.cfg.UnscopedAdvice), nil), nil
 	case decideBypass:
 		c.outcome = outcomeBypassed
-		if write && op.rec {
-			// A write tool run unprotected: record the hashes anyway, so
-			// that the duplicates that leak are visible.
+		if (write || !call.Info.ReadOnlyHint) && op.rec {
+			// A tool that may write, run unprotected (no Guard, no scope,
+			// or not protected: declared idempotent, or excluded by
+			// WithProtect): record the hashes anyway, so that the
+			// duplicates that leak are visible. Only declared reads go
+			// without.
 			if k, err := in.newKey(c.scope, call); err == nil {
 				c.key = k
 			}
