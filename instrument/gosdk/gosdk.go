@@ -153,8 +153,21 @@ func TokenSubject(ctx context.Context) string {
 
 func (m *Instrumentation) send(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		if method == notificationToolsList {
+		switch method {
+		case notificationToolsList:
 			m.idx.invalidate()
+		case "elicitation/create", "sampling/createMessage", "roots/list":
+			// A request to the client, made by a protected call's handler:
+			// the claim's lease is kept while the client (a human) answers.
+			if c := idemkit.CallFromContext(ctx); c != nil {
+				var res mcp.Result
+				err := c.KeepAlive(ctx, func(ctx context.Context) error {
+					var err error
+					res, err = next(ctx, method, req)
+					return err
+				})
+				return res, err
+			}
 		}
 		return next(ctx, method, req)
 	}
