@@ -321,6 +321,9 @@ func (m *Instrumentation) callTool(op *mcpcall.Op, next mcp.MethodHandler, r *mc
 		if tok := r.Params.GetProgressToken(); tok != nil {
 			call.Progress = progressSender{session: r.Session, token: tok}
 		}
+		if m.in.Gates(name) {
+			call.Elicit = elicitor{r.Session}
+		}
 	}
 	if m.hasTx.Load() {
 		if v, ok := m.txTools.Load(name); ok {
@@ -562,4 +565,22 @@ func (p progressSender) SendProgress(ctx context.Context, progress, total float6
 	return p.session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
 		ProgressToken: p.token, Progress: progress, Total: total, Message: message,
 	})
+}
+
+// elicitor asks the user of a session (a human gate's question); the
+// sending middleware keeps the call's lease while it is open.
+type elicitor struct{ session *mcp.ServerSession }
+
+// CanElicit reports whether the client declared the elicitation capability.
+func (e elicitor) CanElicit() bool {
+	ip := e.session.InitializeParams()
+	return ip != nil && ip.Capabilities != nil && ip.Capabilities.Elicitation != nil
+}
+
+func (e elicitor) Confirm(ctx context.Context, message string) (string, error) {
+	res, err := e.session.Elicit(ctx, &mcp.ElicitParams{Message: message, RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}}})
+	if err != nil {
+		return "", err
+	}
+	return res.Action, nil
 }

@@ -10,6 +10,34 @@ import (
 	"github.com/idemkit-mcp/idemkit/idemkit"
 )
 
+// elicitor asks the user of the call's session (a human gate's question).
+type elicitor struct{ ctx context.Context }
+
+// CanElicit reports whether the session's client declared the elicitation
+// capability.
+func (e elicitor) CanElicit() bool {
+	session := server.ClientSessionFromContext(e.ctx)
+	if _, ok := session.(server.SessionWithElicitation); !ok {
+		return false
+	}
+	ci, ok := session.(server.SessionWithClientInfo)
+	return ok && ci.GetClientCapabilities().Elicitation != nil
+}
+
+func (e elicitor) Confirm(ctx context.Context, message string) (string, error) {
+	s := server.ServerFromContext(ctx)
+	if s == nil {
+		return "", errNoServer
+	}
+	var req mcp.ElicitationRequest
+	req.Params = mcp.ElicitationParams{Message: message, RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}}}
+	res, err := s.RequestElicitation(ctx, req)
+	if err != nil {
+		return "", err
+	}
+	return string(res.Action), nil
+}
+
 // errNoServer is returned by the request helpers outside an mcp-go
 // request's context.
 var errNoServer = errors.New("mcpgo: no mcp-go server in the context: call from a tool handler, with the context it was given")

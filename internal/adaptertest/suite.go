@@ -51,6 +51,7 @@ func Run(t *testing.T, h Harness) {
 		{"Metrics_SessionDuration", testSessionDuration},
 		{"ObserveOnly_WithoutAGuard", testObserveOnly},
 		{"Elicitation_TheClaimOutlivesItsLeaseWhileTheUserAnswers", testElicitationKeepsTheLease},
+		{"HumanGate_AsksOnceInsideTheClaimAndDeclineRunsNothing", testHumanGate},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
 	}

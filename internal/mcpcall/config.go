@@ -85,6 +85,9 @@ type Config struct {
 	// Exclude lists, per tool, top-level argument fields left out of the
 	// argument hash.
 	Exclude map[string][]string
+	// Confirm holds, per tool, the human gate asked before a call runs
+	// (see gate.go).
+	Confirm map[string]Confirmation
 	// Unscoped is the policy for calls whose caller cannot be identified.
 	Unscoped UnscopedPolicy
 	// UnscopedAdvice, when set, returns what the refusal of an unscoped
