@@ -102,6 +102,11 @@ type ToolConfig struct {
 	Lease         time.Duration
 	Wait          time.Duration
 	FailurePolicy FailurePolicy
+	// MaxAttempts bounds the attempts of one call (one record): once that
+	// many have failed or crashed, a retry is no longer taken over and runs
+	// nothing; it gets an *AttemptsExhaustedError (a poison-call policy),
+	// until the window ends. Defaults to 0: no limit.
+	MaxAttempts int
 }
 
 // Config configures a Guard. A nil *Config means all defaults.
@@ -192,6 +197,9 @@ func (c *Config) validate() error {
 		if t.FailurePolicy > StoreToolErrors {
 			return fmt.Errorf("idemkit: Config.Tools[%q].FailurePolicy %d is not a known policy", name, t.FailurePolicy)
 		}
+		if t.MaxAttempts < 0 {
+			return fmt.Errorf("idemkit: Config.Tools[%q].MaxAttempts must not be negative, got %d", name, t.MaxAttempts)
+		}
 	}
 	return nil
 }
@@ -203,6 +211,8 @@ type toolPolicy struct {
 	lease      time.Duration
 	wait       time.Duration
 	failure    FailurePolicy
+	// maxAttempts is ToolConfig.MaxAttempts (0: no limit).
+	maxAttempts int
 }
 
 // Guard runs work at most once per Key within a window. Build it with
@@ -260,6 +270,7 @@ func NewGuard(store Store, cfg *Config) (*Guard, error) {
 			if t.FailurePolicy != 0 {
 				p.failure = t.FailurePolicy
 			}
+			p.maxAttempts = t.MaxAttempts
 			g.tools[name] = p
 		}
 	}
@@ -376,6 +387,9 @@ type Work func(ctx context.Context) (Response, error)
 //     is released, the error (or response) is returned, and the next
 //     duplicate runs the work again.
 //   - Work panics: the claim is released and the panic continues.
+//   - The call's earlier attempts failed ToolConfig.MaxAttempts times: an
+//     *AttemptsExhaustedError; work does not run, and the claim is
+//     released again.
 //   - The store fails on the claim: an error matching ErrStore; work has not
 //     run.
 //   - The store fails to record the end of work that ran, after retrying
@@ -540,6 +554,10 @@ func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, c
 		fin.Error = "panic"
 		_ = g.finish(a, &fin, nil)
 	}()
+	if p.maxAttempts > 0 && cr.Attempt > p.maxAttempts {
+		finished = true
+		return Result{}, g.exhausted(a, key, p, cr, token)
+	}
 	resp, werr := work(a)
 	finished = true
 
@@ -850,6 +868,9 @@ func (g *Guard) WithPolicy(tc ToolConfig) *Guard {
 		p.wait = orDuration(min(tc.Wait, MaxDuration), p.wait)
 		if tc.FailurePolicy != 0 {
 			p.failure = tc.FailurePolicy
+		}
+		if tc.MaxAttempts != 0 {
+			p.maxAttempts = tc.MaxAttempts
 		}
 		return p
 	}

@@ -249,3 +249,55 @@ func (s *suite) downstreamKeyUnderContention(t *testing.T) {
 		t.Fatalf("%d runs forwarded %d keys (%v); want at least 4 runs and one key", runs.Load(), len(seen), seen)
 	}
 }
+
+// A poison call (ToolConfig.MaxAttempts): once its attempts have failed
+// that many times (a Go error, a crash that let the lease lapse), a retry
+// runs nothing and is told so, until the window ends; then the call is
+// fresh work again.
+func (s *suite) maxAttempts(t *testing.T) {
+	g, clock := s.setup(t, idemkit.Config{Lease: 30 * time.Second, Window: 10 * time.Minute,
+		Tools: map[string]idemkit.ToolConfig{"import": {MaxAttempts: 2}}})
+	k := key(t, "s", "import", `{"file":"huge.csv"}`)
+	var runs atomic.Int64
+	failing := func(ctx context.Context) (idemkit.Response, error) {
+		runs.Add(1)
+		return idemkit.Response{}, errors.New("out of memory")
+	}
+	if _, err := g.Do(ctx(t), k, failing); err == nil || errors.Is(err, idemkit.ErrAttemptsExhausted) {
+		t.Fatalf("attempt 1: %v", err)
+	}
+	// Attempt 2 crashes: its lease lapses.
+	started, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.Do(ctx(t), k, blockingWork(started, release, "late", &runs))
+		done <- err
+	}()
+	<-started
+	clock.Advance(31 * time.Second)
+	_, err := g.Do(ctx(t), k, failing)
+	var ae *idemkit.AttemptsExhaustedError
+	if !errors.As(err, &ae) || !errors.Is(err, idemkit.ErrAttemptsExhausted) || ae.Attempts != 2 || ae.Max != 2 || runs.Load() != 2 ||
+		!strings.Contains(err.Error(), "Do not retry") {
+		t.Fatalf("attempt 3: %v (%+v), %d runs; want AttemptsExhaustedError after 2 failed attempts, nothing run", err, ae, runs.Load())
+	}
+	close(release)
+	<-done
+	if _, err := g.Do(ctx(t), k, failing); !errors.Is(err, idemkit.ErrAttemptsExhausted) || runs.Load() != 2 {
+		t.Fatalf("attempt 4: %v, %d runs", err, runs.Load())
+	}
+	if rec, err := g.Lookup(ctx(t), k); err != nil || rec.State != idemkit.StateReleased || !strings.Contains(rec.Error, "MaxAttempts") {
+		t.Fatalf("record after the refusals: %+v %v", rec, err)
+	}
+	// After the window the call is fresh work again.
+	clock.Advance(11 * time.Minute)
+	if res := mustDo(t, g, k, func(context.Context) (idemkit.Response, error) {
+		runs.Add(1)
+		return idemkit.Response{Body: []byte("ok")}, nil
+	}); res.Attempt != 1 || runs.Load() != 3 {
+		t.Fatalf("after the window: %+v, %d runs; want a fresh run", res, runs.Load())
+	}
+	if _, err := idemkit.NewGuard(s.cfg.NewStore(t), &idemkit.Config{Tools: map[string]idemkit.ToolConfig{"x": {MaxAttempts: -1}}}); err == nil || !strings.Contains(err.Error(), "MaxAttempts") {
+		t.Fatalf("negative MaxAttempts: %v, want an error naming the field", err)
+	}
+}

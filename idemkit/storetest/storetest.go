@@ -92,6 +92,7 @@ func Run(t *testing.T, cfg Config) {
 		{"Store_GenerationBelongsToTheRecord", s.generationBelongsToTheRecord},
 		{"Guard_DownstreamKeyPerRecord", s.downstreamKeyPerRecord},
 		{"Guard_DownstreamKeyUnderContention", s.downstreamKeyUnderContention},
+		{"Guard_MaxAttemptsStopsAPoisonCall", s.maxAttempts},
 		{"Guard_ConcurrencyStorm", s.storm},
 		{"Guard_ConcurrencyStormWithWait", s.stormWait},
 	}

@@ -52,6 +52,7 @@ func Run(t *testing.T, h Harness) {
 		{"ObserveOnly_WithoutAGuard", testObserveOnly},
 		{"Elicitation_TheClaimOutlivesItsLeaseWhileTheUserAnswers", testElicitationKeepsTheLease},
 		{"HumanGate_AsksOnceInsideTheClaimAndDeclineRunsNothing", testHumanGate},
+		{"Policies_RequiredKeyToolVersionAndPoisonCalls", testPolicies},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
 	}

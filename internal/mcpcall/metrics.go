@@ -114,7 +114,7 @@ var refusalReasons = [...]string{
 	spancontract.RefusalInProgress, spancontract.RefusalMismatch, spancontract.RefusalUnscoped,
 	spancontract.RefusalInvalidKey, spancontract.RefusalInvalidArguments, spancontract.RefusalStoreUnavailable,
 	spancontract.RefusalResponseNotKept, spancontract.RefusalResultUnreadable,
-	RefusalDeclined, RefusalConfirmationUnavailable,
+	RefusalDeclined, RefusalConfirmationUnavailable, RefusalMissingKey, RefusalAttemptsExhausted,
 }
 
 func indexOf(list []string, s string) int {

@@ -240,6 +240,9 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 		return refuse(op, codec, reason, rejectedText(call.Tool, err), nil), nil
 	}
 	c.key = key
+	if text := in.missingKey(call.Tool, key); text != "" {
+		return refuse(op, codec, RefusalMissingKey, text, nil), nil
+	}
 	g, reason, text := in.gateOf(call, c)
 	if reason != "" {
 		return refuse(op, codec, reason, text, nil), nil
@@ -324,6 +327,11 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 	if mismatch, ok := errors.AsType[*idemkit.MismatchError](derr); ok {
 		c.outcome = outcomeMismatch
 		return refuse(op, codec, spancontract.RefusalMismatch, mismatch.Error(), nil), nil
+	}
+	if exhausted, ok := errors.AsType[*idemkit.AttemptsExhaustedError](derr); ok {
+		// A poison call: its attempts failed MaxAttempts times; this one
+		// ran nothing.
+		return refuse(op, codec, RefusalAttemptsExhausted, exhausted.Error(), nil), nil
 	}
 	if tooLarge, ok := errors.AsType[*idemkit.ResponseTooLargeError](derr); ok {
 		c.outcome = outcomeReplayed
@@ -476,5 +484,5 @@ func (in *Instrumenter) newKey(sc Scope, call *ToolCall) (idemkit.Key, error) {
 		return idemkit.Key{}, err
 	}
 	opts := idemkit.KeyOptions{ExplicitKey: explicit, Exclude: in.cfg.Exclude[call.Tool]}
-	return idemkit.NewKey(keyScope(sc), call.Tool, args, &opts)
+	return idemkit.NewKey(in.versionedScope(keyScope(sc), call.Tool), call.Tool, args, &opts)
 }
