@@ -63,6 +63,16 @@ func DownstreamKey(keyID string, generation int64) string {
 //
 // It carries no raw subject (see DownstreamKey for its form). It returns ""
 // on a nil *Call.
+//
+// Inside a caller's transaction (pgstore.DoTx, sqlitestore.DoTx, the
+// transactional tool handlers) the claim commits with the work, so an
+// attempt that is rolled back (the process killed before the commit)
+// leaves no record, and its retry is a fresh record: there the key is the
+// argument-derived one (DownstreamKey with generation 0), the same for the
+// retry as for the attempt that died, and also for a deliberate repeat
+// after the window. Work that calls a provider is better done outside the
+// transaction: claim with Do, call the provider with this key, then write
+// locally.
 func (c *Call) IdempotencyKey() string {
 	if c == nil {
 		return ""

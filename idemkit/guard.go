@@ -537,6 +537,12 @@ func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, c
 		Context: ctx,
 		call:    Call{guard: g, key: *key, token: token, generation: cr.Generation, attempt: cr.Attempt, lease: p.lease},
 	}
+	if g.inTx {
+		// The claim commits with the caller's transaction: an attempt
+		// rolled back leaves no record to remember its generation by, and
+		// its retry must forward the key it forwarded (see IdempotencyKey).
+		a.call.generation = 0
+	}
 	fin := FinishRequest{Key: key.id, Token: token, handle: cr.handle}
 	res.Attempt = cr.Attempt
 	res.Outcome = OutcomeExecuted

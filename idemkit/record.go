@@ -99,7 +99,8 @@ type Record struct {
 	// Generation identifies this life of the key's record: the Token of
 	// the claim that created it, kept by every attempt; 0 for a record
 	// written before the store kept generations. The record's downstream
-	// key is DownstreamKey(Key, Generation).
+	// key is DownstreamKey(Key, Generation), or DownstreamKey(Key, 0) for a
+	// record claimed in a caller's transaction (see Call.IdempotencyKey).
 	Generation int64
 	// Started is when the current (or last) attempt claimed the key.
 	Started time.Time

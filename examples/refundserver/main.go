@@ -62,6 +62,7 @@ type options struct {
 	taskLease, jobLease      time.Duration
 	exportDuration           time.Duration
 	holdAfterWrite           string
+	confirmAbove             int64
 }
 
 func parseFlags() options {
@@ -87,6 +88,7 @@ func parseFlags() options {
 	flag.DurationVar(&o.jobLease, "job-lease", 0, "how long a job's worker holds it without a heartbeat before it is reported lost (default 30s)")
 	flag.DurationVar(&o.exportDuration, "export-duration", refunds.DefaultExportDuration, "how long an export_refunds job works")
 	flag.StringVar(&o.holdAfterWrite, "fault-hold-after-write", "", "fault injection for crash tests: issue_refund writes this file once its row is written, then waits uncommitted")
+	flag.Int64Var(&o.confirmAbove, "confirm-above-cents", 0, "ask the user (MCP elicitation) before a refund of more than this many cents; a client that cannot be asked is refused (0: never ask)")
 	flag.Parse()
 	if o.service == "" {
 		o.service = "refundserver"
@@ -152,7 +154,7 @@ func run(o options, log *slog.Logger) error {
 		Gateway: gateway, SDK: o.sdk, TracerProvider: tel.Tracer, MeterProvider: tel.Meter, Tokens: tokens,
 		FastLatency: o.fastLatency, SlowLatency: o.slowLatency,
 		Tasks: instrument.TasksConfig{Lease: o.taskLease}, Jobs: instrument.JobsConfig{Lease: o.jobLease},
-		ExportDuration: o.exportDuration, HoldAfterWrite: o.holdAfterWrite,
+		ExportDuration: o.exportDuration, HoldAfterWrite: o.holdAfterWrite, ConfirmAboveCents: o.confirmAbove,
 	}
 	storeDesc := "none (unprotected)"
 	if o.unprotected {

@@ -79,10 +79,12 @@ VALUES ($1, 'issue_refund', '', 'in_progress', 42, 1, now() - interval '3 minute
 	}
 }
 
-// In a caller's transaction (DoTx) the generation is the record's too: a
-// rolled-back attempt leaves nothing, and the committed retry's key is the
-// one its record keeps.
-func TestDoTx_ForwardsTheRecordsKey(t *testing.T) {
+// In a caller's transaction (DoTx) the claim commits with the work: an
+// attempt rolled back after it called a provider leaves no record, and its
+// retry is a fresh record. The retry must forward the key the rolled-back
+// attempt forwarded, or the provider refunds twice: there the key is the
+// argument-derived one.
+func TestDoTx_RetryOfARolledBackAttemptForwardsItsKey(t *testing.T) {
 	pool := pgtest.Pool(t)
 	store := newStore(t, pool)
 	g, _ := idemkit.NewGuard(store, &idemkit.Config{Lease: time.Minute})
@@ -93,7 +95,7 @@ func TestDoTx_ForwardsTheRecordsKey(t *testing.T) {
 		return func(ctx context.Context, tx pgx.Tx) (idemkit.Response, error) {
 			keys = append(keys, idemkit.CallFromContext(ctx).IdempotencyKey())
 			if fail {
-				return idemkit.Response{}, errors.New("boom")
+				return idemkit.Response{}, errors.New("killed before the commit")
 			}
 			return idemkit.Response{Body: []byte("ok")}, nil
 		}
@@ -101,11 +103,13 @@ func TestDoTx_ForwardsTheRecordsKey(t *testing.T) {
 	if _, err := store.DoInTx(ctx, g, k, work(true)); err == nil {
 		t.Fatal("failing DoInTx succeeded")
 	}
+	if _, err := store.Lookup(ctx, idemkit.LookupRequest{Key: k.ID()}); !errors.Is(err, idemkit.ErrNotFound) {
+		t.Fatalf("after the rollback: %v, want no record", err)
+	}
 	if _, err := store.DoInTx(ctx, g, k, work(false)); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := store.Lookup(ctx, idemkit.LookupRequest{Key: k.ID()})
-	if err != nil || len(keys) != 2 || keys[1] != idemkit.DownstreamKey(k.ID(), rec.Generation) || rec.Generation == 0 {
-		t.Fatalf("keys %q, record generation %d %v; want the committed attempt to forward its record's key", keys, rec.Generation, err)
+	if len(keys) != 2 || keys[0] != keys[1] || keys[1] != idemkit.DownstreamKey(k.ID(), 0) {
+		t.Fatalf("keys %q; want the rolled-back attempt's key again, the argument-derived one", keys)
 	}
 }
