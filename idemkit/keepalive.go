@@ -62,9 +62,11 @@ func (c *Call) KeepAlive(ctx context.Context, fn func(ctx context.Context) error
 		}
 	}()
 	err := fn(fctx)
+	cause := context.Cause(fctx) // a claim lost while fn ran
 	close(stop)
+	cancel(nil) // a heartbeat in flight does not hold the caller up
 	<-stopped
-	if cause := context.Cause(fctx); errors.Is(cause, ErrLeaseLost) {
+	if errors.Is(cause, ErrLeaseLost) {
 		return fmt.Errorf("%w (the wait ended because the call was taken over; do not act on its answer)", cause)
 	}
 	return err
