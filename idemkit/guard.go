@@ -106,6 +106,11 @@ type ToolConfig struct {
 	Lease         time.Duration
 	Wait          time.Duration
 	FailurePolicy FailurePolicy
+	// MaxAttempts bounds the attempts of one call (one record): once that
+	// many have failed or crashed, a retry is no longer taken over and runs
+	// nothing; it gets an *AttemptsExhaustedError (a poison-call policy),
+	// until the window ends. Defaults to 0: no limit.
+	MaxAttempts int
 }
 
 // Config configures a Guard. A nil *Config means all defaults.
@@ -210,6 +215,9 @@ func (c *Config) validate() error {
 		if t.FailurePolicy > StoreToolErrors {
 			return fmt.Errorf("idemkit: Config.Tools[%q].FailurePolicy %d is not a known policy", name, t.FailurePolicy)
 		}
+		if t.MaxAttempts < 0 {
+			return fmt.Errorf("idemkit: Config.Tools[%q].MaxAttempts must not be negative, got %d", name, t.MaxAttempts)
+		}
 	}
 	return nil
 }
@@ -221,6 +229,8 @@ type toolPolicy struct {
 	lease      time.Duration
 	wait       time.Duration
 	failure    FailurePolicy
+	// maxAttempts is ToolConfig.MaxAttempts (0: no limit).
+	maxAttempts int
 }
 
 // Guard runs work at most once per Key within a window. Build it with
@@ -284,6 +294,7 @@ func NewGuard(store Store, cfg *Config) (*Guard, error) {
 			if t.FailurePolicy != 0 {
 				p.failure = t.FailurePolicy
 			}
+			p.maxAttempts = t.MaxAttempts
 			g.tools[name] = p
 		}
 	}
@@ -429,6 +440,9 @@ type Work func(ctx context.Context) (Response, error)
 //     is released, the error (or response) is returned, and the next
 //     duplicate runs the work again.
 //   - Work panics: the claim is released and the panic continues.
+//   - The call's earlier attempts failed ToolConfig.MaxAttempts times: an
+//     *AttemptsExhaustedError; work does not run, and the claim is
+//     released again.
 //   - The store fails on the claim: an error matching ErrStore; work has not
 //     run. A store that is full (a MemoryStore at its limits) fails so with
 //     a *StoreFullError, which also matches ErrStoreFull.
@@ -657,7 +671,13 @@ func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, c
 	// and to the finish.
 	a := &attempt{
 		Context: ctx,
-		call:    Call{guard: g, key: *key, token: token, attempt: cr.Attempt, lease: p.lease},
+		call:    Call{guard: g, key: *key, token: token, generation: cr.Generation, attempt: cr.Attempt, lease: p.lease},
+	}
+	if g.inTx {
+		// The claim commits with the caller's transaction: an attempt
+		// rolled back leaves no record to remember its generation by, and
+		// its retry must forward the key it forwarded (see IdempotencyKey).
+		a.call.generation = 0
 	}
 	fin := FinishRequest{Key: key.id, Token: token, handle: cr.handle}
 	res.Attempt = cr.Attempt
@@ -676,6 +696,10 @@ func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, c
 		fin.Error = "panic"
 		_ = g.finish(a, &fin, nil)
 	}()
+	if p.maxAttempts > 0 && cr.Attempt > p.maxAttempts {
+		finished = true
+		return Result{}, g.exhausted(a, key, p, cr, token)
+	}
 	resp, werr := work(a)
 	finished = true
 
@@ -844,11 +868,12 @@ type callKey struct{}
 // CallFromContext. Its methods are safe for concurrent use and safe on a nil
 // *Call (they then do nothing), so helpers may call them unconditionally.
 type Call struct {
-	guard   *Guard
-	key     Key
-	token   int64
-	attempt int
-	lease   time.Duration
+	guard      *Guard
+	key        Key
+	token      int64
+	generation int64 // the record's (see IdempotencyKey)
+	attempt    int
+	lease      time.Duration
 }
 
 // CallFromContext returns the attempt running in ctx, or nil outside
@@ -873,18 +898,6 @@ func (c *Call) Attempt() int {
 		return 0
 	}
 	return c.attempt
-}
-
-// IdempotencyKey returns a stable string to forward to a downstream API that
-// accepts idempotency keys (a payment gateway's Idempotency-Key header). It
-// is the same for every attempt of one request, so a downstream call made by
-// an attempt that crashed before recording its outcome is deduplicated by the
-// downstream when a later attempt takes over. It carries no raw subject.
-func (c *Call) IdempotencyKey() string {
-	if c == nil {
-		return ""
-	}
-	return "idk_" + c.key.id
 }
 
 // Heartbeat extends the attempt's lease by the tool's Lease from now, so
@@ -1024,6 +1037,9 @@ func (g *Guard) WithPolicy(tc ToolConfig) *Guard {
 		p.wait = orDuration(min(tc.Wait, MaxDuration), p.wait)
 		if tc.FailurePolicy != 0 {
 			p.failure = tc.FailurePolicy
+		}
+		if tc.MaxAttempts != 0 {
+			p.maxAttempts = tc.MaxAttempts
 		}
 		return p
 	}

@@ -76,6 +76,7 @@ type memRecord struct {
 	writeID     string     // the stored response's WriteID
 	detail      *memDetail // nil until the record has an error or a note
 	token       int64
+	generation  int64 // the creating claim's token, kept by takeovers
 	size        int64
 	started     int64
 	leaseUntil  int64
@@ -209,6 +210,7 @@ func (s *MemoryStore) claim(ctx context.Context, req *ClaimRequest, res *ClaimRe
 			fingerprint: req.Fingerprint,
 			state:       memInProgress,
 			token:       req.Token,
+			generation:  req.Token,
 			attempt:     1,
 			started:     now,
 			leaseUntil:  addDuration(now, req.Lease),
@@ -220,7 +222,7 @@ func (s *MemoryStore) claim(ctx context.Context, req *ClaimRequest, res *ClaimRe
 		s.bytes += r.cost()
 		s.queue.push(r, r.deadline())
 		t := fromNanos(now)
-		*res = ClaimResult{Status: ClaimAcquired, Attempt: 1, Started: t, Now: t, handle: r}
+		*res = ClaimResult{Status: ClaimAcquired, Attempt: 1, Started: t, Now: t, Generation: req.Token, handle: r}
 		return nil
 	}
 	if r.fingerprint != req.Fingerprint {
@@ -255,7 +257,7 @@ func (s *MemoryStore) claim(ctx context.Context, req *ClaimRequest, res *ClaimRe
 	r.detail, r.cancelled = nil, false
 	s.bytes += r.cost()
 	t := fromNanos(now)
-	*res = ClaimResult{Status: ClaimTakenOver, Attempt: int(r.attempt), Started: t, Now: t, handle: r}
+	*res = ClaimResult{Status: ClaimTakenOver, Attempt: int(r.attempt), Started: t, Now: t, Generation: r.generation, handle: r}
 	return nil
 }
 
@@ -463,6 +465,7 @@ func (r *memRecord) record(key string, now int64) Record {
 		Fingerprint: r.fingerprint,
 		State:       r.recordState(),
 		Attempt:     int(r.attempt),
+		Generation:  r.generation,
 		Started:     fromNanos(r.started),
 		LeaseUntil:  fromNanos(r.leaseUntil),
 		ExpiresAt:   fromNanos(r.expiresAt),

@@ -96,6 +96,12 @@ type Record struct {
 	// Attempt is the record's attempt count: 1 for a first run, higher
 	// after takeovers.
 	Attempt int
+	// Generation identifies this life of the key's record: the Token of
+	// the claim that created it, kept by every attempt; 0 for a record
+	// written before the store kept generations. The record's downstream
+	// key is DownstreamKey(Key, Generation), or DownstreamKey(Key, 0) for a
+	// record claimed in a caller's transaction (see Call.IdempotencyKey).
+	Generation int64
 	// Started is when the current (or last) attempt claimed the key.
 	Started time.Time
 	// LeaseUntil is when the current attempt's lease runs out. It matters

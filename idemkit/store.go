@@ -41,6 +41,13 @@ import (
 //     matching ErrRecordDamaged, which the Guard answers as it answers a
 //     failed checksum: never as a store failure (the call ran), never by
 //     running the work again.
+//   - A record keeps its generation for its whole life: a claim that
+//     creates it (the first of a key, or one that replaces an expired
+//     record) stores its own Token as the record's generation; takeovers,
+//     heartbeats, finishes and cancellations keep it. Claim reports it
+//     (ClaimResult.Generation) to the caller that holds the claim, so that
+//     every attempt of one record, on every replica, forwards the same
+//     downstream key (Call.IdempotencyKey), and a new record another.
 //
 // Times: when a request's Now is zero the store uses its own clock (for SQL
 // stores, the database's, so that replicas agree); tests set Now to drive
@@ -182,6 +189,11 @@ type ClaimResult struct {
 	LeaseUntil time.Time
 	// Now is the store's clock at the claim, when it used its own.
 	Now time.Time
+	// Generation is the record's generation (ClaimAcquired,
+	// ClaimTakenOver): the Token of the claim that created the record,
+	// kept by every takeover; 0 for a record written before the store
+	// kept generations. See Store.
+	Generation int64
 
 	// For ClaimCompleted:
 	// Response is the stored outcome; Body is nil unless Storage is

@@ -22,8 +22,14 @@
 // context (an HTTP server span) becomes a link. Methods outside the MCP
 // specification are named "_OTHER". A tools/call is one span, never two: it
 // also carries gen_ai.operation.name=execute_tool, gen_ai.tool.name and
-// every idemkit.* attribute. The attributes, all named in package
-// spancontract and checked against semconv v1.41.0:
+// every idemkit.* attribute. The notifications a client sends
+// (notifications/initialized, notifications/cancelled, …/progress,
+// …/roots/list_changed, …/tasks/status) get a SERVER span named after the
+// method, without jsonrpc.request.id (on mcp-go over Streamable HTTP served
+// by mcpgo.NewStreamableHTTPHandler, and on every go-sdk transport; mcp-go
+// over stdio or in-process shows notifications to no hook, so they have
+// none there). The attributes, all named in package spancontract and
+// checked against semconv v1.41.0:
 //
 //   - mcp.method.name; gen_ai.tool.name or gen_ai.prompt.name;
 //     mcp.resource.uri on resources/read, subscribe and unsubscribe;
@@ -43,8 +49,11 @@
 //   - on tools/call: idemkit.outcome (executed, replayed, in_progress,
 //     takeover, mismatch, bypassed), idemkit.attempt, idemkit.write.id (see
 //     RecordWrite), idemkit.args.hash, idemkit.key.hash, idemkit.key.source
-//     and idemkit.subject.hash (calls that derived a key, including write
-//     tools run unprotected); idemkit.bypass.reason on bypassed calls
+//     and idemkit.subject.hash (calls that derived a key, including the
+//     calls of every tool not declared readOnlyHint that ran unprotected:
+//     no Guard, no caller scope, or not protected because idempotentHint
+//     or WithBypass says so; so that the duplicates that leak from them
+//     are visible); idemkit.bypass.reason on bypassed calls
 //     (unprotected, unscoped, no_guard); idemkit.refusal.reason on the calls
 //     idemkit answered itself (see RefusalMetaKey); idemkit.finish.error when
 //     the work ran but its outcome could not be recorded;
@@ -119,6 +128,12 @@
 // stored: it runs at most once. Jobs and tasks are visible to the caller's
 // scope only (see WithSubject). See WithTasks and JobsConfig for their
 // leases. The go-sdk (v1.8.0) has no tasks: see package gosdk.
+//
+// A task's work runs after its tools/call span has ended, so it gets a span
+// of its own: "execute_task {tool}", kind INTERNAL, a child of the creating
+// call's span, with gen_ai.tool.name, idemkit.task.id, idemkit.attempt,
+// idemkit.write.id (the write the work recorded) and error.type when it
+// failed. It has no gen_ai.operation.name: it is not a second tool call.
 //
 // # Transactional tools
 //

@@ -78,6 +78,7 @@ type options struct {
 	limits                   instrument.HTTPLimits
 	readHeaderTimeout        time.Duration
 	readTimeout, idleTimeout time.Duration
+	confirmAbove             int64
 }
 
 func parseFlags() options {
@@ -112,6 +113,7 @@ func parseFlags() options {
 	flag.DurationVar(&o.readHeaderTimeout, "read-header-timeout", instrument.DefaultReadHeaderTimeout, "how long a client may take to send its request headers")
 	flag.DurationVar(&o.readTimeout, "read-timeout", instrument.DefaultReadTimeout, "how long a client may take to send a whole request, body included")
 	flag.DurationVar(&o.idleTimeout, "http-idle-timeout", instrument.DefaultIdleTimeout, "how long an idle keep-alive connection stays open")
+	flag.Int64Var(&o.confirmAbove, "confirm-above-cents", 0, "ask the user (MCP elicitation) before a refund of more than this many cents; a client that cannot be asked is refused (0: never ask)")
 	flag.Parse()
 	if o.service == "" {
 		o.service = "refundserver"
@@ -177,7 +179,7 @@ func run(o options, log *slog.Logger) error {
 		Gateway: gateway, SDK: o.sdk, TracerProvider: tel.Tracer, MeterProvider: tel.Meter, Tokens: tokens,
 		FastLatency: o.fastLatency, SlowLatency: o.slowLatency,
 		Tasks: instrument.TasksConfig{Lease: o.taskLease}, Jobs: instrument.JobsConfig{Lease: o.jobLease},
-		ExportDuration: o.exportDuration, HoldAfterWrite: o.holdAfterWrite,
+		ExportDuration: o.exportDuration, HoldAfterWrite: o.holdAfterWrite, ConfirmAboveCents: o.confirmAbove,
 		HTTPLimits: o.limits,
 	}
 	storeDesc := "none (unprotected)"

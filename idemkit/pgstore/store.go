@@ -147,9 +147,10 @@ func newStatements(schema string) *statements {
 // excluded.expires_at. The row, c, is:
 //
 //	expired:  the window is over and no live lease holds it
-//	          -> fresh work: attempt 1, the new fingerprint
+//	          -> fresh work: attempt 1, the new fingerprint, the new token
+//	             as its generation
 //	takeover: same fingerprint and (failed, or in progress with a lapsed lease)
-//	          -> attempt + 1, the new token and lease
+//	          -> attempt + 1, the new token and lease, the generation kept
 //	otherwise (completed, busy, mismatch; another caller claimed it first):
 //	          written back unchanged, and returned
 //
@@ -159,8 +160,8 @@ func newStatements(schema string) *statements {
 const (
 	claimInsert = `
 INSERT INTO {schema}idemkit_claims AS c
-    (key, tool, fingerprint, state, token, attempt, started_at, lease_until, expires_at, updated_at)
-VALUES ($1, $2, $3, 'in_progress', $4, 1,
+    (key, tool, fingerprint, state, token, generation, attempt, started_at, lease_until, expires_at, updated_at)
+VALUES ($1, $2, $3, 'in_progress', $4, $4, 1,
     coalesce($7::timestamptz, statement_timestamp()),
     coalesce($7::timestamptz, statement_timestamp()) + $5::bigint * interval '1 microsecond',
     coalesce($7::timestamptz, statement_timestamp()) + $6::bigint * interval '1 microsecond',
@@ -194,6 +195,7 @@ WHERE c.key = $1`
 ON CONFLICT (key) DO UPDATE SET
     tool        = CASE WHEN ` + expiredCond + ` THEN excluded.tool ELSE c.tool END,
     fingerprint = CASE WHEN ` + expiredCond + ` THEN excluded.fingerprint ELSE c.fingerprint END,
+    generation  = CASE WHEN ` + expiredCond + ` THEN excluded.generation ELSE c.generation END,
     attempt     = CASE WHEN ` + expiredCond + ` THEN 1 WHEN ` + takeoverCond + ` THEN c.attempt + 1 ELSE c.attempt END,
     expires_at  = CASE WHEN ` + expiredCond + ` THEN excluded.expires_at
                        WHEN ` + takeoverCond + ` THEN greatest(c.expires_at, excluded.expires_at)
@@ -215,7 +217,7 @@ RETURNING c.token = $4, c.attempt, c.fingerprint = $3, c.state, c.started_at, c.
     c.storage, c.size, c.write_id, c.is_error,
     CASE WHEN c.token <> $4 AND c.state = 'succeeded' AND c.storage = 0 THEN c.response END,
     coalesce($7::timestamptz, statement_timestamp()),
-    CASE WHEN c.token <> $4 THEN ` + checksumCol + ` END`
+    CASE WHEN c.token <> $4 THEN ` + checksumCol + ` END, c.generation`
 
 	// The finishes are fenced by the token, and idempotent for it:
 	// repeated after a lost acknowledgement (the connection dropped after
@@ -271,7 +273,7 @@ WHERE r.key = $1 AND c.state = 'succeeded' AND c.storage = 1`
 	// order.
 	recordColumns = `c.key, c.tool, c.fingerprint, c.state, c.attempt, c.started_at, c.lease_until, c.expires_at,
     c.storage, c.size, c.write_id, c.is_error, c.last_error, c.note, c.cancelled, coalesce(c.updated_at, c.started_at),
-    ` + checksumCol
+    ` + checksumCol + `, c.generation`
 
 	// inspectSQL reads one record, and with $2 its kept body, inline or
 	// external.
@@ -348,7 +350,7 @@ func (s *Store) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.Cl
 		return idemkit.ClaimResult{}, s.translate("claim", err)
 	}
 	if tag.RowsAffected() == 1 {
-		return idemkit.ClaimResult{Status: idemkit.ClaimAcquired, Attempt: 1}, nil
+		return idemkit.ClaimResult{Status: idemkit.ClaimAcquired, Attempt: 1, Generation: req.Token}, nil
 	}
 	var (
 		res                      idemkit.ClaimResult
@@ -398,18 +400,19 @@ func (s *Store) claimRow(ctx context.Context, req idemkit.ClaimRequest, lease, w
 		state                string
 		storage              int16
 		writeID, body        []byte
+		generation           int64
 	)
 	err := s.db.QueryRow(ctx, s.sql.claim, req.Key, req.Tool, req.Fingerprint, req.Token, lease, window, now).Scan(
-		&won, &attempt, &sameFingerprint, &state, &res.Started, &res.LeaseUntil, &storage, &res.Size, &writeID, &res.Response.IsError, &body, &res.Now, &res.Checksum)
+		&won, &attempt, &sameFingerprint, &state, &res.Started, &res.LeaseUntil, &storage, &res.Size, &writeID, &res.Response.IsError, &body, &res.Now, &res.Checksum, &generation)
 	if err != nil {
 		return idemkit.ClaimResult{}, s.translate("claim", err)
 	}
 	res.Attempt = int(attempt)
 	switch {
 	case won && attempt == 1:
-		return idemkit.ClaimResult{Status: idemkit.ClaimAcquired, Attempt: 1, Started: res.Started, Now: res.Now}, nil
+		return idemkit.ClaimResult{Status: idemkit.ClaimAcquired, Attempt: 1, Started: res.Started, Now: res.Now, Generation: generation}, nil
 	case won:
-		return idemkit.ClaimResult{Status: idemkit.ClaimTakenOver, Attempt: res.Attempt, Started: res.Started, Now: res.Now}, nil
+		return idemkit.ClaimResult{Status: idemkit.ClaimTakenOver, Attempt: res.Attempt, Started: res.Started, Now: res.Now, Generation: generation}, nil
 	case !sameFingerprint:
 		return idemkit.ClaimResult{Status: idemkit.ClaimMismatch, Attempt: res.Attempt, Started: res.Started, Now: res.Now}, nil
 	case state == "succeeded":
@@ -600,7 +603,7 @@ func scanRecord(row pgx.Row, rec *idemkit.Record, extra ...any) error {
 		writeID, lastErr, note []byte
 	)
 	dest := append([]any{&rec.Key, &rec.Tool, &rec.Fingerprint, &state, &attempt, &rec.Started, &rec.LeaseUntil, &rec.ExpiresAt,
-		&storage, &rec.Size, &writeID, &rec.IsError, &lastErr, &note, &rec.Cancelled, &rec.Updated, &rec.Checksum, &rec.Now}, extra...)
+		&storage, &rec.Size, &writeID, &rec.IsError, &lastErr, &note, &rec.Cancelled, &rec.Updated, &rec.Checksum, &rec.Generation, &rec.Now}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return err
 	}

@@ -403,8 +403,9 @@ func scanClaim(row *sql.Row, now time.Time) (idemkit.ClaimResult, error) {
 		writeID                                        string
 		isError                                        bool
 		body, checksum                                 []byte
+		generation                                     int64
 	)
-	if err := row.Scan(&status, &attempt, &started, &lease, &storage, &size, &writeID, &isError, &body, &checksum); err != nil {
+	if err := row.Scan(&status, &attempt, &started, &lease, &storage, &size, &writeID, &isError, &body, &checksum, &generation); err != nil {
 		if isCheckViolation(err) {
 			// The claim writes only valid values of its own and the row's
 			// values back: the row holds one outside its column's range.
@@ -423,6 +424,8 @@ func scanClaim(row *sql.Row, now time.Time) (idemkit.ClaimResult, error) {
 		Now:     now,
 	}
 	switch status {
+	case statusAcquired, statusTakenOver:
+		res.Generation = generation
 	case statusBusy:
 		res.LeaseUntil = time.Unix(0, lease).UTC()
 	case statusCompleted:
@@ -743,7 +746,7 @@ func scanRecord(row interface{ Scan(...any) error }, rec *idemkit.Record, now ti
 		attempt, started, lease, expires, storage, updated int64
 	)
 	dest := append([]any{&rec.Key, &rec.Tool, &rec.Fingerprint, &state, &attempt, &started, &lease, &expires,
-		&storage, &rec.Size, &rec.WriteID, &rec.IsError, &rec.Error, &rec.Note, &rec.Cancelled, &updated, &rec.Checksum}, extra...)
+		&storage, &rec.Size, &rec.WriteID, &rec.IsError, &rec.Error, &rec.Note, &rec.Cancelled, &updated, &rec.Checksum, &rec.Generation}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return err
 	}

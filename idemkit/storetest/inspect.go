@@ -281,7 +281,7 @@ func (s *suite) list(t *testing.T) {
 }
 
 func recordsEqual(a, b idemkit.Record) bool {
-	return a.Key == b.Key && a.Tool == b.Tool && a.Fingerprint == b.Fingerprint && a.State == b.State && a.Attempt == b.Attempt &&
+	return a.Key == b.Key && a.Tool == b.Tool && a.Fingerprint == b.Fingerprint && a.State == b.State && a.Attempt == b.Attempt && a.Generation == b.Generation &&
 		a.Started.Equal(b.Started) && a.LeaseUntil.Equal(b.LeaseUntil) && a.ExpiresAt.Equal(b.ExpiresAt) && a.Now.Equal(b.Now) &&
 		a.WriteID == b.WriteID && a.IsError == b.IsError && a.Storage == b.Storage && a.Size == b.Size &&
 		a.Error == b.Error && a.Note == b.Note && bytes.Equal(a.Body, b.Body)

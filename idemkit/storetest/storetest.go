@@ -98,6 +98,10 @@ func Run(t *testing.T, cfg Config) {
 		{"Store_HostileValuesRoundTrip", s.hostileValues},
 		{"Guard_NumbersKeyedByExactValue", s.exactNumbers},
 		{"Store_HugeDurationsDoNotOverflow", s.hugeDurations},
+		{"Store_GenerationBelongsToTheRecord", s.generationBelongsToTheRecord},
+		{"Guard_DownstreamKeyPerRecord", s.downstreamKeyPerRecord},
+		{"Guard_DownstreamKeyUnderContention", s.downstreamKeyUnderContention},
+		{"Guard_MaxAttemptsStopsAPoisonCall", s.maxAttempts},
 		{"Guard_ConcurrencyStorm", s.storm},
 		{"Guard_ConcurrencyStormWithWait", s.stormWait},
 	}

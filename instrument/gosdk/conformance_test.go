@@ -120,6 +120,13 @@ func toHandler(tool adaptertest.Tool) mcp.ToolHandler {
 				return nil, err
 			}
 		}
+		ctx = adaptertest.WithElicit(ctx, func(ctx context.Context, message string) (string, error) {
+			res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: message, RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}}})
+			if err != nil {
+				return "", err
+			}
+			return res.Action, nil
+		})
 		r, err := tool.Run(ctx, args)
 		if err != nil {
 			return nil, err
@@ -199,6 +206,11 @@ func (s *testServer) Connect(t *testing.T, cc adaptertest.ClientConfig) adaptert
 		tr = &mcp.IOTransport{Reader: clientIn, Writer: out}
 	}
 	var copts mcp.ClientOptions
+	if cc.Elicit != nil {
+		copts.ElicitationHandler = func(ctx context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return &mcp.ElicitResult{Action: cc.Elicit(ctx, r.Params.Message)}, nil
+		}
+	}
 	if cc.OnProgress != nil {
 		copts.ProgressNotificationHandler = func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
 			cc.OnProgress(r.Params.Progress)

@@ -73,7 +73,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -158,8 +157,21 @@ func TokenSubject(ctx context.Context) string {
 
 func (m *Instrumentation) send(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		if method == notificationToolsList {
+		switch method {
+		case notificationToolsList:
 			m.idx.invalidate()
+		case "elicitation/create", "sampling/createMessage", "roots/list":
+			// A request to the client, made by a protected call's handler:
+			// the claim's lease is kept while the client (a human) answers.
+			if c := idemkit.CallFromContext(ctx); c != nil {
+				var res mcp.Result
+				err := c.KeepAlive(ctx, func(ctx context.Context) error {
+					var err error
+					res, err = next(ctx, method, req)
+					return err
+				})
+				return res, err
+			}
 		}
 		return next(ctx, method, req)
 	}
@@ -167,9 +179,8 @@ func (m *Instrumentation) send(next mcp.MethodHandler) mcp.MethodHandler {
 
 func (m *Instrumentation) receive(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
-		if strings.HasPrefix(method, "notifications/") {
-			return next(ctx, method, req)
-		}
+		// Notifications too (notifications/initialized, …/cancelled):
+		// each gets its SERVER span, named after its method.
 		r := m.describe(method, req)
 		// The Subject function reads the request (its token, its headers)
 		// on every method: tools/list too decides on its caller.
@@ -313,6 +324,9 @@ func (m *Instrumentation) callTool(op *mcpcall.Op, next mcp.MethodHandler, r *mc
 	if r.Session != nil {
 		if tok := r.Params.GetProgressToken(); tok != nil {
 			call.Progress = progressSender{session: r.Session, token: tok}
+		}
+		if m.in.Gates(name) {
+			call.Elicit = elicitor{r.Session}
 		}
 	}
 	if m.hasTx.Load() {
@@ -555,4 +569,22 @@ func (p progressSender) SendProgress(ctx context.Context, progress, total float6
 	return p.session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
 		ProgressToken: p.token, Progress: progress, Total: total, Message: message,
 	})
+}
+
+// elicitor asks the user of a session (a human gate's question); the
+// sending middleware keeps the call's lease while it is open.
+type elicitor struct{ session *mcp.ServerSession }
+
+// CanElicit reports whether the client declared the elicitation capability.
+func (e elicitor) CanElicit() bool {
+	ip := e.session.InitializeParams()
+	return ip != nil && ip.Capabilities != nil && ip.Capabilities.Elicitation != nil
+}
+
+func (e elicitor) Confirm(ctx context.Context, message string) (string, error) {
+	res, err := e.session.Elicit(ctx, &mcp.ElicitParams{Message: message, RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}}})
+	if err != nil {
+		return "", err
+	}
+	return res.Action, nil
 }

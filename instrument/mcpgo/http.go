@@ -42,7 +42,9 @@ type httpInfo struct {
 // once idle for SessionIdleTimeout, and request bodies of at most
 // MaxBodyBytes (HTTP 413, a larger body is not read), checked before any
 // other layer reads the body. Serve the handler with an http.Server that
-// has read timeouts (instrument.NewHTTPServer).
+// has read timeouts (instrument.NewHTTPServer). The notifications clients
+// POST get their SERVER spans here (mcp-go shows them to no hook);
+// HTTPHandler alone does not give them any.
 func NewStreamableHTTPHandler(s *server.MCPServer, opts ...server.StreamableHTTPOption) http.Handler {
 	cfg := &httpConfig{}
 	var inner *server.StreamableHTTPServer
@@ -57,7 +59,7 @@ func NewStreamableHTTPHandler(s *server.MCPServer, opts ...server.StreamableHTTP
 	limits := httplimit.Resolve(cfg.limits.MaxSessions, cfg.limits.SessionIdleTimeout, cfg.limits.MaxBodyBytes)
 	sessions.Sessions = httplimit.NewSessions(limits, func(id string) { endSession(inner, id) })
 	return &httplimit.Handler{
-		Next:      HTTPHandler(taskLayer(s, inner), true),
+		Next:      HTTPHandler(notificationLayer(s, taskLayer(s, inner)), true),
 		Limits:    limits,
 		Sessions:  sessions.Sessions,
 		ReadsBody: true, // mcp-go reads any body whole

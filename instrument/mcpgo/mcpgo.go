@@ -577,6 +577,9 @@ func (m *Instrumentation) serve(op *mcpcall.Op, req mcp.CallToolRequest, next se
 	if len(call.Arguments) == 0 && req.Params.Arguments != nil {
 		call.Arguments, _ = json.Marshal(req.Params.Arguments)
 	}
+	if m.in.Gates(name) {
+		call.Elicit = elicitor{op}
+	}
 	if meta := req.Params.Meta; meta != nil {
 		call.Meta = meta.AdditionalFields
 		if meta.ProgressToken != nil {

@@ -164,6 +164,12 @@ type ClientConfig struct {
 	OnProgress func(progress float64)
 	// HTTPClient, when set, is the HTTP client to use.
 	HTTPClient *http.Client
+	// Elicit, when set, is the client's user: the client declares the
+	// elicitation capability and answers each elicitation/create with the
+	// action Elicit returns for its message ("accept", "decline",
+	// "cancel"; no content). Unset, the client has no elicitation
+	// capability.
+	Elicit func(ctx context.Context, message string) string
 }
 
 // Client is a connected client.

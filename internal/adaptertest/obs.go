@@ -183,6 +183,7 @@ func hasAttrs(s sdktrace.ReadOnlySpan, want map[string]any) string {
 		case v == absent && ok:
 			diffs = append(diffs, k+" present ("+dumpValue(g)+"), want absent")
 		case v == absent:
+		case v == present && ok:
 		case !ok:
 			diffs = append(diffs, k+" absent, want "+dumpValue(v))
 		case !reflect.DeepEqual(g, v):
@@ -193,8 +194,12 @@ func hasAttrs(s sdktrace.ReadOnlySpan, want map[string]any) string {
 	return strings.Join(diffs, "; ")
 }
 
-// absent marks an attribute that must not be present.
-var absent = &struct{ absent bool }{}
+// absent marks an attribute that must not be present; present one that
+// must be, with any value.
+var (
+	absent  = &struct{ absent bool }{}
+	present = &struct{ present bool }{}
+)
 
 func dumpValue(v any) string {
 	b, _ := json.Marshal(v)

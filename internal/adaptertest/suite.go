@@ -59,6 +59,9 @@ func Run(t *testing.T, h Harness) {
 		{"HTTP_ASlowBodyIsCutByTheReadTimeout", testHTTPSlowBody},
 		{"Metrics_SessionDuration", testSessionDuration},
 		{"ObserveOnly_WithoutAGuard", testObserveOnly},
+		{"Elicitation_TheClaimOutlivesItsLeaseWhileTheUserAnswers", testElicitationKeepsTheLease},
+		{"HumanGate_AsksOnceInsideTheClaimAndDeclineRunsNothing", testHumanGate},
+		{"Policies_RequiredKeyToolVersionAndPoisonCalls", testPolicies},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
 	}
@@ -882,6 +885,9 @@ func testSpanShape(t *testing.T, h Harness) {
 			return Result{Text: []string{"no"}, IsError: true}, nil
 		}},
 		{Name: "errs", ReadOnly: true, Run: func(context.Context, map[string]any) (Result, error) { return Result{}, boom }},
+		// Declared idempotent, so not protected: it may still write, and
+		// its span carries the hashes that show a leaked duplicate.
+		{Name: "set_status", Idempotent: true, Run: func(context.Context, map[string]any) (Result, error) { return Result{Text: []string{"set"}}, nil }},
 	}
 	r := start(t, h, setup{transport: HTTP, tools: tools, prompts: []string{"summarise"}, resources: []string{"file:///notes.txt"}})
 	wire := &Wire{}
@@ -900,8 +906,13 @@ func testSpanShape(t *testing.T, h Harness) {
 	must(c.GetPrompt(ctx, "summarise"))
 	must(c.ListResources(ctx))
 	must(c.ReadResource(ctx, "file:///notes.txt"))
-	call(t, c, "ok", nil, nil)
+	call(t, c, "ok", map[string]any{"q": "x"}, nil)
+	call(t, c, "set_status", map[string]any{"order_id": "o-1", "status": "shipped"}, nil)
 	call(t, c, "fails", nil, nil)
+	// A notification the SDK client has no method for.
+	if resp, body := post(t, r.srv.URL(), c.SessionID(), `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":999,"reason":"user"}}`); resp.StatusCode >= 300 {
+		t.Fatalf("notifications/cancelled: HTTP %d %s", resp.StatusCode, body)
+	}
 	_, errsErr := c.CallTool(ctx, "errs", nil, nil)
 	_, missingErr := c.CallTool(ctx, "missing", nil, nil)
 
@@ -932,7 +943,15 @@ func testSpanShape(t *testing.T, h Harness) {
 		{"resources/list", with(string(semconv.McpMethodNameKey), "resources/list")},
 		{"resources/read", with(string(semconv.McpMethodNameKey), "resources/read", string(semconv.McpResourceURIKey), "file:///notes.txt")},
 		{"tools/call ok", with(string(semconv.McpMethodNameKey), "tools/call", string(semconv.GenAIOperationNameKey), "execute_tool",
-			string(semconv.GenAIToolNameKey), "ok", string(semconv.ErrorTypeKey), absent, sc.Outcome, "bypassed", sc.BypassReason, "unprotected")},
+			string(semconv.GenAIToolNameKey), "ok", string(semconv.ErrorTypeKey), absent, sc.Outcome, "bypassed", sc.BypassReason, "unprotected",
+			sc.ArgsHash, absent, sc.KeyHash, absent)},
+		{"tools/call set_status", with(string(semconv.McpMethodNameKey), "tools/call", string(semconv.GenAIToolNameKey), "set_status",
+			sc.Outcome, "bypassed", sc.BypassReason, "unprotected", sc.ArgsHash, present, sc.KeyHash, present, sc.KeySource, "derived")},
+		// Notifications: named after the method, no request ID.
+		{"notifications/initialized", with(append([]any{string(semconv.McpMethodNameKey), "notifications/initialized",
+			string(semconv.JSONRPCRequestIDKey), absent}, noTool...)...)},
+		{"notifications/cancelled", with(append([]any{string(semconv.McpMethodNameKey), "notifications/cancelled",
+			string(semconv.JSONRPCRequestIDKey), absent}, noTool...)...)},
 	} {
 		spans := r.waitSpans(tc.name, 1)
 		s := spans[0]
@@ -942,7 +961,7 @@ func testSpanShape(t *testing.T, h Harness) {
 		if d := hasAttrs(s, tc.attrs); d != "" {
 			t.Errorf("%s: %s", tc.name, d)
 		}
-		if tc.name != "initialize" && attrs(s)[string(semconv.JSONRPCRequestIDKey)] == nil {
+		if tc.name != "initialize" && !strings.HasPrefix(tc.name, "notifications/") && attrs(s)[string(semconv.JSONRPCRequestIDKey)] == nil {
 			t.Errorf("%s: no jsonrpc.request.id", tc.name)
 		}
 	}
@@ -989,12 +1008,13 @@ func testSpanShape(t *testing.T, h Harness) {
 			t.Errorf("high-cardinality attribute on a metric: %v", p.attrs)
 		}
 	}
-	for _, m := range []string{"initialize", "ping", "tools/list", "prompts/list", "prompts/get", "resources/list", "resources/read"} {
+	for _, m := range []string{"initialize", "ping", "tools/list", "prompts/list", "prompts/get", "resources/list", "resources/read",
+		"notifications/initialized", "notifications/cancelled"} {
 		if methods[m] != 1 {
 			t.Errorf("%s: %d operation durations (all: %v)", m, methods[m], methods)
 		}
 	}
-	if methods["tools/call"] != 4 {
+	if methods["tools/call"] != 5 {
 		t.Errorf("tools/call: %d operation durations", methods["tools/call"])
 	}
 }

@@ -207,6 +207,18 @@ func testTasks(t *testing.T, h Harness) {
 	if got := resultOf(t, rc.rpc("tasks/get", map[string]any{"taskId": id})); got["status"] != "completed" {
 		t.Fatalf("final status %v", got)
 	}
+	// The background execution has a span of its own, a child of the
+	// creating call's, with the write the work recorded (the tools/call
+	// span ended before the work ran). It is no tool call of its own.
+	if runSpans := r.waitSpans("execute_task refund", 1); true {
+		rs, a := runSpans[0], attrs(runSpans[0])
+		if rs.SpanKind() != trace.SpanKindInternal || a[sc.WriteID] != "re_1" || a[sc.GenAIToolName] != "refund" ||
+			a["idemkit.task.id"] != id || a[sc.GenAIOperationName] != nil || a[sc.Attempt] != int64(1) ||
+			rs.Parent().SpanID() != calls[0].SpanContext().SpanID() {
+			t.Fatalf("the task's execution span: kind %s parent %s attributes %v; want INTERNAL, the creating call's child, write re_1",
+				rs.SpanKind(), rs.Parent().SpanID(), a)
+		}
+	}
 	list := resultOf(t, rc.rpc("tasks/list", map[string]any{}))
 	if tasks, _ := list["tasks"].([]any); len(tasks) != 1 {
 		t.Fatalf("tasks/list %v", list)

@@ -92,6 +92,14 @@ type Config struct {
 	// Exclude lists, per tool, top-level argument fields left out of the
 	// argument hash.
 	Exclude map[string][]string
+	// Confirm holds, per tool, the human gate asked before a call runs
+	// (see gate.go).
+	Confirm map[string]Confirmation
+	// RequireKey lists the tools whose calls must carry an explicit key
+	// (refused with RefusalMissingKey otherwise).
+	RequireKey map[string]bool
+	// ToolVersions holds, per tool, a version mixed into its keys.
+	ToolVersions map[string]string
 	// Unscoped is the policy for calls whose caller cannot be identified.
 	Unscoped UnscopedPolicy
 	// UnscopedAdvice, when set, returns what the refusal of an unscoped

@@ -114,6 +114,7 @@ var refusalReasons = [...]string{
 	spancontract.RefusalInProgress, spancontract.RefusalMismatch, spancontract.RefusalUnscoped,
 	spancontract.RefusalInvalidKey, spancontract.RefusalInvalidArguments, spancontract.RefusalStoreUnavailable,
 	spancontract.RefusalResponseNotKept, spancontract.RefusalResultUnreadable, spancontract.RefusalStoreFull,
+	RefusalDeclined, RefusalConfirmationUnavailable, RefusalMissingKey, RefusalAttemptsExhausted,
 }
 
 func indexOf(list []string, s string) int {
@@ -131,7 +132,7 @@ var (
 	attrToolsCall   = attribute.String(spancontract.MCPMethodName, spancontract.MethodToolsCall)
 )
 
-// knownMethods are the request methods whose name is their own
+// knownMethods are the request and notification methods whose name is their own
 // mcp.method.name; any other method is recorded as "_OTHER" in metrics and
 // span names, so that a client cannot grow their cardinality.
 var knownMethods = map[string]bool{
@@ -143,6 +144,9 @@ var knownMethods = map[string]bool{
 	spancontract.MethodCompletionComplete: true, spancontract.MethodTasksGet: true,
 	spancontract.MethodTasksResult: true, spancontract.MethodTasksList: true, spancontract.MethodTasksCancel: true,
 	"server/discover": true, "subscriptions/listen": true,
+	// The notifications a client sends (see notifications.go).
+	NotificationInitialized: true, NotificationCancelled: true, NotificationProgress: true,
+	NotificationRootsListChanged: true, NotificationTasksStatus: true,
 }
 
 // methodAttrs returns the attributes of every known method without a

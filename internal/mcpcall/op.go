@@ -380,6 +380,7 @@ func (op *Op) callAttributes(attrs []attribute.KeyValue) []attribute.KeyValue {
 	if c.finishReason != "" {
 		attrs = append(attrs, attribute.String(spancontract.FinishError, c.finishReason))
 	}
+	attrs = appendNonEmpty(attrs, ConfirmationAttr, c.confirm)
 	if c.inputRequested {
 		attrs = append(attrs, attribute.Bool(spancontract.InputRequested, true))
 	}

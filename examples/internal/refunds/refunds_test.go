@@ -175,3 +175,21 @@ func TestRefundDesk_OnBothSDKs(t *testing.T) {
 		})
 	}
 }
+
+// The refund desk's human gate asks only above its threshold, with the
+// amount and order in the question.
+func TestRefundQuestion_AsksAboveTheThreshold(t *testing.T) {
+	q := refundQuestion(10000)
+	for _, tc := range []struct{ args, want string }{
+		{`{"order_id":"ord_1001","amount_cents":25000}`, "Refund $250.00 on ord_1001?"},
+		{`{"order_id":"ord_1001","amount_cents":10000}`, ""},
+		{`{"order_id":"ord_1002","amount_cents":500}`, ""},
+	} {
+		if got, err := q([]byte(tc.args)); err != nil || got != tc.want {
+			t.Errorf("question for %s: %q %v, want %q", tc.args, got, err, tc.want)
+		}
+	}
+	if _, err := q([]byte(`{"amount_cents":"lots"}`)); err == nil {
+		t.Error("malformed arguments gave a question")
+	}
+}

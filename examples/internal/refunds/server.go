@@ -2,6 +2,7 @@ package refunds
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -78,6 +79,12 @@ type Config struct {
 	// yet committed) and then waits for its request to end, so that a test
 	// can kill the process between the write and the commit.
 	HoldAfterWrite string
+	// ConfirmAboveCents, when positive, puts a human gate on issue_refund
+	// (instrument.WithConfirmation): a refund of more than this many cents
+	// runs only after the user confirmed it through MCP elicitation
+	// ("Refund $250.00 on ord_1001?"); a client that cannot be asked is
+	// refused. Defaults to 0: no gate.
+	ConfirmAboveCents int64
 }
 
 // DefaultExportDuration is how long an export_refunds job works by default.
@@ -91,7 +98,7 @@ const (
 
 // options are the instrumentation's options, the same on both SDKs.
 func (cfg *Config) options(subject instrument.Option) []instrument.Option {
-	return []instrument.Option{
+	opts := []instrument.Option{
 		instrument.WithTracerProvider(cfg.TracerProvider),
 		instrument.WithMeterProvider(cfg.MeterProvider),
 		instrument.WithPropagator(propagation.TraceContext{}),
@@ -103,6 +110,29 @@ func (cfg *Config) options(subject instrument.Option) []instrument.Option {
 		// refund instead of "try again".
 		instrument.WithStatusTool(ToolIssueRefund, ToolRefundStatus),
 		instrument.WithTasks(cfg.Tasks),
+	}
+	if cfg.ConfirmAboveCents > 0 {
+		// Large refunds are irreversible enough to ask the user first.
+		opts = append(opts, instrument.WithConfirmation(ToolIssueRefund, instrument.Confirmation{Question: refundQuestion(cfg.ConfirmAboveCents)}))
+	}
+	return opts
+}
+
+// refundQuestion returns the human gate's question for refunds above
+// threshold cents.
+func refundQuestion(threshold int64) func(json.RawMessage) (string, error) {
+	return func(args json.RawMessage) (string, error) {
+		var a struct {
+			OrderID string `json:"order_id"`
+			Amount  int64  `json:"amount_cents"`
+		}
+		if err := json.Unmarshal(args, &a); err != nil {
+			return "", err
+		}
+		if a.Amount <= threshold {
+			return "", nil
+		}
+		return fmt.Sprintf("Refund %s on %s?", money(a.Amount), a.OrderID), nil
 	}
 }
 
