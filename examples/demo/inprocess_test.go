@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit-mcp/idemkit/examples/internal/agent"
 	"github.com/idemkit-mcp/idemkit/examples/internal/refunds"
@@ -278,7 +279,9 @@ func checkOutcomeMetrics(t *testing.T, srv *server, m *agent.Manifest) {
 	}
 	fromSpans := map[string]int64{}
 	for _, s := range toSpans("", srv.spans.Ended()) {
-		if s.Str(sc.GenAIToolName) == refunds.ToolIssueRefund {
+		// The tool calls' SERVER spans (a task's execute_task span names the
+		// tool too, and carries its write ID, not an outcome).
+		if s.Str(sc.GenAIToolName) == refunds.ToolIssueRefund && s.Kind == int(trace.SpanKindServer) {
 			fromSpans[s.Str(sc.Outcome)]++
 		}
 	}
