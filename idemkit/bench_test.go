@@ -16,7 +16,7 @@ import (
 
 	"github.com/gowebpki/jcs"
 	"github.com/idemkit-mcp/idemkit/idemkit"
-	"github.com/idemkit-mcp/idemkit/internal/benchpair"
+	"github.com/idemkit-mcp/idemkit/internal/testing/benchpair"
 )
 
 const benchKeys = 1 << 14
@@ -70,7 +70,7 @@ func (b *mapBaseline) do(key, fp string, token int64, work func() ([]byte, strin
 
 // BenchmarkMemoryStore compares Guard.Do on a MemoryStore (claim, work,
 // finish on a fresh key) with the hand-written map doing the same, with 1 and
-// 32 concurrent callers, interleaved (internal/benchpair). Every call claims
+// 32 concurrent callers, interleaved (internal/testing/benchpair). Every call claims
 // a fresh key: when the key pool runs out both sides move to an empty store,
 // so map growth is paid alike. Read throughput-ratio (guard over baseline).
 func BenchmarkMemoryStore(b *testing.B) {

@@ -25,4 +25,4 @@ run -bench 'BenchmarkGateway$' -benchtime 2000x ./cmd/idemkit/internal/gateway
 (cd collector/dupprocessor && go test -run '^$' -count "$count" \
   -bench 'BenchmarkVsSpanMetrics|BenchmarkStores_ArenaVsMaps' -benchtime 10000x . ./internal/state 2>&1) |
   tee -a "$out" | grep -E '^(Benchmark|ok|FAIL|---)' >&2
-go run ./internal/benchreport -spec bench/ratios.txt <"$out" 2>/dev/null
+go run ./internal/testing/benchreport -spec bench/ratios.txt <"$out" 2>/dev/null

@@ -22,7 +22,7 @@ if [[ -n "$unformatted" ]]; then
 fi
 # The library module, the examples, the idemkit command and the development
 # tools (go.work ties the modules together; ./... stops at a module's edge).
-pkgs=(./... ./examples/... ./cmd/idemkit/... ./internal/devtools/... ./spancontract/...)
+pkgs=(./... ./examples/... ./cmd/idemkit/... ./internal/devtools/... ./internal/testing/harness/... ./spancontract/...)
 go vet "${pkgs[@]}"
 
 step "idemkit, stores, instrument, examples, cmd/idemkit (race detector on)"

@@ -17,7 +17,7 @@ import (
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
-	"github.com/idemkit-mcp/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
-	"github.com/idemkit-mcp/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
 )
 
 // storeRecords are the records seeded for the inspect and inflight tests.

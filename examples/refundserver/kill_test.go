@@ -14,7 +14,7 @@ import (
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
 	"github.com/idemkit-mcp/idemkit/instrument"
-	"github.com/idemkit-mcp/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
 )
 
 // counts reads, in the files a killed server left, the refund rows and the

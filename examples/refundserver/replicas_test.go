@@ -15,7 +15,7 @@ import (
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
 	"github.com/idemkit-mcp/idemkit/instrument"
-	"github.com/idemkit-mcp/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
 )
 
 // replica is one refund desk replica: its own pool, store, Guard, tasks

@@ -11,7 +11,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/idemkit-mcp/idemkit/instrument"
-	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
+	"github.com/idemkit-mcp/idemkit/internal/testing/harness"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
