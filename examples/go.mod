@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/google/jsonschema-go v0.4.3
 	github.com/idemkit-mcp/idemkit v0.1.0
+	github.com/idemkit-mcp/idemkit/cmd/idemkit v0.1.0
 	github.com/idemkit-mcp/idemkit/spancontract v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/mark3labs/mcp-go v1.2.1

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	htmlreport "github.com/idemkit-mcp/idemkit/internal/report"
+	htmlreport "github.com/idemkit-mcp/idemkit/cmd/idemkit/report"
 	"github.com/idemkit-mcp/idemkit/internal/testing/harness"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )

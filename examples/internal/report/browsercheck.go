@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 
-	htmlreport "github.com/idemkit-mcp/idemkit/internal/report"
+	htmlreport "github.com/idemkit-mcp/idemkit/cmd/idemkit/report"
 	"github.com/idemkit-mcp/idemkit/internal/testing/harness/browser"
 )
 
