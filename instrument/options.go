@@ -46,24 +46,11 @@ const (
 
 // Option configures the instrumentation of an MCP server (see the mcpgo
 // and gosdk packages). Options are applied in order; for the per-tool
-// options a later one overrides an earlier one for the same tool.
-type Option interface {
-	apply(*mcpcall.Config)
-}
+// options a later one overrides an earlier one for the same tool. The
+// With… functions of this package make them.
+type Option = mcpcall.Option
 
-type optionFunc func(*mcpcall.Config)
-
-func (f optionFunc) apply(c *mcpcall.Config) { f(c) }
-
-func init() {
-	mcpcall.SetConfigure(func(c *mcpcall.Config, opts any) {
-		for _, o := range opts.([]Option) {
-			if o != nil {
-				o.apply(c)
-			}
-		}
-	})
-}
+type optionFunc = mcpcall.OptionFunc
 
 // WithTracerProvider sets the TracerProvider of the request spans. Defaults
 // to the global provider (otel.GetTracerProvider) when the instrumentation
