@@ -69,7 +69,7 @@ func TestJobs_RecordsResultsErrorsAndPanics(t *testing.T) {
 			if err != nil || job.State != JobRunning || !strings.HasPrefix(job.ID, "job_") || job.Expires.Sub(job.Created) != idemkit.DefaultWindow {
 				t.Fatalf("%#v %v", job, err)
 			}
-			got := waitJob(t, j, ctx, job.ID, (*Job).Done)
+			got := waitJob(t, j, ctx, job.ID, jobEnded)
 			if got.State != tc.state || !tc.check(got) {
 				t.Errorf("job %#v", got)
 			}
@@ -133,7 +133,7 @@ func TestJobs_TimeoutCancelsTheWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := waitJob(t, j, context.Background(), job.ID, (*Job).Done)
+	got := waitJob(t, j, context.Background(), job.ID, jobEnded)
 	if got.State != JobFailed || got.Error != context.DeadlineExceeded.Error() {
 		t.Errorf("%#v", got)
 	}
@@ -150,7 +150,7 @@ func TestJobs_OutliveTheRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancel() // the request ends at once
-	if got := waitJob(t, j, context.Background(), job.ID, (*Job).Done); got.State != JobSucceeded {
+	if got := waitJob(t, j, context.Background(), job.ID, jobEnded); got.State != JobSucceeded {
 		t.Errorf("%#v", got)
 	}
 }
@@ -164,3 +164,6 @@ func TestNewJobs_RejectsBadConfig(t *testing.T) {
 		t.Errorf("a heartbeat longer than the lease: %v", err)
 	}
 }
+
+// jobEnded reports whether the job has ended.
+func jobEnded(j *Job) bool { return j.State != JobRunning }

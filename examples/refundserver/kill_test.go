@@ -13,8 +13,8 @@ import (
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
-	"github.com/idemkit-mcp/idemkit/instrument"
 	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // counts reads, in the files a killed server left, the refund rows and the
@@ -127,7 +127,7 @@ func TestKill_TaskThenRestart(t *testing.T) {
 	}
 	// The duplicate is answered with the same task, replayed: nothing new runs.
 	dup := result(t, c.call("tools/call", args))
-	if dup["task"].(map[string]any)["taskId"] != id || metaOf(dup, instrument.ReplayMetaKey)["replayed"] != true {
+	if dup["task"].(map[string]any)["taskId"] != id || metaOf(dup, spancontract.ReplayMetaKey)["replayed"] != true {
 		t.Fatalf("the duplicate after the restart: %v", dup)
 	}
 	if list := result(t, c.call("tasks/list", map[string]any{})); len(list["tasks"].([]any)) != 1 {
@@ -155,7 +155,7 @@ func TestKill_JobThenRestart(t *testing.T) {
 		t.Fatalf("start answer %v", started)
 	}
 	status := map[string]any{"name": refunds.ToolExportRefunds + "_status", "arguments": map[string]any{"job_id": jobID}}
-	if st := result(t, c.call("tools/call", status)); metaOf(st, instrument.JobMetaKey)["state"] != "running" {
+	if st := result(t, c.call("tools/call", status)); metaOf(st, spancontract.JobMetaKey)["state"] != "running" {
 		t.Fatalf("before the kill: %v", st)
 	}
 	p.kill()
@@ -165,7 +165,7 @@ func TestKill_JobThenRestart(t *testing.T) {
 	var st map[string]any
 	eventually(t, 10*time.Second, "the killed job is reported lost", func() bool {
 		st = result(t, c.call("tools/call", status))
-		switch metaOf(st, instrument.JobMetaKey)["state"] {
+		switch metaOf(st, spancontract.JobMetaKey)["state"] {
 		case "running":
 			return false
 		case "lost":
@@ -178,7 +178,7 @@ func TestKill_JobThenRestart(t *testing.T) {
 		t.Errorf("the lost job's status %v", st)
 	}
 	dup := result(t, c.call("tools/call", start))
-	if dsc, _ := dup["structuredContent"].(map[string]any); dsc["job_id"] != jobID || metaOf(dup, instrument.ReplayMetaKey) == nil {
+	if dsc, _ := dup["structuredContent"].(map[string]any); dsc["job_id"] != jobID || metaOf(dup, spancontract.ReplayMetaKey) == nil {
 		t.Fatalf("the duplicate start after the restart: %v", dup)
 	}
 	p.kill()
@@ -259,12 +259,12 @@ func TestKill_TxToolBetweenWriteAndCommit(t *testing.T) {
 			p = startProcess(t, dir, args(dir)...)
 			c = connect(t, p.url, "demo-token-alice")
 			again := result(t, c.call("tools/call", call))
-			if again["isError"] == true || metaOf(again, instrument.ReplayMetaKey) != nil ||
+			if again["isError"] == true || metaOf(again, spancontract.ReplayMetaKey) != nil ||
 				!strings.Contains(text(again), "recognised the idempotency key") {
 				t.Fatalf("the duplicate after the restart: %v, want it to run, and the gateway to return its refund", again)
 			}
 			replay := result(t, c.call("tools/call", call))
-			if metaOf(replay, instrument.ReplayMetaKey)["replayed"] != true {
+			if metaOf(replay, spancontract.ReplayMetaKey)["replayed"] != true {
 				t.Fatalf("the next duplicate: %v, want a replay", replay)
 			}
 			p.kill()

@@ -61,7 +61,7 @@ func TestTypedTool_ArgumentsAreValidatedBeforeTheClaim(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m, _ := res.Meta[instrument.RefusalMetaKey].(map[string]any); !res.IsError || m["reason"] != sc.RefusalInvalidArguments {
+		if m, _ := res.Meta[sc.RefusalMetaKey].(map[string]any); !res.IsError || m["reason"] != sc.RefusalInvalidArguments {
 			t.Errorf("%v: %+v", args, res)
 		}
 	}
@@ -77,7 +77,7 @@ func TestTypedTool_ArgumentsAreValidatedBeforeTheClaim(t *testing.T) {
 	var rm metricdata.ResourceMetrics
 	_ = reader.Collect(context.Background(), &rm)
 	for _, m := range rm.ScopeMetrics[0].Metrics {
-		if m.Name == instrument.MetricClaimDuration {
+		if m.Name == sc.MetricClaimDuration {
 			if n := m.Data.(metricdata.Histogram[float64]).DataPoints[0].Count; n != 1 {
 				t.Errorf("%d claims, want 1 (the valid call only)", n)
 			}

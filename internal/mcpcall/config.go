@@ -42,7 +42,8 @@ import (
 
 // UnscopedPolicy decides what happens to a call of a protected tool whose
 // caller cannot be identified: no subject, not a single-client local
-// transport, and no authentic session.
+// transport, and no authentic session. It is instrument.UnscopedPolicy,
+// documented there.
 type UnscopedPolicy uint8
 
 const (
@@ -112,7 +113,8 @@ type Config struct {
 }
 
 // DefaultCaptureBytes is the cap of a recorded argument or result when the
-// caller asked for recording without a size.
+// caller asked for recording without a size (instrument.WithRecordArguments
+// and WithRecordResults document it).
 const DefaultCaptureBytes = 1 << 10
 
 // DefaultConfig returns the defaults: global OpenTelemetry providers and

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // KeyDescription is the sentence appended to the description of a tool
@@ -52,7 +53,7 @@ func SchemaWithKey(schema map[string]any) map[string]any {
 	if props == nil {
 		props = make(map[string]any, 1)
 	}
-	props[KeyArgument] = KeyParameterSchema()
+	props[spancontract.KeyArgument] = KeyParameterSchema()
 	out["properties"] = props
 	if _, ok := out["type"]; !ok {
 		out["type"] = "object"
@@ -80,7 +81,7 @@ func RawSchemaWithKey(schema json.RawMessage) (json.RawMessage, bool) {
 // argument among its properties.
 func SchemaDeclaresKey(schema map[string]any) bool {
 	props, _ := schema["properties"].(map[string]any)
-	_, ok := props[KeyArgument]
+	_, ok := props[spancontract.KeyArgument]
 	return ok
 }
 
@@ -88,18 +89,18 @@ func SchemaDeclaresKey(schema map[string]any) bool {
 // key argument's raw value (nil when absent). Arguments that are not a JSON
 // object are returned as they are.
 func StripKeyArgument(args json.RawMessage) (json.RawMessage, json.RawMessage) {
-	if !bytes.Contains(args, []byte(KeyArgument)) {
+	if !bytes.Contains(args, []byte(spancontract.KeyArgument)) {
 		return args, nil
 	}
 	var fields map[string]json.RawMessage
 	if json.Unmarshal(args, &fields) != nil {
 		return args, nil
 	}
-	v, ok := fields[KeyArgument]
+	v, ok := fields[spancontract.KeyArgument]
 	if !ok {
 		return args, nil
 	}
-	delete(fields, KeyArgument)
+	delete(fields, spancontract.KeyArgument)
 	b, err := json.Marshal(fields)
 	if err != nil {
 		return args, nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // Raw JSON forms of tools/list, for a front end that relays another
@@ -40,7 +41,7 @@ func (f *rawToolFields) info() ToolInfo {
 	if json.Unmarshal(f.InputSchema, &schema) == nil {
 		info.DeclaresKey = SchemaDeclaresKey(schema)
 	}
-	if raw, ok := f.Meta[StatusToolMetaKey]; ok {
+	if raw, ok := f.Meta[spancontract.StatusToolMetaKey]; ok {
 		_ = json.Unmarshal(raw, &info.StatusTool)
 	}
 	return info

@@ -27,6 +27,7 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // upstreamServer is a real mcp-go server over Streamable HTTP with stateful
@@ -412,7 +413,7 @@ func TestGateway_RefusesProtectedCallsWithoutASubject(t *testing.T) {
 	}
 	for range 2 {
 		r := callTool(t, c, "issue_refund", map[string]any{"order_id": "o-1"})
-		refusal, _ := r.Meta.AdditionalFields[mcpcall.RefusalMetaKey].(map[string]any)
+		refusal, _ := r.Meta.AdditionalFields[spancontract.RefusalMetaKey].(map[string]any)
 		if !r.IsError || refusal["reason"] != "unscoped" || !strings.Contains(text(r), "nothing was done") || !strings.Contains(text(r), "credentials") {
 			t.Errorf("a protected call without a subject: %+v", r)
 		}
@@ -460,7 +461,7 @@ func TestGateway_NoSubjectHeaderScopesCallsBySession(t *testing.T) {
 	args := map[string]any{"order_id": "o-1"}
 	callTool(t, a, "issue_refund", args)
 	r := callTool(t, a, "issue_refund", args)
-	if up.count("issue_refund") != 1 || r.Meta == nil || r.Meta.AdditionalFields[mcpcall.ReplayMetaKey] == nil {
+	if up.count("issue_refund") != 1 || r.Meta == nil || r.Meta.AdditionalFields[spancontract.ReplayMetaKey] == nil {
 		t.Fatalf("a retry on the same session: %d runs, %+v", up.count("issue_refund"), r)
 	}
 	callTool(t, anonymousClient(t, url), "issue_refund", args)
