@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
+	"github.com/idemkit-mcp/idemkit/internal/clip"
 	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
@@ -29,18 +31,15 @@ const (
 // the field; stores clamp a larger request to it.
 const MaxDuration = 100 * 365 * 24 * time.Hour
 
-// Response is what a call produced. A successful Response is stored and
-// replayed byte for byte to every duplicate.
-type Response struct {
-	// Body is the serialised response (for MCP, the CallToolResult JSON).
-	Body []byte
-	// WriteID names the downstream write the call made (a refund ID, a row
-	// ID). It is stored with the body, so a replay reports the same one.
-	WriteID string
-	// IsError marks a tool-level error result (MCP isError). Whether such a
-	// response is stored and replayed is Config.FailurePolicy's choice.
-	IsError bool
-}
+// Response is what a call produced: its Body (the serialised response; for
+// MCP, the CallToolResult JSON), the WriteID of the downstream write it
+// made (a refund ID, a row ID: stored with the body, so a replay reports
+// the same one), and IsError, which marks a tool-level error result (MCP
+// isError; whether such a response is stored and replayed is
+// Config.FailurePolicy's choice). A successful Response is stored and
+// replayed byte for byte to every duplicate. It is idemstore.Response,
+// the form a store keeps.
+type Response = idemstore.Response
 
 // Outcome is what the Guard did with a call. The values are the
 // idemkit.outcome span attribute's.
@@ -209,7 +208,7 @@ type toolPolicy struct {
 // NewGuard; it is safe for concurrent use by many goroutines, and many
 // Guards (in many processes) may share one durable Store.
 type Guard struct {
-	store     Store
+	store     idemstore.Store
 	mem       *MemoryStore // store itself when it is a *MemoryStore: called directly (see Do)
 	inTx      bool         // set by InTx: never wait on a busy claim
 	cfg       Config
@@ -224,7 +223,7 @@ type Guard struct {
 // It returns an error when store is nil, including a typed nil (a nil
 // *sqlitestore.Store left by a failed Open), and when cfg is invalid; the
 // error names the field.
-func NewGuard(store Store, cfg *Config) (*Guard, error) {
+func NewGuard(store idemstore.Store, cfg *Config) (*Guard, error) {
 	if isNil(store) {
 		if store == nil {
 			return nil, errors.New("idemkit: NewGuard needs a Store, got nil")
@@ -301,12 +300,12 @@ func orDuration(d, def time.Duration) time.Duration {
 }
 
 // Store returns the Guard's store.
-func (g *Guard) Store() Store { return g.store }
+func (g *Guard) Store() idemstore.Store { return g.store }
 
 // WithStore returns a copy of g, with the same configuration, that claims in
 // s. Store packages use it to run the Guard inside a caller's transaction
 // (see pgstore.DoTx).
-func (g *Guard) WithStore(s Store) *Guard {
+func (g *Guard) WithStore(s idemstore.Store) *Guard {
 	c := *g
 	c.setStore(s)
 	return &c
@@ -317,7 +316,7 @@ func (g *Guard) WithStore(s Store) *Guard {
 // results through the Store interface (more than its own work costs), and
 // without a finish timeout (its calls cannot block on I/O). Wrapped stores
 // go through the interface.
-func (g *Guard) setStore(s Store) {
+func (g *Guard) setStore(s idemstore.Store) {
 	g.store = s
 	g.mem, _ = s.(*MemoryStore)
 }
@@ -327,7 +326,7 @@ func (g *Guard) setStore(s Store) {
 // progress is then answered with an *InProgressError at once, whatever Wait
 // says: waiting inside the transaction would hold locks that the running
 // call needs to record its outcome.
-func (g *Guard) InTx(s Store) *Guard {
+func (g *Guard) InTx(s idemstore.Store) *Guard {
 	c := g.WithStore(s)
 	c.inTx = true
 	return c
@@ -394,7 +393,7 @@ func (g *Guard) Do(ctx context.Context, key Key, work Work) (Result, error) {
 		return Result{}, fmt.Errorf("%w: the zero Key; build keys with NewKey", ErrInvalidKey)
 	}
 	p := g.policy(key.tool)
-	req := ClaimRequest{
+	req := idemstore.ClaimRequest{
 		Key:         key.id,
 		Tool:        key.tool,
 		Fingerprint: key.Fingerprint(),
@@ -409,7 +408,7 @@ func (g *Guard) Do(ctx context.Context, key Key, work Work) (Result, error) {
 	for {
 		req.Now = g.now()
 		var (
-			cr  ClaimResult
+			cr  idemstore.ClaimResult
 			err error
 		)
 		if g.mem != nil {
@@ -421,13 +420,13 @@ func (g *Guard) Do(ctx context.Context, key Key, work Work) (Result, error) {
 			return Result{}, storeError("claim", key, err)
 		}
 		switch cr.Status {
-		case ClaimAcquired, ClaimTakenOver:
+		case idemstore.ClaimAcquired, idemstore.ClaimTakenOver:
 			return g.run(ctx, &key, p, req.Token, &cr, work)
-		case ClaimCompleted:
+		case idemstore.ClaimCompleted:
 			return g.replay(ctx, key, cr)
-		case ClaimMismatch:
+		case idemstore.ClaimMismatch:
 			return Result{}, &MismatchError{Tool: key.tool}
-		case ClaimBusy:
+		case idemstore.ClaimBusy:
 			if p.wait <= 0 || g.inTx {
 				return Result{}, g.inProgress(key, p, cr)
 			}
@@ -485,7 +484,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func (g *Guard) inProgress(key Key, p *toolPolicy, cr ClaimResult) error {
+func (g *Guard) inProgress(key Key, p *toolPolicy, cr idemstore.ClaimResult) error {
 	e := &InProgressError{Tool: key.tool, StatusTool: p.statusTool, Attempt: cr.Attempt, Started: cr.Started}
 	now := cr.Now
 	if now.IsZero() {
@@ -500,33 +499,33 @@ func (g *Guard) inProgress(key Key, p *toolPolicy, cr ClaimResult) error {
 	return e
 }
 
-func (g *Guard) replay(ctx context.Context, key Key, cr ClaimResult) (Result, error) {
+func (g *Guard) replay(ctx context.Context, key Key, cr idemstore.ClaimResult) (Result, error) {
 	res := Result{Response: cr.Response, Outcome: OutcomeReplayed, Attempt: cr.Attempt}
 	switch cr.Storage {
-	case StorageExternal:
+	case idemstore.StorageExternal:
 		body, err := g.store.Response(ctx, key.id)
 		if err != nil {
 			return Result{}, storeError("load response", key, err)
 		}
 		res.Body = body
-	case StorageDropped:
+	case idemstore.StorageDropped:
 		return Result{}, &ResponseTooLargeError{Tool: key.tool, Size: cr.Size, Limit: int64(g.maxResp)}
 	}
 	return res, nil
 }
 
 // run runs work under the claim cr of key (key and cr are only read).
-func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, cr *ClaimResult, work Work) (res Result, err error) {
+func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, cr *idemstore.ClaimResult, work Work) (res Result, err error) {
 	// One allocation carries the Call and the contexts handed to the work
 	// and to the finish.
 	a := &attempt{
 		Context: ctx,
 		call:    Call{guard: g, key: *key, token: token, attempt: cr.Attempt, lease: p.lease},
 	}
-	fin := FinishRequest{Key: key.id, Token: token, handle: cr.handle}
+	fin := idemstore.FinishRequest{Key: key.id, Token: token, Handle: cr.Handle}
 	res.Attempt = cr.Attempt
 	res.Outcome = OutcomeExecuted
-	if cr.Status == ClaimTakenOver {
+	if cr.Status == idemstore.ClaimTakenOver {
 		res.Outcome = OutcomeTakeover
 	}
 
@@ -544,7 +543,7 @@ func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, c
 	finished = true
 
 	if werr != nil {
-		fin.Error = TruncateText(werr.Error(), MaxErrorBytes)
+		fin.Error = clip.Text(werr.Error(), idemstore.MaxErrorBytes)
 		if ferr := g.finish(a, &fin, werr); ferr != nil {
 			return Result{}, ferr // matches werr, ErrStore and *FinishError
 		}
@@ -562,11 +561,11 @@ func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, c
 	var tooLarge error
 	switch {
 	case len(resp.Body) > g.maxResp:
-		fin.Storage = StorageDropped
+		fin.Storage = idemstore.StorageDropped
 		fin.Response.Body = nil
 		tooLarge = &ResponseTooLargeError{Tool: key.tool, Size: fin.Size, Limit: int64(g.maxResp), Result: res}
 	case len(resp.Body) > g.maxInline:
-		fin.Storage = StorageExternal
+		fin.Storage = idemstore.StorageExternal
 	}
 	if ferr := g.finish(a, &fin, nil); ferr != nil {
 		return res, ferr
@@ -594,7 +593,7 @@ const (
 // already took over (the release's purpose is met). Otherwise it returns an
 // error matching ErrLeaseLost (a record whose claim was taken over) or a
 // logged *FinishError.
-func (g *Guard) finish(a *attempt, fin *FinishRequest, workErr error) error {
+func (g *Guard) finish(a *attempt, fin *idemstore.FinishRequest, workErr error) error {
 	var fctx context.Context = (*detachedAttempt)(a)
 	timed := false
 	if g.mem == nil {
@@ -620,7 +619,7 @@ func (g *Guard) finish(a *attempt, fin *FinishRequest, workErr error) error {
 // retries transient errors and reports the rest. (Apart from finish, so
 // that the common path has no defer in a loop.) timed says whether fctx
 // already carries FinishTimeout.
-func (g *Guard) finishFailed(fctx context.Context, timed bool, key Key, attemptN int, fin FinishRequest, workErr, err error) error {
+func (g *Guard) finishFailed(fctx context.Context, timed bool, key Key, attemptN int, fin idemstore.FinishRequest, workErr, err error) error {
 	var deadline time.Time
 	backoff := finishBackoffMin
 	tries := 1
@@ -636,7 +635,7 @@ func (g *Guard) finishFailed(fctx context.Context, timed bool, key Key, attemptN
 			}
 			return fmt.Errorf("idemkit: finish %s: %w", key, err)
 		}
-		retry := !g.inTx && errors.Is(err, ErrTransient) && fctx.Err() == nil
+		retry := !g.inTx && errors.Is(err, idemstore.ErrTransient) && fctx.Err() == nil
 		if retry && !timed {
 			// An in-process store: bound the retries from the first error.
 			var cancel context.CancelFunc
@@ -764,7 +763,7 @@ func (c *Call) HeartbeatNote(ctx context.Context, note string) error {
 	if c == nil {
 		return nil
 	}
-	req := ExtendRequest{Key: c.key.id, Token: c.token, Lease: c.lease, Note: TruncateText(note, MaxNoteBytes), Now: c.guard.now()}
+	req := idemstore.ExtendRequest{Key: c.key.id, Token: c.token, Lease: c.lease, Note: clip.Text(note, idemstore.MaxNoteBytes), Now: c.guard.now()}
 	err := c.guard.store.Extend(ctx, req)
 	if err == nil {
 		return nil
@@ -786,19 +785,19 @@ func (c *Call) HeartbeatNote(ctx context.Context, note string) error {
 // A status tool uses it to report on a call by its key: in progress (with
 // the last heartbeat's Note), completed (with the body a duplicate would
 // get), or released after a failure (with its Error).
-func (g *Guard) Lookup(ctx context.Context, key Key) (Record, error) {
+func (g *Guard) Lookup(ctx context.Context, key Key) (idemstore.Record, error) {
 	if key.IsZero() {
-		return Record{}, fmt.Errorf("%w: the zero Key; build keys with NewKey", ErrInvalidKey)
+		return idemstore.Record{}, fmt.Errorf("%w: the zero Key; build keys with NewKey", ErrInvalidKey)
 	}
-	rec, err := g.store.Lookup(ctx, LookupRequest{Key: key.id, Body: true, Now: g.now()})
+	rec, err := g.store.Lookup(ctx, idemstore.LookupRequest{Key: key.id, Body: true, Now: g.now()})
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
-			return Record{}, fmt.Errorf("idemkit: lookup %s: %w", key, err)
+			return idemstore.Record{}, fmt.Errorf("idemkit: lookup %s: %w", key, err)
 		}
-		return Record{}, storeError("lookup", key, err)
+		return idemstore.Record{}, storeError("lookup", key, err)
 	}
 	if rec.Fingerprint != key.Fingerprint() {
-		return Record{}, &MismatchError{Tool: key.tool}
+		return idemstore.Record{}, &MismatchError{Tool: key.tool}
 	}
 	return rec, nil
 }
@@ -816,7 +815,7 @@ func (g *Guard) Lookup(ctx context.Context, key Key) (Record, error) {
 // released or cancelled already), an error matching ErrNotFound when there
 // is no record, and errors matching ErrStore when the store fails. ctx
 // bounds the store call.
-func (g *Guard) Cancel(ctx context.Context, key Key, reason string) (Record, error) {
+func (g *Guard) Cancel(ctx context.Context, key Key, reason string) (idemstore.Record, error) {
 	return g.cancel(ctx, key, reason, false)
 }
 
@@ -827,15 +826,15 @@ func (g *Guard) Cancel(ctx context.Context, key Key, reason string) (Record, err
 // finds a background run abandoned, so that its answer ("the worker
 // stopped") stays true: a worker that was only slow cannot heartbeat the
 // run back to life, nor record an outcome, after it.
-func (g *Guard) ReleaseAbandoned(ctx context.Context, key Key, reason string) (Record, error) {
+func (g *Guard) ReleaseAbandoned(ctx context.Context, key Key, reason string) (idemstore.Record, error) {
 	return g.cancel(ctx, key, reason, true)
 }
 
-func (g *Guard) cancel(ctx context.Context, key Key, reason string, abandoned bool) (Record, error) {
+func (g *Guard) cancel(ctx context.Context, key Key, reason string, abandoned bool) (idemstore.Record, error) {
 	if key.IsZero() {
-		return Record{}, fmt.Errorf("%w: the zero Key; build keys with NewKey", ErrInvalidKey)
+		return idemstore.Record{}, fmt.Errorf("%w: the zero Key; build keys with NewKey", ErrInvalidKey)
 	}
-	rec, err := g.store.Cancel(ctx, CancelRequest{Key: key.id, Reason: TruncateText(reason, MaxErrorBytes), Abandoned: abandoned, Now: g.now()})
+	rec, err := g.store.Cancel(ctx, idemstore.CancelRequest{Key: key.id, Reason: clip.Text(reason, idemstore.MaxErrorBytes), Abandoned: abandoned, Now: g.now()})
 	switch {
 	case err == nil:
 		return rec, nil
@@ -880,7 +879,7 @@ func (g *Guard) WithPolicy(tc ToolConfig) *Guard {
 func (g *Guard) Sweep(ctx context.Context) (int, error) {
 	total := 0
 	for {
-		n, err := g.store.Sweep(ctx, SweepRequest{Limit: g.cfg.SweepBatch, Now: g.now()})
+		n, err := g.store.Sweep(ctx, idemstore.SweepRequest{Limit: g.cfg.SweepBatch, Now: g.now()})
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("%w: sweep: %w", ErrStore, err)

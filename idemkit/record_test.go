@@ -4,7 +4,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
+	"github.com/idemkit-mcp/idemkit/internal/clip"
 )
 
 func TestTruncateText_NeverSplitsACharacter(t *testing.T) {
@@ -24,7 +25,7 @@ func TestTruncateText_NeverSplitsACharacter(t *testing.T) {
 		{"a\x80\x80\x80\x80", 3, "a\x80\x80"},
 		{"x", 0, ""},
 	} {
-		got := idemkit.TruncateText(tc.in, tc.n)
+		got := clip.Text(tc.in, tc.n)
 		if got != tc.want {
 			t.Errorf("TruncateText(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
 		}
@@ -37,7 +38,7 @@ func TestTruncateText_NeverSplitsACharacter(t *testing.T) {
 func FuzzTruncateText(f *testing.F) {
 	f.Add("héllo wörld 😂", 7)
 	f.Fuzz(func(t *testing.T, s string, n int) {
-		got := idemkit.TruncateText(s, n)
+		got := clip.Text(s, n)
 		if len(got) > max(n, 0) || got != s[:len(got)] {
 			t.Fatalf("TruncateText(%q, %d) = %q: not a prefix within n", s, n, got)
 		}
@@ -51,23 +52,23 @@ func FuzzTruncateText(f *testing.F) {
 }
 
 func TestRecordState_Names(t *testing.T) {
-	for _, s := range []idemkit.RecordState{idemkit.StateInProgress, idemkit.StateCompleted, idemkit.StateReleased} {
+	for _, s := range []idemstore.RecordState{idemstore.StateInProgress, idemstore.StateCompleted, idemstore.StateReleased} {
 		text, err := s.MarshalText()
 		if err != nil {
 			t.Fatal(err)
 		}
-		var back idemkit.RecordState
+		var back idemstore.RecordState
 		if err := back.UnmarshalText(text); err != nil || back != s {
 			t.Fatalf("%s round-trips to %s, %v", s, back, err)
 		}
 	}
-	if s, err := idemkit.ParseRecordState("in_flight"); err != nil || s != idemkit.StateInProgress {
+	if s, err := idemstore.ParseRecordState("in_flight"); err != nil || s != idemstore.StateInProgress {
 		t.Fatalf("in_flight = %s, %v", s, err)
 	}
-	if _, err := idemkit.ParseRecordState("done"); err == nil {
+	if _, err := idemstore.ParseRecordState("done"); err == nil {
 		t.Fatal("ParseRecordState accepted an unknown name")
 	}
-	if _, err := idemkit.RecordState(0).MarshalText(); err == nil {
+	if _, err := idemstore.RecordState(0).MarshalText(); err == nil {
 		t.Fatal("the zero RecordState marshalled")
 	}
 }

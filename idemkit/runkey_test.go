@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 )
 
 func TestNewRunKey_NamespacesByKindAndOwner(t *testing.T) {
@@ -64,7 +65,7 @@ func TestGuard_WithPolicyOverridesEveryTool(t *testing.T) {
 			t.Fatal(err)
 		}
 		// StoreToolErrors: the error result is the stored outcome.
-		if rec.State != idemkit.StateCompleted || !rec.IsError || res.Outcome != idemkit.OutcomeExecuted {
+		if rec.State != idemstore.StateCompleted || !rec.IsError || res.Outcome != idemkit.OutcomeExecuted {
 			t.Fatalf("%s: record %+v, want the error result stored", tool, rec)
 		}
 		if lease := rec.LeaseUntil.Sub(rec.Started); lease != time.Minute {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 )
 
 func waitJob(t *testing.T, j *Jobs, ctx context.Context, id string, done func(*Job) bool) *Job {
@@ -25,7 +26,7 @@ func waitJob(t *testing.T, j *Jobs, ctx context.Context, id string, done func(*J
 	}
 }
 
-func newJobs(t *testing.T, store idemkit.Store, cfg *JobsConfig) *Jobs {
+func newJobs(t *testing.T, store idemstore.Store, cfg *JobsConfig) *Jobs {
 	t.Helper()
 	g, err := idemkit.NewGuard(store, nil)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/examples/internal/refunds"
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
 	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
@@ -215,7 +216,7 @@ func TestKill_TxToolBetweenWriteAndCommit(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var store idemkit.Store
+				var store idemstore.Store
 				if backend == "postgres" {
 					if store, err = pgstore.New(pgtest.Pool(t), nil); err != nil {
 						t.Fatal(err)
@@ -228,7 +229,7 @@ func TestKill_TxToolBetweenWriteAndCommit(t *testing.T) {
 					defer s.Close()
 					store = s
 				}
-				_, err = store.Lookup(context.Background(), idemkit.LookupRequest{Key: k.ID()})
+				_, err = store.Lookup(context.Background(), idemstore.LookupRequest{Key: k.ID()})
 				return err
 			}
 

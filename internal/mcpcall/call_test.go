@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
@@ -438,7 +439,7 @@ func TestCallTool_ResponsesTooLargeToKeep(t *testing.T) {
 // lossyStore fails every finish.
 type lossyStore struct{ idemkit.MemoryStore }
 
-func (*lossyStore) Finish(context.Context, idemkit.FinishRequest) error {
+func (*lossyStore) Finish(context.Context, idemstore.FinishRequest) error {
 	return errors.New("disk full")
 }
 
@@ -486,8 +487,8 @@ func TestCallTool_AFailedReleaseIsRecordedBesideTheWorksError(t *testing.T) {
 // deadStore fails every claim.
 type deadStore struct{ idemkit.MemoryStore }
 
-func (*deadStore) Claim(context.Context, idemkit.ClaimRequest) (idemkit.ClaimResult, error) {
-	return idemkit.ClaimResult{}, errors.New("connection refused")
+func (*deadStore) Claim(context.Context, idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
+	return idemstore.ClaimResult{}, errors.New("connection refused")
 }
 
 func TestCallTool_AnUnreachableStoreFailsClosed(t *testing.T) {

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 )
 
 // Defaults of Config.
@@ -145,7 +146,7 @@ type Config struct {
 // shutdown; it is safe for concurrent use.
 type Engine struct {
 	guard     *idemkit.Guard // lease and failure policy of runs
-	store     idemkit.Store
+	store     idemstore.Store
 	kind      string
 	prefix    string
 	heartbeat time.Duration
@@ -326,7 +327,7 @@ func (e *Engine) Create(ctx, base context.Context, owner, tool string) (*Run, er
 	// The record as the store wrote it: its clock's creation time, and the
 	// window of the tool.
 	r.info = Info{ID: r.id, Tool: tool, Status: Running, Created: time.Now()}
-	if rec, err := e.store.Lookup(ctx, idemkit.LookupRequest{Key: key.ID(), Now: e.guard.Now()}); err == nil {
+	if rec, err := e.store.Lookup(ctx, idemstore.LookupRequest{Key: key.ID(), Now: e.guard.Now()}); err == nil {
 		r.info.Created, r.info.Expires = rec.Started, rec.ExpiresAt
 	}
 	r.info.Updated = r.info.Created
@@ -387,7 +388,7 @@ func (e *Engine) Get(ctx context.Context, owner, id string, body bool) (Info, er
 	if err != nil {
 		return Info{}, err
 	}
-	rec, err := e.store.Lookup(ctx, idemkit.LookupRequest{Key: key.ID(), Body: body, Now: e.guard.Now()})
+	rec, err := e.store.Lookup(ctx, idemstore.LookupRequest{Key: key.ID(), Body: body, Now: e.guard.Now()})
 	if errors.Is(err, idemkit.ErrNotFound) {
 		return Info{}, ErrNotFound
 	}
@@ -399,7 +400,7 @@ func (e *Engine) Get(ctx context.Context, owner, id string, body bool) (Info, er
 
 // info turns the record of key into an Info, settling an abandoned run as
 // Lost.
-func (e *Engine) info(ctx context.Context, key idemkit.Key, rec idemkit.Record, body bool) (Info, error) {
+func (e *Engine) info(ctx context.Context, key idemkit.Key, rec idemstore.Record, body bool) (Info, error) {
 	if rec.Expired() {
 		return Info{}, ErrNotFound
 	}
@@ -410,7 +411,7 @@ func (e *Engine) info(ctx context.Context, key idemkit.Key, rec idemkit.Record, 
 			rec = settled
 		case errors.Is(err, idemkit.ErrNotInProgress), errors.Is(err, idemkit.ErrInProgress):
 			// Finished, or heartbeated, meanwhile: read it again.
-			again, err := e.store.Lookup(ctx, idemkit.LookupRequest{Key: rec.Key, Body: body, Now: e.guard.Now()})
+			again, err := e.store.Lookup(ctx, idemstore.LookupRequest{Key: rec.Key, Body: body, Now: e.guard.Now()})
 			if err != nil {
 				return Info{}, fmt.Errorf("%w: read run: %w", idemkit.ErrStore, err)
 			}
@@ -428,14 +429,14 @@ func (e *Engine) info(ctx context.Context, key idemkit.Key, rec idemkit.Record, 
 		in.Updated = in.Created
 	}
 	switch rec.State {
-	case idemkit.StateInProgress:
+	case idemstore.StateInProgress:
 		in.Status = Running
-	case idemkit.StateCompleted:
-		in.Status, in.Kept = Succeeded, rec.Storage != idemkit.StorageDropped
+	case idemstore.StateCompleted:
+		in.Status, in.Kept = Succeeded, rec.Storage != idemstore.StorageDropped
 		if rec.IsError {
 			in.Status = Failed
 		}
-	case idemkit.StateReleased:
+	case idemstore.StateReleased:
 		switch {
 		case rec.Cancelled && rec.Error == lostReason:
 			in.Status = Lost
@@ -485,7 +486,7 @@ func (e *Engine) List(ctx context.Context, owner, cursor string, limit int) ([]I
 	if limit <= 0 {
 		limit = DefaultPageSize
 	}
-	limit = min(limit, idemkit.MaxListLimit-1)
+	limit = min(limit, idemstore.MaxListLimit-1)
 	prefix := idemkit.RunKeyPrefix(e.kind, owner)
 	after := ""
 	if cursor != "" {
@@ -500,7 +501,7 @@ func (e *Engine) List(ctx context.Context, owner, cursor string, limit int) ([]I
 		// One record more than the page needs tells whether another page
 		// follows.
 		want := limit - len(out) + 1
-		recs, err := e.store.List(ctx, idemkit.ListRequest{KeyPrefix: prefix, After: after, Limit: want, Now: e.guard.Now()})
+		recs, err := e.store.List(ctx, idemstore.ListRequest{KeyPrefix: prefix, After: after, Limit: want, Now: e.guard.Now()})
 		if err != nil {
 			return nil, "", fmt.Errorf("%w: list runs: %w", idemkit.ErrStore, err)
 		}

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/instrument"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
@@ -1009,8 +1010,8 @@ func testTraceContext(t *testing.T, h Harness) {
 // deadStore fails every claim.
 type deadStore struct{ idemkit.MemoryStore }
 
-func (*deadStore) Claim(context.Context, idemkit.ClaimRequest) (idemkit.ClaimResult, error) {
-	return idemkit.ClaimResult{}, errors.New("connection refused")
+func (*deadStore) Claim(context.Context, idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
+	return idemstore.ClaimResult{}, errors.New("connection refused")
 }
 
 func testStoreDown(t *testing.T, h Harness) {

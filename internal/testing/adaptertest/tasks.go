@@ -17,7 +17,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
 	"github.com/idemkit-mcp/idemkit/instrument"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
@@ -395,7 +395,7 @@ func testTxTool(t *testing.T, h Harness) {
 		t.Fatalf("the duplicate of the retry: %v, %d rows", res, count("o-404"))
 	}
 	// The claim was committed with the write: the store has the record.
-	recs, err := store.List(ctx, idemkit.ListRequest{Tool: "refund", State: idemkit.StateCompleted})
+	recs, err := store.List(ctx, idemstore.ListRequest{Tool: "refund", State: idemstore.StateCompleted})
 	if err != nil || len(recs) != 3 {
 		t.Fatalf("completed records %d, %v; want 3 (o-1, o-2, o-404)", len(recs), err)
 	}
