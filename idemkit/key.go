@@ -274,13 +274,6 @@ func short(hexSum string) string {
 	return hexSum
 }
 
-// ShortHash returns the first spancontract.HashLen hex characters of the
-// SHA-256 of s: the form the span contract uses for hashed values.
-func ShortHash(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:spancontract.HashLen/2])
-}
-
 var emptyObject = []byte("{}")
 
 // argsHash returns the SHA-256 of the canonical form of args with field

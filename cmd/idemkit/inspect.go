@@ -90,7 +90,7 @@ key's prefix: inspect such a call by --subject, --tool and --arguments.`,
 			}
 			v := viewRecord(&rec)
 			if byCall {
-				v.SubjectHash = idemkit.ShortHash(subject)
+				v.SubjectHash = clip.Hash(subject)
 				if rec.Fingerprint != k.Fingerprint() {
 					v.Mismatch = true
 				}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
+	"github.com/idemkit-mcp/idemkit/internal/clip"
 	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
 )
 
@@ -114,7 +115,7 @@ func exerciseInspect(t *testing.T, url string) {
 			t.Fatalf("%v: %s", err, out)
 		}
 		if v.Key != r.completed.ID() || v.KeyHash != r.completed.Hash() || v.State != "completed" || v.WriteID != "re_42" || v.Size != int64(len(refundBody)) ||
-			v.SubjectHash != idemkit.ShortHash(inspectSubject) || v.Attempt != 1 || v.Expired || !v.ExpiresAt.After(v.Now) {
+			v.SubjectHash != clip.Hash(inspectSubject) || v.Attempt != 1 || v.Expired || !v.ExpiresAt.After(v.Now) {
 			t.Errorf("inspect --json: %+v", v)
 		}
 		if strings.Contains(out, inspectSubject) {

@@ -1,10 +1,24 @@
-// Package clip cuts what idemkit stores and shows to its bounds:
-// text cut to a byte limit at a character boundary (the notes and error
-// texts of records), shared by the Guard, the instrumentation and the
-// command.
+// Package clip cuts what idemkit stores and shows to its bounds: text cut
+// to a byte limit at a character boundary (the notes and error texts of
+// records), and a value hashed to the span contract's short form. The
+// Guard, the instrumentation, the command and the conformance suites share
+// it.
 package clip
 
-import "unicode/utf8"
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"unicode/utf8"
+
+	"github.com/idemkit-mcp/idemkit/spancontract"
+)
+
+// Hash returns the first spancontract.HashLen hex characters of the
+// SHA-256 of s: the form the span contract uses for hashed values.
+func Hash(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:spancontract.HashLen/2])
+}
 
 // Text returns s cut to at most n bytes without splitting a UTF-8
 // encoded character: a multi-byte character that does not fit is left out

@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
+	"github.com/idemkit-mcp/idemkit/internal/clip"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
@@ -66,7 +67,7 @@ func TestCallTool_ReplayIsTheStoredResultPlusTheMarker(t *testing.T) {
 			sc.MCPMethodName: "tools/call", sc.GenAIOperationName: "execute_tool", sc.GenAIToolName: "refund",
 			sc.JSONRPCRequestID: id, sc.MCPSessionID: "s-1", sc.MCPProtocolVersion: "2025-11-25", sc.NetworkTransport: "pipe",
 			sc.ArgsHash: k.ArgsHash()[:32], sc.KeyHash: k.Hash(), sc.KeySource: "derived",
-			sc.SubjectHash: idemkit.ShortHash("alice"), sc.Outcome: outcome, sc.Attempt: int64(1), sc.WriteID: "re_1",
+			sc.SubjectHash: clip.Hash("alice"), sc.Outcome: outcome, sc.Attempt: int64(1), sc.WriteID: "re_1",
 		}
 	}
 	assertAttrs(t, spans[0], base("1", "executed"))
@@ -312,7 +313,7 @@ func TestCallTool_SessionsScopeKeys(t *testing.T) {
 	if tool.count() != 2 {
 		t.Errorf("runs %d: one per session", tool.count())
 	}
-	if a := r.last(); a[sc.SubjectHash] != idemkit.ShortHash(sessionScopePrefix+"s-2") {
+	if a := r.last(); a[sc.SubjectHash] != clip.Hash(sessionScopePrefix+"s-2") {
 		t.Errorf("subject hash %v", a[sc.SubjectHash])
 	}
 }

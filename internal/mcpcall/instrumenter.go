@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/internal/clip"
 	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
@@ -134,7 +135,7 @@ func (in *Instrumenter) hashSubject(scope string) string {
 	}
 	var h string
 	if in.cfg.SubjectHashKey == nil {
-		h = idemkit.ShortHash(scope)
+		h = clip.Hash(scope)
 	} else {
 		h = in.shortMAC(scope)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/internal/clip"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
@@ -151,7 +152,7 @@ func testReplay(t *testing.T, h Harness) {
 			string(semconv.NetworkTransportKey): "tcp", string(semconv.NetworkProtocolNameKey): "http",
 			string(semconv.NetworkProtocolVersionKey): "1.1", string(semconv.ClientAddressKey): "127.0.0.1",
 			sc.ArgsHash: k.ArgsHash()[:32], sc.KeyHash: k.Hash(), sc.KeySource: "derived",
-			sc.SubjectHash: idemkit.ShortHash("alice"), sc.Outcome: outcome, sc.Attempt: int64(1), sc.WriteID: "re_1",
+			sc.SubjectHash: clip.Hash("alice"), sc.Outcome: outcome, sc.Attempt: int64(1), sc.WriteID: "re_1",
 			string(semconv.ErrorTypeKey): absent, sc.Subject: absent, string(semconv.GenAIToolCallArgumentsKey): absent,
 		}); d != "" {
 			t.Errorf("span %d (%s): %s", i, outcome, d)

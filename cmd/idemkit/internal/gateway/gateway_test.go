@@ -26,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/internal/clip"
 	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 	"github.com/idemkit-mcp/idemkit/spancontract"
 )
@@ -174,7 +175,7 @@ func newGuard(t testing.TB) *idemkit.Guard {
 // token: the gateway's subject is the token's SHA-256, never the token.
 func subjectHash(token string) string {
 	sum := sha256.Sum256([]byte(token))
-	return idemkit.ShortHash("bearer:" + hex.EncodeToString(sum[:]))
+	return clip.Hash("bearer:" + hex.EncodeToString(sum[:]))
 }
 
 // mcpClient returns an initialized mcp-go Streamable HTTP client of url.
