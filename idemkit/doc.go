@@ -39,8 +39,8 @@
 // Guard.ReleaseAbandoned settles one whose worker died.
 //
 // Durable background runs (the jobs and MCP tasks of package instrument)
-// are claims too: NewRunKey gives each its record in its owner's namespace
-// (RunKeyPrefix), so that its status, progress note and outcome live in the
+// are claims too: NewRunKey gives each its record in its owner's
+// namespace, so that its status, progress note and outcome live in the
 // store, for every replica and after a restart.
 //
 // Stores: MemoryStore (this package; its zero value is ready to use),

@@ -9,28 +9,29 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
+	"github.com/idemkit-mcp/idemkit/internal/runkey"
 )
 
 func TestNewRunKey_NamespacesByKindAndOwner(t *testing.T) {
-	id := idemkit.NewRunID()
-	if !idemkit.ValidRunID(id) || id == idemkit.NewRunID() {
-		t.Fatalf("NewRunID: %q (valid %v), and two calls must differ", id, idemkit.ValidRunID(id))
+	id := runkey.NewID()
+	if !runkey.ValidID(id) || id == runkey.NewID() {
+		t.Fatalf("runkey.NewID: %q (valid %v), and two calls must differ", id, runkey.ValidID(id))
 	}
 	k, err := idemkit.NewRunKey("task", "user:alice", "issue_refund", id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	prefix := idemkit.RunKeyPrefix("task", "user:alice")
+	prefix := runkey.Prefix("task", "user:alice")
 	if k.ID() != prefix+id || len(k.ID()) != 64 || k.Tool() != "issue_refund" || k.Fingerprint() != "" {
 		t.Fatalf("run key %q tool %q fingerprint %q, want %q+%q", k.ID(), k.Tool(), k.Fingerprint(), prefix, id)
 	}
 	if strings.Contains(k.ID(), "alice") {
 		t.Fatal("the run key carries the raw owner")
 	}
-	if got, ok := idemkit.RunID(k.ID()); !ok || got != id {
+	if got, ok := runkey.ID(k.ID()); !ok || got != id {
 		t.Fatalf("RunID(%q) = %q, %v", k.ID(), got, ok)
 	}
-	for _, other := range []string{idemkit.RunKeyPrefix("job", "user:alice"), idemkit.RunKeyPrefix("task", "user:bob"), idemkit.RunKeyPrefix("task", "")} {
+	for _, other := range []string{runkey.Prefix("job", "user:alice"), runkey.Prefix("task", "user:bob"), runkey.Prefix("task", "")} {
 		if other == prefix {
 			t.Fatalf("two namespaces share the prefix %q", prefix)
 		}
@@ -40,7 +41,7 @@ func TestNewRunKey_NamespacesByKindAndOwner(t *testing.T) {
 			t.Errorf("NewRunKey with ID %q: %v, want ErrInvalidKey", bad, err)
 		}
 	}
-	if _, ok := idemkit.RunID("short"); ok {
+	if _, ok := runkey.ID("short"); ok {
 		t.Error("RunID accepted a key that NewRunKey did not make")
 	}
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
+	"github.com/idemkit-mcp/idemkit/internal/runkey"
 )
 
 // Defaults of Config.
@@ -201,7 +202,7 @@ func New(g *idemkit.Guard, cfg Config) (*Engine, error) {
 // that the engine did not make.
 func (e *Engine) key(owner, tool, id string) (idemkit.Key, error) {
 	hex, ok := strings.CutPrefix(id, e.prefix)
-	if !ok || !idemkit.ValidRunID(hex) {
+	if !ok || !runkey.ValidID(hex) {
 		return idemkit.Key{}, ErrNotFound
 	}
 	if tool == "" {
@@ -271,7 +272,7 @@ func (e *Engine) Create(ctx, base context.Context, owner, tool string) (*Run, er
 	e.wg.Add(1)
 	e.mu.Unlock()
 
-	hex := idemkit.NewRunID()
+	hex := runkey.NewID()
 	key, err := idemkit.NewRunKey(e.kind, owner, tool, hex)
 	if err != nil {
 		e.wg.Done()
@@ -420,7 +421,7 @@ func (e *Engine) info(ctx context.Context, key idemkit.Key, rec idemstore.Record
 			return Info{}, err
 		}
 	}
-	id, _ := idemkit.RunID(rec.Key)
+	id, _ := runkey.ID(rec.Key)
 	in := Info{
 		ID: e.prefix + id, Tool: rec.Tool, Created: rec.Started, Updated: rec.Updated, Expires: rec.ExpiresAt,
 		Note: rec.Note, Error: rec.Error, WriteID: rec.WriteID, IsError: rec.IsError, Body: rec.Body,
@@ -487,11 +488,11 @@ func (e *Engine) List(ctx context.Context, owner, cursor string, limit int) ([]I
 		limit = DefaultPageSize
 	}
 	limit = min(limit, idemstore.MaxListLimit-1)
-	prefix := idemkit.RunKeyPrefix(e.kind, owner)
+	prefix := runkey.Prefix(e.kind, owner)
 	after := ""
 	if cursor != "" {
 		hex, ok := strings.CutPrefix(cursor, e.prefix)
-		if !ok || !idemkit.ValidRunID(hex) {
+		if !ok || !runkey.ValidID(hex) {
 			return nil, "", ErrBadCursor
 		}
 		after = prefix + hex
@@ -510,7 +511,7 @@ func (e *Engine) List(ctx context.Context, owner, cursor string, limit int) ([]I
 				return out, out[len(out)-1].ID, nil
 			}
 			after = rec.Key
-			hex, ok := idemkit.RunID(rec.Key)
+			hex, ok := runkey.ID(rec.Key)
 			if !ok {
 				continue
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
+	"github.com/idemkit-mcp/idemkit/internal/runkey"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -259,7 +260,7 @@ func TestRun_DeadWorkerIsLost(t *testing.T) {
 	}
 	defer e.Close(context.Background())
 	// The worker of a process that was killed: its claim, then nothing.
-	id := idemkit.NewRunID()
+	id := runkey.NewID()
 	key, _ := idemkit.NewRunKey("job", "alice", "export", id)
 	if _, err := store.Claim(ctx(t), idemstore.ClaimRequest{Key: key.ID(), Tool: "export", Token: 42, Lease: time.Minute, Window: time.Hour, Now: clock.Now()}); err != nil {
 		t.Fatal(err)
