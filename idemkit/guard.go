@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"reflect"
 	"time"
@@ -302,6 +303,18 @@ func orDuration(d, def time.Duration) time.Duration {
 // Store returns the Guard's store.
 func (g *Guard) Store() idemstore.Store { return g.store }
 
+// Config returns a copy of the configuration g was built with (Tools is a
+// copy too), with FinishTimeout and SweepBatch set to their defaults when
+// they were left zero, so that NewGuard(g.Store(), &cfg) builds a Guard
+// that behaves as g. A layer that runs its own kind of work through g's
+// store changes the fields it needs first: durable background runs set
+// the lease their heartbeats keep and StoreToolErrors, for every tool.
+func (g *Guard) Config() Config {
+	c := g.cfg
+	c.Tools = maps.Clone(g.cfg.Tools)
+	return c
+}
+
 // WithStore returns a copy of g, with the same configuration, that claims in
 // s. Store packages use it to run the Guard inside a caller's transaction
 // (see pgstore.DoTx).
@@ -340,12 +353,6 @@ func (g *Guard) policy(tool string) *toolPolicy {
 	}
 	return &g.base
 }
-
-// Now returns the Guard's clock for store requests: Config.Now's time, or
-// the zero time, which tells the store to use its own clock (for SQL
-// stores, the database's). Layers that call the Store directly pass it as
-// a request's Now.
-func (g *Guard) Now() time.Time { return g.now() }
 
 func (g *Guard) now() time.Time {
 	if g.cfg.Now != nil {
@@ -842,35 +849,6 @@ func (g *Guard) cancel(ctx context.Context, key Key, reason string, abandoned bo
 		return rec, fmt.Errorf("idemkit: cancel %s: %w", key, err)
 	}
 	return rec, storeError("cancel", key, err)
-}
-
-// WithPolicy returns a copy of g, on the same store and clock, whose calls
-// of every tool use tc's non-zero fields instead of the configured ones. A
-// layer that runs its own kind of work through g's store uses it: durable
-// background runs set the lease their heartbeats keep and StoreToolErrors,
-// so that a run's error result is its outcome.
-func (g *Guard) WithPolicy(tc ToolConfig) *Guard {
-	c := *g
-	apply := func(p toolPolicy) toolPolicy {
-		if tc.StatusTool != "" {
-			p.statusTool = tc.StatusTool
-		}
-		p.window = orDuration(min(tc.Window, MaxDuration), p.window)
-		p.lease = orDuration(min(tc.Lease, MaxDuration), p.lease)
-		p.wait = orDuration(min(tc.Wait, MaxDuration), p.wait)
-		if tc.FailurePolicy != 0 {
-			p.failure = tc.FailurePolicy
-		}
-		return p
-	}
-	c.base = apply(g.base)
-	if g.tools != nil {
-		c.tools = make(map[string]toolPolicy, len(g.tools))
-		for name, p := range g.tools {
-			c.tools[name] = apply(p)
-		}
-	}
-	return &c
 }
 
 // Sweep deletes expired records in batches of Config.SweepBatch until a

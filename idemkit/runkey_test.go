@@ -46,13 +46,32 @@ func TestNewRunKey_NamespacesByKindAndOwner(t *testing.T) {
 	}
 }
 
-func TestGuard_WithPolicyOverridesEveryTool(t *testing.T) {
+// TestGuard_ConfigDerivesAGuardThatOverridesEveryTool is how durable runs
+// (internal/runs) derive their Guard from the user's: g.Config, changed,
+// then NewGuard on g's store.
+func TestGuard_ConfigDerivesAGuardThatOverridesEveryTool(t *testing.T) {
 	store := &idemkit.MemoryStore{}
-	g, err := idemkit.NewGuard(store, &idemkit.Config{Lease: time.Hour, Tools: map[string]idemkit.ToolConfig{"export": {Lease: 2 * time.Hour}}})
+	cfg := &idemkit.Config{Lease: time.Hour, Tools: map[string]idemkit.ToolConfig{"export": {Lease: 2 * time.Hour}}}
+	g, err := idemkit.NewGuard(store, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	short := g.WithPolicy(idemkit.ToolConfig{Lease: time.Minute, FailurePolicy: idemkit.StoreToolErrors})
+	gc := g.Config()
+	gc.Lease, gc.FailurePolicy = time.Minute, idemkit.StoreToolErrors
+	for name, tc := range gc.Tools {
+		tc.Lease, tc.FailurePolicy = time.Minute, idemkit.StoreToolErrors
+		gc.Tools[name] = tc
+	}
+	if cfg.Tools["export"].Lease != 2*time.Hour || g.Config().Tools["export"].Lease != 2*time.Hour {
+		t.Fatal("changing Config's copy changed the Guard's configuration")
+	}
+	if gc.FinishTimeout != idemkit.DefaultFinishTimeout || gc.SweepBatch != idemkit.DefaultSweepBatch {
+		t.Errorf("Config FinishTimeout %s, SweepBatch %d: want the defaults filled in", gc.FinishTimeout, gc.SweepBatch)
+	}
+	short, err := idemkit.NewGuard(g.Store(), &gc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tool := range []string{"export", "refund"} {
 		k, _ := idemkit.NewKey("s", tool, []byte(`{}`), nil)
 		res, err := short.Do(context.Background(), k, func(context.Context) (idemkit.Response, error) {

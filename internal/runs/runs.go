@@ -146,7 +146,8 @@ type Config struct {
 // Engine starts and reports runs. Build it with New and Close it on
 // shutdown; it is safe for concurrent use.
 type Engine struct {
-	guard     *idemkit.Guard // lease and failure policy of runs
+	guard     *idemkit.Guard   // lease and failure policy of runs
+	now       func() time.Time // the Guard's Config.Now, or nil: the store's clock
 	store     idemstore.Store
 	kind      string
 	prefix    string
@@ -186,8 +187,21 @@ func New(g *idemkit.Guard, cfg Config) (*Engine, error) {
 	if hb >= lease {
 		return nil, fmt.Errorf("runs: Config.Heartbeat %s must be shorter than Config.Lease %s", hb, lease)
 	}
+	// Runs use g's store, clock and windows, with their own lease, and keep
+	// an error result as their outcome: every tool's policy says so.
+	gc := g.Config()
+	gc.Lease, gc.FailurePolicy = lease, idemkit.StoreToolErrors
+	for name, tc := range gc.Tools {
+		tc.Lease, tc.FailurePolicy = lease, idemkit.StoreToolErrors
+		gc.Tools[name] = tc
+	}
+	rg, err := idemkit.NewGuard(g.Store(), &gc)
+	if err != nil {
+		return nil, fmt.Errorf("runs: %w", err)
+	}
 	e := &Engine{
-		guard:     g.WithPolicy(idemkit.ToolConfig{Lease: lease, FailurePolicy: idemkit.StoreToolErrors}),
+		guard:     rg,
+		now:       gc.Now,
 		store:     g.Store(),
 		kind:      cfg.Kind,
 		prefix:    cfg.IDPrefix,
@@ -196,6 +210,15 @@ func New(g *idemkit.Guard, cfg Config) (*Engine, error) {
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	return e, nil
+}
+
+// clock returns the time of a store request: the Guard's clock, or zero
+// for the store's own.
+func (e *Engine) clock() time.Time {
+	if e.now == nil {
+		return time.Time{}
+	}
+	return e.now()
 }
 
 // key returns the record key of a caller's run ID, or ErrNotFound for an ID
@@ -328,7 +351,7 @@ func (e *Engine) Create(ctx, base context.Context, owner, tool string) (*Run, er
 	// The record as the store wrote it: its clock's creation time, and the
 	// window of the tool.
 	r.info = Info{ID: r.id, Tool: tool, Status: Running, Created: time.Now()}
-	if rec, err := e.store.Lookup(ctx, idemstore.LookupRequest{Key: key.ID(), Now: e.guard.Now()}); err == nil {
+	if rec, err := e.store.Lookup(ctx, idemstore.LookupRequest{Key: key.ID(), Now: e.clock()}); err == nil {
 		r.info.Created, r.info.Expires = rec.Started, rec.ExpiresAt
 	}
 	r.info.Updated = r.info.Created
@@ -389,7 +412,7 @@ func (e *Engine) Get(ctx context.Context, owner, id string, body bool) (Info, er
 	if err != nil {
 		return Info{}, err
 	}
-	rec, err := e.store.Lookup(ctx, idemstore.LookupRequest{Key: key.ID(), Body: body, Now: e.guard.Now()})
+	rec, err := e.store.Lookup(ctx, idemstore.LookupRequest{Key: key.ID(), Body: body, Now: e.clock()})
 	if errors.Is(err, idemkit.ErrNotFound) {
 		return Info{}, ErrNotFound
 	}
@@ -412,7 +435,7 @@ func (e *Engine) info(ctx context.Context, key idemkit.Key, rec idemstore.Record
 			rec = settled
 		case errors.Is(err, idemkit.ErrNotInProgress), errors.Is(err, idemkit.ErrInProgress):
 			// Finished, or heartbeated, meanwhile: read it again.
-			again, err := e.store.Lookup(ctx, idemstore.LookupRequest{Key: rec.Key, Body: body, Now: e.guard.Now()})
+			again, err := e.store.Lookup(ctx, idemstore.LookupRequest{Key: rec.Key, Body: body, Now: e.clock()})
 			if err != nil {
 				return Info{}, fmt.Errorf("%w: read run: %w", idemkit.ErrStore, err)
 			}
@@ -502,7 +525,7 @@ func (e *Engine) List(ctx context.Context, owner, cursor string, limit int) ([]I
 		// One record more than the page needs tells whether another page
 		// follows.
 		want := limit - len(out) + 1
-		recs, err := e.store.List(ctx, idemstore.ListRequest{KeyPrefix: prefix, After: after, Limit: want, Now: e.guard.Now()})
+		recs, err := e.store.List(ctx, idemstore.ListRequest{KeyPrefix: prefix, After: after, Limit: want, Now: e.clock()})
 		if err != nil {
 			return nil, "", fmt.Errorf("%w: list runs: %w", idemkit.ErrStore, err)
 		}
