@@ -82,7 +82,6 @@
 package mcpgo
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"maps"
@@ -470,9 +469,9 @@ func toolInfoOf(t *mcp.Tool) mcpcall.ToolInfo {
 		IdempotentHint: t.Annotations.IdempotentHint != nil && *t.Annotations.IdempotentHint,
 	}
 	if t.RawInputSchema != nil {
-		info.DeclaresKey = bytes.Contains(t.RawInputSchema, []byte(`"`+spancontract.KeyArgument+`"`))
+		info.DeclaresKey = mcpcall.RawSchemaDeclaresKey(t.RawInputSchema)
 	} else {
-		_, info.DeclaresKey = t.InputSchema.Properties[spancontract.KeyArgument]
+		info.DeclaresKey = mcpcall.PropertiesDeclareKey(t.InputSchema.Properties)
 	}
 	if t.Meta != nil {
 		info.StatusTool, _ = t.Meta.AdditionalFields[spancontract.StatusToolMetaKey].(string)

@@ -37,10 +37,7 @@ func (f *rawToolFields) info() ToolInfo {
 	if f.Annotations != nil {
 		info.ReadOnlyHint, info.IdempotentHint = f.Annotations.ReadOnlyHint, f.Annotations.IdempotentHint
 	}
-	var schema map[string]any
-	if json.Unmarshal(f.InputSchema, &schema) == nil {
-		info.DeclaresKey = SchemaDeclaresKey(schema)
-	}
+	info.DeclaresKey = RawSchemaDeclaresKey(f.InputSchema)
 	if raw, ok := f.Meta[spancontract.StatusToolMetaKey]; ok {
 		_ = json.Unmarshal(raw, &info.StatusTool)
 	}

@@ -840,7 +840,19 @@ func testKeyStripped(t *testing.T, h Harness) {
 			seen = append(seen, args)
 			return Result{Text: []string{"ok"}}, nil
 		}}
-	r := start(t, h, setup{transport: InProcess, tools: []Tool{strict, declares}})
+	// A property of that name inside another property is an ordinary
+	// argument: the tool's own schema does not declare the key.
+	var nestedRuns counter
+	var nestedSeen []map[string]any
+	nested := Tool{Name: "nested",
+		Schema: map[string]any{"type": "object", "properties": map[string]any{"order": map[string]any{
+			"type": "object", "properties": map[string]any{sc.KeyArgument: map[string]any{"type": "string"}}}}},
+		Run: func(_ context.Context, args map[string]any) (Result, error) {
+			nestedRuns.inc()
+			nestedSeen = append(nestedSeen, args)
+			return Result{Text: []string{"ok"}}, nil
+		}}
+	r := start(t, h, setup{transport: InProcess, tools: []Tool{strict, declares, nested}})
 	c := r.connect(ClientConfig{Protocol: LegacyProtocol})
 	tools, err := c.ListTools(context.Background())
 	if err != nil {
@@ -848,6 +860,20 @@ func testKeyStripped(t *testing.T, h Harness) {
 	}
 	if !advertisesKey(tools, "strict") {
 		t.Errorf("tools/list %v", tools)
+	}
+	if !advertisesKey(tools, "nested") {
+		t.Errorf("a tool with a nested %s property must be advertised the key: %v", sc.KeyArgument, tools)
+	}
+	nestedArgs := map[string]any{"order": map[string]any{sc.KeyArgument: "inner"}, sc.KeyArgument: "k3"}
+	call(t, c, "nested", nestedArgs, nil)
+	if res := call(t, c, "nested", nestedArgs, nil); marker(res, sc.ReplayMetaKey) == nil {
+		t.Errorf("the nested tool's duplicate was not replayed: %v", res)
+	}
+	if nestedRuns.get() != 1 || len(nestedSeen) != 1 {
+		t.Fatalf("the nested tool ran %d times, seen %v", nestedRuns.get(), nestedSeen)
+	}
+	if _, ok := nestedSeen[0][sc.KeyArgument]; ok || !reflect.DeepEqual(nestedSeen[0]["order"], map[string]any{sc.KeyArgument: "inner"}) {
+		t.Errorf("the nested tool's handler got %v: the top-level key must be stripped, the nested property kept", nestedSeen[0])
 	}
 	if res := call(t, c, "strict", map[string]any{"a": 1, "idempotency_key": "k"}, nil); isError(res) {
 		t.Fatalf("a strict schema rejected the advertised key: %v", res)

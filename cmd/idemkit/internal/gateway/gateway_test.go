@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -305,6 +306,43 @@ func TestGateway_MCPGoClientAndServer(t *testing.T) {
 	}
 	if got.Load() != 3 {
 		t.Errorf("the client got %d progress notifications, want 3", got.Load())
+	}
+}
+
+// TestGateway_NestedKeyPropertyIsAnOrdinaryArgument: a property named
+// idempotency_key inside another property is one of the tool's own
+// arguments, not the key; only a top-level property declares the key, so
+// the gateway advertises the key for this tool and strips it from the
+// top level (and only there) before forwarding.
+func TestGateway_NestedKeyPropertyIsAnOrdinaryArgument(t *testing.T) {
+	u := &upstreamServer{}
+	s := server.NewMCPServer("upstream", "1.0.0")
+	s.AddTool(mcp.NewToolWithRawSchema("ship_order", "Ships an order.",
+		json.RawMessage(`{"type":"object","properties":{"order":{"type":"object","properties":{"idempotency_key":{"type":"string"}}}}}`)),
+		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			u.inc("ship_order")
+			u.args.Store("ship_order", req.GetArguments())
+			return mcp.NewToolResultText("shipped"), nil
+		})
+	hs := httptest.NewServer(server.NewStreamableHTTPServer(s, server.WithStateful(true)))
+	t.Cleanup(hs.Close)
+	_, url := newGatewayServer(t, hs.URL+"/mcp", Config{Guard: newGuard(t)})
+	c := mcpClient(t, url, "tok")
+	tools, err := c.ListTools(context.Background(), mcp.ListToolsRequest{})
+	if err != nil || len(tools.Tools) != 1 {
+		t.Fatalf("tools/list: %v %v", tools, err)
+	}
+	if _, ok := tools.Tools[0].InputSchema.Properties[spancontract.KeyArgument]; !ok || !strings.Contains(tools.Tools[0].Description, "Retries are safe") {
+		t.Errorf("ship_order is not advertised the key: %+v", tools.Tools[0])
+	}
+	args := map[string]any{"order": map[string]any{spancontract.KeyArgument: "inner"}, spancontract.KeyArgument: "k-1"}
+	callTool(t, c, "ship_order", args)
+	if r := callTool(t, c, "ship_order", args); r.Meta == nil || r.Meta.AdditionalFields[spancontract.ReplayMetaKey] == nil {
+		t.Errorf("the duplicate was not replayed: %+v", r)
+	}
+	got := u.lastArgs("ship_order")
+	if _, ok := got[spancontract.KeyArgument]; ok || u.count("ship_order") != 1 || !reflect.DeepEqual(got["order"], map[string]any{spancontract.KeyArgument: "inner"}) {
+		t.Errorf("the upstream ran %d times and got %v: the top-level key must be stripped, the nested property kept", u.count("ship_order"), got)
 	}
 }
 
