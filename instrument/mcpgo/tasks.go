@@ -11,6 +11,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/idemkit-mcp/idemkit/instrument/internal/weakmap"
 	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 	"github.com/idemkit-mcp/idemkit/spancontract"
 )
@@ -86,15 +87,12 @@ func (s *taskSlot) isTask() bool {
 }
 
 // servers finds the Instrumentation installed on a server, for the
-// handlers built from the server alone.
-var servers sync.Map // *server.MCPServer -> *Instrumentation
+// handlers built from the server alone, without keeping the server alive.
+var servers weakmap.Map[server.MCPServer, *Instrumentation]
 
 func instrumentationOf(s *server.MCPServer) *Instrumentation {
-	v, ok := servers.Load(s)
-	if !ok {
-		return nil
-	}
-	return v.(*Instrumentation)
+	m, _ := servers.Load(s)
+	return m
 }
 
 // taskMethods are the request methods of MCP tasks.
