@@ -1,14 +1,13 @@
-package idemkit_test
+package clip_test
 
 import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/internal/clip"
 )
 
-func TestTruncateText_NeverSplitsACharacter(t *testing.T) {
+func TestText_NeverSplitsACharacter(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
 		n    int
@@ -49,26 +48,4 @@ func FuzzTruncateText(f *testing.F) {
 			t.Fatalf("TruncateText(%q, %d) = %q cut more than one character short", s, n, got)
 		}
 	})
-}
-
-func TestRecordState_Names(t *testing.T) {
-	for _, s := range []idemstore.RecordState{idemstore.StateInProgress, idemstore.StateCompleted, idemstore.StateReleased} {
-		text, err := s.MarshalText()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var back idemstore.RecordState
-		if err := back.UnmarshalText(text); err != nil || back != s {
-			t.Fatalf("%s round-trips to %s, %v", s, back, err)
-		}
-	}
-	if s, err := idemstore.ParseRecordState("in_flight"); err != nil || s != idemstore.StateInProgress {
-		t.Fatalf("in_flight = %s, %v", s, err)
-	}
-	if _, err := idemstore.ParseRecordState("done"); err == nil {
-		t.Fatal("ParseRecordState accepted an unknown name")
-	}
-	if _, err := idemstore.RecordState(0).MarshalText(); err == nil {
-		t.Fatal("the zero RecordState marshalled")
-	}
 }
