@@ -217,6 +217,12 @@ type Guard struct {
 	tools     map[string]toolPolicy
 	maxInline int
 	maxResp   int
+
+	// plainContexts makes run and finish build their contexts with
+	// context.WithValue and context.WithoutCancel instead of the attempt.
+	// Only BenchmarkGuard_HandRolledContexts sets it (export_test.go): the
+	// baseline that shows what the attempt saves.
+	plainContexts bool
 }
 
 // NewGuard returns a Guard that claims keys in store. cfg may be nil.
@@ -546,7 +552,11 @@ func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, c
 		fin.Error = "panic"
 		_ = g.finish(a, &fin, nil)
 	}()
-	resp, werr := work(a)
+	var wctx context.Context = a
+	if g.plainContexts {
+		wctx = context.WithValue(ctx, callKey{}, &Call{guard: g, key: *key, token: token, attempt: cr.Attempt, lease: p.lease})
+	}
+	resp, werr := work(wctx)
 	finished = true
 
 	if werr != nil {
@@ -602,6 +612,9 @@ const (
 // logged *FinishError.
 func (g *Guard) finish(a *attempt, fin *idemstore.FinishRequest, workErr error) error {
 	var fctx context.Context = (*detachedAttempt)(a)
+	if g.plainContexts {
+		fctx = context.WithoutCancel(a.Context)
+	}
 	timed := false
 	if g.mem == nil {
 		var cancel context.CancelFunc

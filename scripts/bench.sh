@@ -13,7 +13,7 @@ scripts/ensure-postgres.sh
 out=bench/last-run.txt
 : >"$out"
 run() { go test -run '^$' -benchmem -count "$count" "$@" 2>&1 | tee -a "$out" | grep -E '^(Benchmark|ok|FAIL|---)' >&2; }
-run -bench 'BenchmarkMemoryStore|BenchmarkNewKey' ./idemkit
+run -bench 'BenchmarkMemoryStore|BenchmarkNewKey|BenchmarkGuard_' ./idemkit
 run -bench 'BenchmarkPostgres' -benchtime 3000x ./idemkit/pgstore
 run -bench 'BenchmarkDoVsBaselineRawSQL' -benchtime 3000x ./idemkit/sqlitestore
 run -bench 'BenchmarkCallTool/paired|BenchmarkListTools/paired|BenchmarkInitialize/paired' -benchtime 20000x -cpu 1 ./instrument/mcpgo
