@@ -13,7 +13,7 @@
 //     SHA-256 of the canonical arguments (RFC 8785, with numbers kept at
 //     their exact decimal value), or the caller's explicit idempotency
 //     key; see NewKey.
-//  2. The key is claimed in the Store with one atomic operation. Exactly one
+//  2. The key is claimed in the store with one atomic operation. Exactly one
 //     caller wins the claim and runs the work; the claim has a lease.
 //  3. The outcome is stored. Duplicates arriving later get the stored
 //     response (Outcome "replayed"); duplicates arriving while the first call
@@ -25,16 +25,17 @@
 //     in-progress claim whose lease has run out, because its worker crashed.
 //     A stale worker's late finish is fenced off and cannot overwrite the new
 //     owner's outcome.
-//  5. The finish is retried on transient store errors (ErrTransient) with
-//     backoff until Config.FinishTimeout, so that a database restart at the
-//     end of the work does not leave the key in progress. One that still
-//     fails is logged and returned as a *FinishError, never dropped.
+//  5. The finish is retried on transient store errors
+//     (idemstore.ErrTransient) with backoff until Config.FinishTimeout, so
+//     that a database restart at the end of the work does not leave the key
+//     in progress. One that still fails is logged and returned as a
+//     *FinishError, never dropped.
 //
 // A record can be read without claiming it: Guard.Lookup reports one call
 // by its Key (in progress with its last heartbeat note, completed with the
 // body a duplicate would get, or released after a failure with its error
-// text), and Store.List pages through records by state, tool and key prefix
-// for operators. Guard.Cancel ends an attempt in progress from anywhere
+// text), and a store's List (idemstore.Store) pages through records by
+// state, tool and key prefix for operators. Guard.Cancel ends an attempt in progress from anywhere
 // (fencing its worker out, which learns at its next heartbeat), and
 // Guard.ReleaseAbandoned settles one whose worker died.
 //
@@ -46,7 +47,10 @@
 // Stores: MemoryStore (this package; its zero value is ready to use),
 // idemkit/sqlitestore (embedded, durable) and idemkit/pgstore (PostgreSQL);
 // both SQL stores have DoTx and DoInTx, which commit the claim, the tool's
-// own writes and the outcome in one transaction. Every store passes the conformance suite in idemkit/storetest.
+// own writes and the outcome in one transaction. What a store implements
+// (the Store interface the Guard claims in, its requests and results, the
+// stored Record) is package idemkit/idemstore; every store passes the
+// conformance suite in idemkit/storetest.
 //
 // This package depends on the standard library and the stdlib-only span
 // contract; it never imports a database driver, an MCP SDK

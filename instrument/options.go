@@ -29,16 +29,16 @@ const (
 	// The tool's description does not claim that retries are safe for such
 	// callers. This is the default: a protected tool never runs unprotected,
 	// and two callers never share a stored result.
-	UnscopedRefuse = mcpcall.UnscopedRefuse
+	UnscopedRefuse UnscopedPolicy = mcpcall.UnscopedRefuse
 	// UnscopedShare protects such calls in one namespace that every
 	// unidentified caller shares: a caller may be answered with another
 	// caller's stored result. Choose it only for a server whose callers may
 	// all see each other's results, such as a single-tenant internal service.
-	UnscopedShare = mcpcall.UnscopedShare
+	UnscopedShare UnscopedPolicy = mcpcall.UnscopedShare
 	// UnscopedBypass runs such calls unprotected (outcome "bypassed",
 	// idemkit.bypass.reason "unscoped"); their spans still carry the key
 	// hashes, so the Collector sees the duplicates that leak.
-	UnscopedBypass = mcpcall.UnscopedBypass
+	UnscopedBypass UnscopedPolicy = mcpcall.UnscopedBypass
 )
 
 // Option configures the instrumentation of an MCP server (see the mcpgo

@@ -26,26 +26,26 @@ func TestText_NeverSplitsACharacter(t *testing.T) {
 	} {
 		got := clip.Text(tc.in, tc.n)
 		if got != tc.want {
-			t.Errorf("TruncateText(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
+			t.Errorf("clip.Text(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
 		}
 		if utf8.ValidString(tc.in) && !utf8.ValidString(got) {
-			t.Errorf("TruncateText(%q, %d) = %q split a character", tc.in, tc.n, got)
+			t.Errorf("clip.Text(%q, %d) = %q split a character", tc.in, tc.n, got)
 		}
 	}
 }
 
-func FuzzTruncateText(f *testing.F) {
+func FuzzText(f *testing.F) {
 	f.Add("héllo wörld 😂", 7)
 	f.Fuzz(func(t *testing.T, s string, n int) {
 		got := clip.Text(s, n)
 		if len(got) > max(n, 0) || got != s[:len(got)] {
-			t.Fatalf("TruncateText(%q, %d) = %q: not a prefix within n", s, n, got)
+			t.Fatalf("clip.Text(%q, %d) = %q: not a prefix within n", s, n, got)
 		}
 		if utf8.ValidString(s) && !utf8.ValidString(got) {
-			t.Fatalf("TruncateText(%q, %d) = %q split a character", s, n, got)
+			t.Fatalf("clip.Text(%q, %d) = %q split a character", s, n, got)
 		}
 		if n >= 0 && len(got) < min(n, len(s))-(utf8.UTFMax-1) {
-			t.Fatalf("TruncateText(%q, %d) = %q cut more than one character short", s, n, got)
+			t.Fatalf("clip.Text(%q, %d) = %q cut more than one character short", s, n, got)
 		}
 	})
 }
