@@ -3,6 +3,7 @@ package idemkit
 import (
 	"errors"
 	"fmt"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 )
 
 // ErrAttemptsExhausted matches an *AttemptsExhaustedError.
@@ -34,8 +35,8 @@ func (e *AttemptsExhaustedError) Is(target error) bool { return target == ErrAtt
 // exhausted handles a takeover claim cr that is over p's MaxAttempts: it
 // releases the claim without running anything and returns the error.
 // (Apart from Do, so that the common path stays as it is.)
-func (g *Guard) exhausted(a *attempt, key *Key, p *toolPolicy, cr *ClaimResult, token int64) error {
-	fin := FinishRequest{Key: key.id, Token: token, handle: cr.handle,
+func (g *Guard) exhausted(a *attempt, key *Key, p *toolPolicy, cr *idemstore.ClaimResult, token int64) error {
+	fin := idemstore.FinishRequest{Key: key.id, Token: token, Handle: cr.Handle,
 		Error: fmt.Sprintf("not run: attempt %d is over the limit of %d (ToolConfig.MaxAttempts); the earlier attempts failed", cr.Attempt, p.maxAttempts)}
 	e := &AttemptsExhaustedError{Tool: key.tool, Attempts: cr.Attempt - 1, Max: p.maxAttempts}
 	if err := g.finish(a, &fin, e); err != nil {

@@ -13,7 +13,7 @@
 //     SHA-256 of the canonical arguments (RFC 8785, with numbers kept at
 //     their exact decimal value), or the caller's explicit idempotency
 //     key; see NewKey.
-//  2. The key is claimed in the Store with one atomic operation. Exactly one
+//  2. The key is claimed in the store with one atomic operation. Exactly one
 //     caller wins the claim and runs the work; the claim has a lease.
 //  3. The outcome is stored. Duplicates arriving later get the stored
 //     response (Outcome "replayed"); duplicates arriving while the first call
@@ -44,14 +44,14 @@
 // A record can be read without claiming it: Guard.Lookup reports one call
 // by its Key (in progress with its last heartbeat note, completed with the
 // body a duplicate would get, or released after a failure with its error
-// text), and Store.List pages through records by state, tool and key prefix
-// for operators. Guard.Cancel ends an attempt in progress from anywhere
+// text), and a store's List (idemstore.Store) pages through records by
+// state, tool and key prefix for operators. Guard.Cancel ends an attempt in progress from anywhere
 // (fencing its worker out, which learns at its next heartbeat), and
 // Guard.ReleaseAbandoned settles one whose worker died.
 //
 // Durable background runs (the jobs and MCP tasks of package instrument)
-// are claims too: NewRunKey gives each its record in its owner's namespace
-// (RunKeyPrefix), so that its status, progress note and outcome live in the
+// are claims too: NewRunKey gives each its record in its owner's
+// namespace, so that its status, progress note and outcome live in the
 // store, for every replica and after a restart.
 //
 // Stores: MemoryStore (this package; its zero value is ready to use),

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 )
 
 // Sentinel errors. Match them with errors.Is; the typed errors below match
@@ -20,8 +22,8 @@ var (
 	ErrInvalidKey = errors.New("idemkit: invalid idempotency key")
 
 	// ErrInProgress: the first call with this key is still running. Matched by
-	// *InProgressError.
-	ErrInProgress = errors.New("idemkit: call already in progress")
+	// *InProgressError. It is idemstore.ErrInProgress.
+	ErrInProgress = idemstore.ErrInProgress
 
 	// ErrKeyMismatch: an explicit key was reused with different arguments.
 	// Matched by *MismatchError.
@@ -33,19 +35,22 @@ var (
 
 	// ErrLeaseLost: the claim was taken over by another caller (its lease ran
 	// out), so this caller's heartbeat or finish was refused (fencing).
-	ErrLeaseLost = errors.New("idemkit: claim lease lost to another caller")
+	// It is idemstore.ErrLeaseLost.
+	ErrLeaseLost = idemstore.ErrLeaseLost
 
 	// ErrStore: the store failed (unreachable, timed out, refused). When the
 	// claim fails this way the work has not run.
 	ErrStore = errors.New("idemkit: store error")
 
-	// ErrTransient marks a store error that may pass when the call is
-	// repeated: a dropped connection, a server restarting or refusing
-	// connections for a moment, a lock or serialization conflict, SQLite's
-	// busy database. Stores wrap such errors with Transient; the Guard
-	// retries a finish that fails this way, with backoff, until
-	// Config.FinishTimeout.
-	ErrTransient = errors.New("idemkit: transient store error")
+	// ErrNotInProgress is returned by Guard.Cancel for a record that has
+	// no attempt in progress: it completed, or was released (after a
+	// failure, or by an earlier cancellation). It is
+	// idemstore.ErrNotInProgress.
+	ErrNotInProgress = idemstore.ErrNotInProgress
+
+	// ErrNotFound is returned by Guard.Lookup and Guard.Cancel when no
+	// record of the key exists. It is idemstore.ErrNotFound.
+	ErrNotFound = idemstore.ErrNotFound
 
 	// ErrStoreFull: the store holds as many records as it may keep, none of
 	// them expired, so it cannot claim a new key (see
@@ -53,15 +58,6 @@ var (
 	// run; the calls it holds are still answered. Matched by
 	// *StoreFullError.
 	ErrStoreFull = errors.New("idemkit: store full")
-
-	// ErrNotInProgress is returned by Store.Cancel and Guard.Cancel for a
-	// record that has no attempt in progress: it completed, or was released
-	// (after a failure, or by an earlier cancellation).
-	ErrNotInProgress = errors.New("idemkit: no attempt in progress")
-
-	// ErrNotFound is returned by Store.Response when no stored body exists,
-	// and by Store.Lookup and Guard.Lookup when no record of the key exists.
-	ErrNotFound = errors.New("idemkit: not found")
 
 	// ErrRecordDamaged: the call already ran (its completed record exists),
 	// but the record cannot be read back as it was written: it fails the
@@ -203,23 +199,6 @@ func (e *StoreFullError) Error() string {
 
 // Is reports whether target is ErrStoreFull.
 func (e *StoreFullError) Is(target error) bool { return target == ErrStoreFull }
-
-// Transient marks err as transient: the result matches ErrTransient and
-// everything err matches, and its text is err's. Store implementations
-// call it on the errors a retry may cure (see ErrTransient). It returns nil
-// for nil.
-func Transient(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &transientError{err}
-}
-
-type transientError struct{ err error }
-
-func (e *transientError) Error() string        { return e.err.Error() }
-func (e *transientError) Unwrap() error        { return e.err }
-func (e *transientError) Is(target error) bool { return target == ErrTransient }
 
 // FinishOp says which finish failed.
 type FinishOp string

@@ -8,11 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"reflect"
 	"strings"
 	"time"
 
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
+	"github.com/idemkit-mcp/idemkit/internal/clip"
 	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
@@ -33,18 +36,15 @@ const (
 // the field; stores clamp a larger request to it.
 const MaxDuration = 100 * 365 * 24 * time.Hour
 
-// Response is what a call produced. A successful Response is stored and
-// replayed byte for byte to every duplicate.
-type Response struct {
-	// Body is the serialised response (for MCP, the CallToolResult JSON).
-	Body []byte
-	// WriteID names the downstream write the call made (a refund ID, a row
-	// ID). It is stored with the body, so a replay reports the same one.
-	WriteID string
-	// IsError marks a tool-level error result (MCP isError). Whether such a
-	// response is stored and replayed is Config.FailurePolicy's choice.
-	IsError bool
-}
+// Response is what a call produced: its Body (the serialised response; for
+// MCP, the CallToolResult JSON), the WriteID of the downstream write it
+// made (a refund ID, a row ID: stored with the body, so a replay reports
+// the same one), and IsError, which marks a tool-level error result (MCP
+// isError; whether such a response is stored and replayed is
+// Config.FailurePolicy's choice). A successful Response is stored and
+// replayed byte for byte to every duplicate. It is idemstore.Response,
+// the form a store keeps.
+type Response = idemstore.Response
 
 // Outcome is what the Guard did with a call. The values are the
 // idemkit.outcome span attribute's.
@@ -237,7 +237,7 @@ type toolPolicy struct {
 // NewGuard; it is safe for concurrent use by many goroutines, and many
 // Guards (in many processes) may share one durable Store.
 type Guard struct {
-	store     Store
+	store     idemstore.Store
 	mem       *MemoryStore // store itself when it is a *MemoryStore: called directly (see Do)
 	inTx      bool         // set by InTx: never wait on a busy claim
 	cfg       Config
@@ -246,6 +246,12 @@ type Guard struct {
 	maxInline int
 	maxResp   int
 	hasher    Hasher // the key hashes of errors and log records
+
+	// plainContexts makes run and finish build their contexts with
+	// context.WithValue and context.WithoutCancel instead of the attempt.
+	// Only BenchmarkGuard_HandRolledContexts sets it (export_test.go): the
+	// baseline that shows what the attempt saves.
+	plainContexts bool
 }
 
 // NewGuard returns a Guard that claims keys in store. cfg may be nil.
@@ -253,7 +259,7 @@ type Guard struct {
 // It returns an error when store is nil, including a typed nil (a nil
 // *sqlitestore.Store left by a failed Open), and when cfg is invalid; the
 // error names the field.
-func NewGuard(store Store, cfg *Config) (*Guard, error) {
+func NewGuard(store idemstore.Store, cfg *Config) (*Guard, error) {
 	if isNil(store) {
 		if store == nil {
 			return nil, errors.New("idemkit: NewGuard needs a Store, got nil")
@@ -336,7 +342,19 @@ func orDuration(d, def time.Duration) time.Duration {
 }
 
 // Store returns the Guard's store.
-func (g *Guard) Store() Store { return g.store }
+func (g *Guard) Store() idemstore.Store { return g.store }
+
+// Config returns a copy of the configuration g was built with (Tools is a
+// copy too), with FinishTimeout and SweepBatch set to their defaults when
+// they were left zero, so that NewGuard(g.Store(), &cfg) builds a Guard
+// that behaves as g. A layer that runs its own kind of work through g's
+// store changes the fields it needs first: durable background runs set
+// the lease their heartbeats keep and StoreToolErrors, for every tool.
+func (g *Guard) Config() Config {
+	c := g.cfg
+	c.Tools = maps.Clone(g.cfg.Tools)
+	return c
+}
 
 // Hasher returns the Hasher of the key hashes the Guard writes into its
 // errors and log records: keyed with Config.HashKey, or the zero Hasher.
@@ -364,7 +382,7 @@ func (g *Guard) label(key Key) string {
 // WithStore returns a copy of g, with the same configuration, that claims in
 // s. Store packages use it to run the Guard inside a caller's transaction
 // (see pgstore.DoTx).
-func (g *Guard) WithStore(s Store) *Guard {
+func (g *Guard) WithStore(s idemstore.Store) *Guard {
 	c := *g
 	c.setStore(s)
 	return &c
@@ -375,7 +393,7 @@ func (g *Guard) WithStore(s Store) *Guard {
 // results through the Store interface (more than its own work costs), and
 // without a finish timeout (its calls cannot block on I/O). Wrapped stores
 // go through the interface.
-func (g *Guard) setStore(s Store) {
+func (g *Guard) setStore(s idemstore.Store) {
 	g.store = s
 	g.mem, _ = s.(*MemoryStore)
 }
@@ -385,7 +403,7 @@ func (g *Guard) setStore(s Store) {
 // progress is then answered with an *InProgressError at once, whatever Wait
 // says: waiting inside the transaction would hold locks that the running
 // call needs to record its outcome.
-func (g *Guard) InTx(s Store) *Guard {
+func (g *Guard) InTx(s idemstore.Store) *Guard {
 	c := g.WithStore(s)
 	c.inTx = true
 	return c
@@ -399,12 +417,6 @@ func (g *Guard) policy(tool string) *toolPolicy {
 	}
 	return &g.base
 }
-
-// Now returns the Guard's clock for store requests: Config.Now's time, or
-// the zero time, which tells the store to use its own clock (for SQL
-// stores, the database's). Layers that call the Store directly pass it as
-// a request's Now.
-func (g *Guard) Now() time.Time { return g.now() }
 
 func (g *Guard) now() time.Time {
 	if g.cfg.Now != nil {
@@ -462,7 +474,7 @@ func (g *Guard) Do(ctx context.Context, key Key, work Work) (Result, error) {
 		return Result{}, fmt.Errorf("%w: the zero Key; build keys with NewKey", ErrInvalidKey)
 	}
 	p := g.policy(key.tool)
-	req := ClaimRequest{
+	req := idemstore.ClaimRequest{
 		Key:         key.id,
 		Tool:        key.tool,
 		Fingerprint: key.Fingerprint(),
@@ -478,7 +490,7 @@ func (g *Guard) Do(ctx context.Context, key Key, work Work) (Result, error) {
 	for {
 		req.Now = g.now()
 		var (
-			cr  ClaimResult
+			cr  idemstore.ClaimResult
 			err error
 		)
 		if g.mem != nil {
@@ -494,9 +506,9 @@ func (g *Guard) Do(ctx context.Context, key Key, work Work) (Result, error) {
 			return Result{}, storeError("claim", g.label(key), err)
 		}
 		switch cr.Status {
-		case ClaimAcquired, ClaimTakenOver:
+		case idemstore.ClaimAcquired, idemstore.ClaimTakenOver:
 			return g.run(ctx, &key, p, req.Token, &cr, work)
-		case ClaimCompleted:
+		case idemstore.ClaimCompleted:
 			res, err := g.replay(ctx, key, &cr)
 			if err == errBodyMissing {
 				if !reread {
@@ -508,9 +520,9 @@ func (g *Guard) Do(ctx context.Context, key Key, work Work) (Result, error) {
 				err = g.damaged(key, cr.Attempt, "its body stored apart is missing")
 			}
 			return res, err
-		case ClaimMismatch:
+		case idemstore.ClaimMismatch:
 			return Result{}, &MismatchError{Tool: key.tool}
-		case ClaimBusy:
+		case idemstore.ClaimBusy:
 			if p.wait <= 0 || g.inTx {
 				return Result{}, g.inProgress(key, p, cr)
 			}
@@ -568,7 +580,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func (g *Guard) inProgress(key Key, p *toolPolicy, cr ClaimResult) error {
+func (g *Guard) inProgress(key Key, p *toolPolicy, cr idemstore.ClaimResult) error {
 	e := &InProgressError{Tool: key.tool, StatusTool: p.statusTool, Attempt: cr.Attempt, Started: cr.Started}
 	now := cr.Now
 	if now.IsZero() {
@@ -592,11 +604,11 @@ var errBodyMissing = errors.New("idemkit: the body stored apart is missing")
 // it. A record that cannot be read as it was written is refused with a
 // *RecordDamagedError (logged), never replayed and never run again; a body
 // stored apart that the store does not have is errBodyMissing.
-func (g *Guard) replay(ctx context.Context, key Key, cr *ClaimResult) (Result, error) {
+func (g *Guard) replay(ctx context.Context, key Key, cr *idemstore.ClaimResult) (Result, error) {
 	res := Result{Response: cr.Response, Outcome: OutcomeReplayed, Attempt: cr.Attempt}
 	switch cr.Storage {
-	case StorageInline:
-	case StorageExternal:
+	case idemstore.StorageInline:
+	case idemstore.StorageExternal:
 		body, err := g.store.Response(ctx, key.id)
 		if errors.Is(err, ErrNotFound) {
 			return Result{}, errBodyMissing
@@ -605,7 +617,7 @@ func (g *Guard) replay(ctx context.Context, key Key, cr *ClaimResult) (Result, e
 			return Result{}, storeError("load response", g.label(key), err)
 		}
 		res.Body = body
-	case StorageDropped:
+	case idemstore.StorageDropped:
 		res.Body = nil
 	default:
 		return Result{}, g.damaged(key, cr.Attempt, fmt.Sprintf("unknown storage kind %d", cr.Storage))
@@ -613,7 +625,7 @@ func (g *Guard) replay(ctx context.Context, key Key, cr *ClaimResult) (Result, e
 	if cr.Checksum != nil && !bytes.Equal(cr.Checksum, outcomeChecksum(key.id, cr.Storage, cr.Size, &res.Response)) {
 		return Result{}, g.damaged(key, cr.Attempt, "checksum mismatch")
 	}
-	if cr.Storage == StorageDropped {
+	if cr.Storage == idemstore.StorageDropped {
 		return Result{}, &ResponseTooLargeError{Tool: key.tool, Size: cr.Size, Limit: int64(g.maxResp)}
 	}
 	return res, nil
@@ -627,7 +639,7 @@ const checksumDomain = "idemkit/outcome/v1\x00"
 // the size, the error flag, the write ID and the body (none is kept for
 // StorageDropped). Binding the key means that a row's outcome copied onto
 // another key's row fails too.
-func outcomeChecksum(key string, storage Storage, size int64, resp *Response) []byte {
+func outcomeChecksum(key string, storage idemstore.Storage, size int64, resp *Response) []byte {
 	var stack [192]byte
 	b := append(stack[:0], checksumDomain...)
 	b = appendField(b, key)
@@ -641,7 +653,7 @@ func outcomeChecksum(key string, storage Storage, size int64, resp *Response) []
 	b = appendField(b, resp.WriteID)
 	h := sha256.New()
 	h.Write(b)
-	if storage != StorageDropped {
+	if storage != idemstore.StorageDropped {
 		h.Write(binary.AppendUvarint(stack[:0], uint64(len(resp.Body))))
 		h.Write(resp.Body)
 	}
@@ -666,7 +678,7 @@ func (g *Guard) damaged(key Key, attempt int, reason string) error {
 }
 
 // run runs work under the claim cr of key (key and cr are only read).
-func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, cr *ClaimResult, work Work) (res Result, err error) {
+func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, cr *idemstore.ClaimResult, work Work) (res Result, err error) {
 	// One allocation carries the Call and the contexts handed to the work
 	// and to the finish.
 	a := &attempt{
@@ -679,10 +691,10 @@ func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, c
 		// its retry must forward the key it forwarded (see IdempotencyKey).
 		a.call.generation = 0
 	}
-	fin := FinishRequest{Key: key.id, Token: token, handle: cr.handle}
+	fin := idemstore.FinishRequest{Key: key.id, Token: token, Handle: cr.Handle}
 	res.Attempt = cr.Attempt
 	res.Outcome = OutcomeExecuted
-	if cr.Status == ClaimTakenOver {
+	if cr.Status == idemstore.ClaimTakenOver {
 		res.Outcome = OutcomeTakeover
 	}
 
@@ -700,11 +712,15 @@ func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, c
 		finished = true
 		return Result{}, g.exhausted(a, key, p, cr, token)
 	}
-	resp, werr := work(a)
+	var wctx context.Context = a
+	if g.plainContexts {
+		wctx = context.WithValue(ctx, callKey{}, &Call{guard: g, key: *key, token: token, attempt: cr.Attempt, lease: p.lease})
+	}
+	resp, werr := work(wctx)
 	finished = true
 
 	if werr != nil {
-		fin.Error = TruncateText(werr.Error(), MaxErrorBytes)
+		fin.Error = clip.Text(werr.Error(), idemstore.MaxErrorBytes)
 		if ferr := g.finish(a, &fin, werr); ferr != nil {
 			return Result{}, ferr // matches werr, ErrStore and *FinishError
 		}
@@ -722,11 +738,11 @@ func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, c
 	var tooLarge error
 	switch {
 	case len(resp.Body) > g.maxResp:
-		fin.Storage = StorageDropped
+		fin.Storage = idemstore.StorageDropped
 		fin.Response.Body = nil
 		tooLarge = &ResponseTooLargeError{Tool: key.tool, Size: fin.Size, Limit: int64(g.maxResp), Result: res}
 	case len(resp.Body) > g.maxInline:
-		fin.Storage = StorageExternal
+		fin.Storage = idemstore.StorageExternal
 	}
 	if g.mem == nil {
 		// A store outside the process keeps the outcome's checksum, which
@@ -760,8 +776,11 @@ const (
 // already took over (the release's purpose is met). Otherwise it returns an
 // error matching ErrLeaseLost (a record whose claim was taken over) or a
 // logged *FinishError.
-func (g *Guard) finish(a *attempt, fin *FinishRequest, workErr error) error {
+func (g *Guard) finish(a *attempt, fin *idemstore.FinishRequest, workErr error) error {
 	var fctx context.Context = (*detachedAttempt)(a)
+	if g.plainContexts {
+		fctx = context.WithoutCancel(a.Context)
+	}
 	timed := false
 	if g.mem == nil {
 		var cancel context.CancelFunc
@@ -786,7 +805,7 @@ func (g *Guard) finish(a *attempt, fin *FinishRequest, workErr error) error {
 // retries transient errors and reports the rest. (Apart from finish, so
 // that the common path has no defer in a loop.) timed says whether fctx
 // already carries FinishTimeout.
-func (g *Guard) finishFailed(fctx context.Context, timed bool, key Key, attemptN int, fin FinishRequest, workErr, err error) error {
+func (g *Guard) finishFailed(fctx context.Context, timed bool, key Key, attemptN int, fin idemstore.FinishRequest, workErr, err error) error {
 	var deadline time.Time
 	backoff := finishBackoffMin
 	tries := 1
@@ -802,7 +821,7 @@ func (g *Guard) finishFailed(fctx context.Context, timed bool, key Key, attemptN
 			}
 			return fmt.Errorf("idemkit: finish %s: %w", g.label(key), err)
 		}
-		retry := !g.inTx && errors.Is(err, ErrTransient) && fctx.Err() == nil
+		retry := !g.inTx && errors.Is(err, idemstore.ErrTransient) && fctx.Err() == nil
 		if retry && !timed {
 			// An in-process store: bound the retries from the first error.
 			var cancel context.CancelFunc
@@ -919,7 +938,7 @@ func (c *Call) HeartbeatNote(ctx context.Context, note string) error {
 	if c == nil {
 		return nil
 	}
-	req := ExtendRequest{Key: c.key.id, Token: c.token, Lease: c.lease, Note: TruncateText(note, MaxNoteBytes), Now: c.guard.now()}
+	req := idemstore.ExtendRequest{Key: c.key.id, Token: c.token, Lease: c.lease, Note: clip.Text(note, idemstore.MaxNoteBytes), Now: c.guard.now()}
 	err := c.guard.store.Extend(ctx, req)
 	if err == nil {
 		return nil
@@ -941,21 +960,21 @@ func (c *Call) HeartbeatNote(ctx context.Context, note string) error {
 // A status tool uses it to report on a call by its key: in progress (with
 // the last heartbeat's Note), completed (with the body a duplicate would
 // get), or released after a failure (with its Error).
-func (g *Guard) Lookup(ctx context.Context, key Key) (Record, error) {
+func (g *Guard) Lookup(ctx context.Context, key Key) (idemstore.Record, error) {
 	if key.IsZero() {
-		return Record{}, fmt.Errorf("%w: the zero Key; build keys with NewKey", ErrInvalidKey)
+		return idemstore.Record{}, fmt.Errorf("%w: the zero Key; build keys with NewKey", ErrInvalidKey)
 	}
-	rec, err := g.store.Lookup(ctx, LookupRequest{Key: key.id, Body: true, Now: g.now()})
+	rec, err := g.store.Lookup(ctx, idemstore.LookupRequest{Key: key.id, Body: true, Now: g.now()})
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
-			return Record{}, fmt.Errorf("idemkit: lookup %s: %w", g.label(key), err)
+			return idemstore.Record{}, fmt.Errorf("idemkit: lookup %s: %w", g.label(key), err)
 		}
-		return Record{}, storeError("lookup", g.label(key), err)
+		return idemstore.Record{}, storeError("lookup", g.label(key), err)
 	}
 	if rec.Fingerprint != key.Fingerprint() {
-		return Record{}, &MismatchError{Tool: key.tool}
+		return idemstore.Record{}, &MismatchError{Tool: key.tool}
 	}
-	if rec.State == StateCompleted {
+	if rec.State == idemstore.StateCompleted {
 		if err := g.checkRecord(key, &rec); err != nil {
 			rec.Body = nil
 			return rec, err
@@ -965,8 +984,8 @@ func (g *Guard) Lookup(ctx context.Context, key Key) (Record, error) {
 }
 
 // checkRecord verifies a completed record read by Lookup as replay does.
-func (g *Guard) checkRecord(key Key, rec *Record) error {
-	if rec.Storage > StorageDropped {
+func (g *Guard) checkRecord(key Key, rec *idemstore.Record) error {
+	if rec.Storage > idemstore.StorageDropped {
 		return g.damaged(key, rec.Attempt, fmt.Sprintf("unknown storage kind %d", rec.Storage))
 	}
 	if rec.Checksum == nil {
@@ -992,7 +1011,7 @@ func (g *Guard) checkRecord(key Key, rec *Record) error {
 // released or cancelled already), an error matching ErrNotFound when there
 // is no record, and errors matching ErrStore when the store fails. ctx
 // bounds the store call.
-func (g *Guard) Cancel(ctx context.Context, key Key, reason string) (Record, error) {
+func (g *Guard) Cancel(ctx context.Context, key Key, reason string) (idemstore.Record, error) {
 	return g.cancel(ctx, key, reason, false)
 }
 
@@ -1003,15 +1022,15 @@ func (g *Guard) Cancel(ctx context.Context, key Key, reason string) (Record, err
 // finds a background run abandoned, so that its answer ("the worker
 // stopped") stays true: a worker that was only slow cannot heartbeat the
 // run back to life, nor record an outcome, after it.
-func (g *Guard) ReleaseAbandoned(ctx context.Context, key Key, reason string) (Record, error) {
+func (g *Guard) ReleaseAbandoned(ctx context.Context, key Key, reason string) (idemstore.Record, error) {
 	return g.cancel(ctx, key, reason, true)
 }
 
-func (g *Guard) cancel(ctx context.Context, key Key, reason string, abandoned bool) (Record, error) {
+func (g *Guard) cancel(ctx context.Context, key Key, reason string, abandoned bool) (idemstore.Record, error) {
 	if key.IsZero() {
-		return Record{}, fmt.Errorf("%w: the zero Key; build keys with NewKey", ErrInvalidKey)
+		return idemstore.Record{}, fmt.Errorf("%w: the zero Key; build keys with NewKey", ErrInvalidKey)
 	}
-	rec, err := g.store.Cancel(ctx, CancelRequest{Key: key.id, Reason: TruncateText(reason, MaxErrorBytes), Abandoned: abandoned, Now: g.now()})
+	rec, err := g.store.Cancel(ctx, idemstore.CancelRequest{Key: key.id, Reason: clip.Text(reason, idemstore.MaxErrorBytes), Abandoned: abandoned, Now: g.now()})
 	switch {
 	case err == nil:
 		return rec, nil
@@ -1021,45 +1040,13 @@ func (g *Guard) cancel(ctx context.Context, key Key, reason string, abandoned bo
 	return rec, storeError("cancel", g.label(key), err)
 }
 
-// WithPolicy returns a copy of g, on the same store and clock, whose calls
-// of every tool use tc's non-zero fields instead of the configured ones. A
-// layer that runs its own kind of work through g's store uses it: durable
-// background runs set the lease their heartbeats keep and StoreToolErrors,
-// so that a run's error result is its outcome.
-func (g *Guard) WithPolicy(tc ToolConfig) *Guard {
-	c := *g
-	apply := func(p toolPolicy) toolPolicy {
-		if tc.StatusTool != "" {
-			p.statusTool = tc.StatusTool
-		}
-		p.window = orDuration(min(tc.Window, MaxDuration), p.window)
-		p.lease = orDuration(min(tc.Lease, MaxDuration), p.lease)
-		p.wait = orDuration(min(tc.Wait, MaxDuration), p.wait)
-		if tc.FailurePolicy != 0 {
-			p.failure = tc.FailurePolicy
-		}
-		if tc.MaxAttempts != 0 {
-			p.maxAttempts = tc.MaxAttempts
-		}
-		return p
-	}
-	c.base = apply(g.base)
-	if g.tools != nil {
-		c.tools = make(map[string]toolPolicy, len(g.tools))
-		for name, p := range g.tools {
-			c.tools[name] = apply(p)
-		}
-	}
-	return &c
-}
-
 // Sweep deletes expired records in batches of Config.SweepBatch until a
 // batch comes back short, and returns how many it deleted. It is safe to run
 // from many replicas at once. ctx bounds the whole sweep.
 func (g *Guard) Sweep(ctx context.Context) (int, error) {
 	total := 0
 	for {
-		n, err := g.store.Sweep(ctx, SweepRequest{Limit: g.cfg.SweepBatch, Now: g.now()})
+		n, err := g.store.Sweep(ctx, idemstore.SweepRequest{Limit: g.cfg.SweepBatch, Now: g.now()})
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("%w: sweep: %w", ErrStore, err)

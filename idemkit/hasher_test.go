@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemkit-mcp/idemkit/internal/clip"
 	"github.com/idemkit-mcp/idemkit/idemkit"
 )
 
@@ -29,10 +30,10 @@ func TestHasher_PlainAndKeyedForms(t *testing.T) {
 	}
 	var plain idemkit.Hasher
 	if plain.Keyed() || plain.KeyHash(k) != k.Hash() || plain.ArgsHash(k) != k.ArgsHash()[:32] ||
-		plain.SubjectHash("alice@example.com") != idemkit.ShortHash("alice@example.com") {
+		plain.SubjectHash("alice@example.com") != clip.Hash("alice@example.com") {
 		t.Errorf("the zero Hasher's hashes are not the plain SHA-256 forms")
 	}
-	if s := plain.SessionHash("sid-1"); len(s) != 32 || s == idemkit.ShortHash("sid-1") || strings.Contains(s, "sid-1") {
+	if s := plain.SessionHash("sid-1"); len(s) != 32 || s == clip.Hash("sid-1") || strings.Contains(s, "sid-1") {
 		t.Errorf("SessionHash = %q", s)
 	}
 	key := []byte("0123456789abcdef0123456789abcdef")

@@ -16,9 +16,6 @@ import (
 
 // Defaults of KeyOptions.
 const (
-	// DefaultExplicitKeyField is the argument that carries a caller's explicit
-	// idempotency key.
-	DefaultExplicitKeyField = "idempotency_key"
 	// DefaultMaxArgsBytes is the largest argument document NewKey accepts.
 	DefaultMaxArgsBytes = 1 << 20
 	// MaxExplicitKeyLen is the longest explicit key accepted, in bytes.
@@ -37,7 +34,7 @@ type KeyOptions struct {
 	// ExplicitKeyField is the top-level argument that may carry an explicit
 	// key (a JSON string; null counts as absent). It is always stripped
 	// before hashing. Set it to "-" to disable the field. Defaults to
-	// DefaultExplicitKeyField ("idempotency_key").
+	// spancontract.KeyArgument ("idempotency_key").
 	ExplicitKeyField string
 
 	// Exclude names top-level argument fields left out of the hash, such as
@@ -109,7 +106,7 @@ func NewKey(subject, tool string, args []byte, opts *KeyOptions) (Key, error) {
 	field := o.ExplicitKeyField
 	switch field {
 	case "":
-		field = DefaultExplicitKeyField
+		field = spancontract.KeyArgument
 	case "-":
 		field = ""
 	}

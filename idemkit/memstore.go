@@ -3,6 +3,8 @@ package idemkit
 import (
 	"context"
 	"fmt"
+
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"math"
 	"slices"
 	"strings"
@@ -55,7 +57,7 @@ type MemoryStore struct {
 	queue   memQueue              // every record in records, by deadline
 }
 
-var _ Store = (*MemoryStore)(nil)
+var _ idemstore.Store = (*MemoryStore)(nil)
 
 type memState uint8
 
@@ -90,7 +92,7 @@ type memRecord struct {
 	mono      int64
 	attempt   int32
 	state     memState
-	storage   Storage
+	storage   idemstore.Storage
 	isError   bool // the stored response's IsError
 	cancelled bool
 }
@@ -164,8 +166,8 @@ func (r *memRecord) expired(now int64) bool {
 }
 
 // Claim implements Store.
-func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
-	var res ClaimResult
+func (s *MemoryStore) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
+	var res idemstore.ClaimResult
 	err := s.claim(ctx, &req, &res)
 	return res, err
 }
@@ -173,7 +175,7 @@ func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (ClaimResult,
 // claim is Claim with its request and result by pointer: the Guard calls it
 // directly, sparing the copies of both (about 270 bytes), which cost more
 // than the claim itself.
-func (s *MemoryStore) claim(ctx context.Context, req *ClaimRequest, res *ClaimResult) error {
+func (s *MemoryStore) claim(ctx context.Context, req *idemstore.ClaimRequest, res *idemstore.ClaimResult) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -222,25 +224,25 @@ func (s *MemoryStore) claim(ctx context.Context, req *ClaimRequest, res *ClaimRe
 		s.bytes += r.cost()
 		s.queue.push(r, r.deadline())
 		t := fromNanos(now)
-		*res = ClaimResult{Status: ClaimAcquired, Attempt: 1, Started: t, Now: t, Generation: req.Token, handle: r}
+		*res = idemstore.ClaimResult{Status: idemstore.ClaimAcquired, Attempt: 1, Started: t, Now: t, Generation: req.Token, Handle: r}
 		return nil
 	}
 	if r.fingerprint != req.Fingerprint {
-		*res = ClaimResult{Status: ClaimMismatch, Attempt: int(r.attempt), Started: fromNanos(r.started), Now: fromNanos(now)}
+		*res = idemstore.ClaimResult{Status: idemstore.ClaimMismatch, Attempt: int(r.attempt), Started: fromNanos(r.started), Now: fromNanos(now)}
 		return nil
 	}
 	switch {
 	case r.state == memSucceeded:
-		*res = ClaimResult{
-			Status: ClaimCompleted, Attempt: int(r.attempt), Started: fromNanos(r.started), Now: fromNanos(now),
+		*res = idemstore.ClaimResult{
+			Status: idemstore.ClaimCompleted, Attempt: int(r.attempt), Started: fromNanos(r.started), Now: fromNanos(now),
 			Response: Response{WriteID: r.writeID, IsError: r.isError}, Storage: r.storage, Size: r.size,
 		}
-		if r.storage == StorageInline {
+		if r.storage == idemstore.StorageInline {
 			res.Response.Body = append([]byte(nil), r.body...)
 		} // an external body is never read on the claim path
 		return nil
 	case r.state == memInProgress && now < r.leaseUntil:
-		*res = ClaimResult{Status: ClaimBusy, Attempt: int(r.attempt), Started: fromNanos(r.started), LeaseUntil: fromNanos(r.leaseUntil), Now: fromNanos(now)}
+		*res = idemstore.ClaimResult{Status: idemstore.ClaimBusy, Attempt: int(r.attempt), Started: fromNanos(r.started), LeaseUntil: fromNanos(r.leaseUntil), Now: fromNanos(now)}
 		return nil
 	}
 	// Failed, or in progress with a lapsed lease: take it over. (Its
@@ -257,17 +259,17 @@ func (s *MemoryStore) claim(ctx context.Context, req *ClaimRequest, res *ClaimRe
 	r.detail, r.cancelled = nil, false
 	s.bytes += r.cost()
 	t := fromNanos(now)
-	*res = ClaimResult{Status: ClaimTakenOver, Attempt: int(r.attempt), Started: t, Now: t, Generation: r.generation, handle: r}
+	*res = idemstore.ClaimResult{Status: idemstore.ClaimTakenOver, Attempt: int(r.attempt), Started: t, Now: t, Generation: r.generation, Handle: r}
 	return nil
 }
 
 // Finish implements Store.
-func (s *MemoryStore) Finish(ctx context.Context, req FinishRequest) error {
+func (s *MemoryStore) Finish(ctx context.Context, req idemstore.FinishRequest) error {
 	return s.finish(ctx, &req)
 }
 
 // finish is Finish with its request by pointer, for the Guard (see claim).
-func (s *MemoryStore) finish(ctx context.Context, req *FinishRequest) error {
+func (s *MemoryStore) finish(ctx context.Context, req *idemstore.FinishRequest) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -275,7 +277,7 @@ func (s *MemoryStore) finish(ctx context.Context, req *FinishRequest) error {
 	defer s.mu.Unlock()
 	// The claim's record, handed back by the Guard, saves a lookup; a
 	// record no longer in the map is memGone.
-	r, ok := req.handle.(*memRecord)
+	r, ok := req.Handle.(*memRecord)
 	if !ok {
 		r = s.records[req.Key]
 	}
@@ -307,7 +309,7 @@ func (s *MemoryStore) finish(ctx context.Context, req *FinishRequest) error {
 	r.size = req.Size
 	r.writeID, r.isError = req.Response.WriteID, req.Response.IsError
 	r.body = nil
-	if req.Storage != StorageDropped {
+	if req.Storage != idemstore.StorageDropped {
 		// Keep a private copy: the caller may reuse its buffer.
 		r.body = append([]byte(nil), req.Response.Body...)
 	}
@@ -317,7 +319,7 @@ func (s *MemoryStore) finish(ctx context.Context, req *FinishRequest) error {
 }
 
 // Extend implements Store.
-func (s *MemoryStore) Extend(ctx context.Context, req ExtendRequest) error {
+func (s *MemoryStore) Extend(ctx context.Context, req idemstore.ExtendRequest) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -342,9 +344,9 @@ func (s *MemoryStore) Extend(ctx context.Context, req ExtendRequest) error {
 }
 
 // Cancel implements Store.
-func (s *MemoryStore) Cancel(ctx context.Context, req CancelRequest) (Record, error) {
+func (s *MemoryStore) Cancel(ctx context.Context, req idemstore.CancelRequest) (idemstore.Record, error) {
 	if err := ctx.Err(); err != nil {
-		return Record{}, err
+		return idemstore.Record{}, err
 	}
 	now := memNow(req.Now)
 	s.mu.Lock()
@@ -352,7 +354,7 @@ func (s *MemoryStore) Cancel(ctx context.Context, req CancelRequest) (Record, er
 	r := s.records[req.Key]
 	switch {
 	case r == nil:
-		return Record{}, ErrNotFound
+		return idemstore.Record{}, ErrNotFound
 	case r.state != memInProgress:
 		return r.record(req.Key, now), ErrNotInProgress
 	case req.Abandoned && now < r.leaseUntil:
@@ -378,7 +380,7 @@ func (s *MemoryStore) Response(ctx context.Context, key string) ([]byte, error) 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.records[key]
-	if r == nil || r.state != memSucceeded || r.storage != StorageExternal {
+	if r == nil || r.state != memSucceeded || r.storage != idemstore.StorageExternal {
 		return nil, ErrNotFound
 	}
 	return append([]byte(nil), r.body...), nil
@@ -387,7 +389,7 @@ func (s *MemoryStore) Response(ctx context.Context, key string) ([]byte, error) 
 // Sweep implements Store. It deletes the expired records found through
 // the expiry index (a record is found within 100 ms of its deadline), never
 // scanning the others.
-func (s *MemoryStore) Sweep(ctx context.Context, req SweepRequest) (int, error) {
+func (s *MemoryStore) Sweep(ctx context.Context, req idemstore.SweepRequest) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -398,26 +400,26 @@ func (s *MemoryStore) Sweep(ctx context.Context, req SweepRequest) (int, error) 
 }
 
 // Lookup implements Store.
-func (s *MemoryStore) Lookup(ctx context.Context, req LookupRequest) (Record, error) {
+func (s *MemoryStore) Lookup(ctx context.Context, req idemstore.LookupRequest) (idemstore.Record, error) {
 	if err := ctx.Err(); err != nil {
-		return Record{}, err
+		return idemstore.Record{}, err
 	}
 	now := memNow(req.Now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.records[req.Key]
 	if r == nil {
-		return Record{}, ErrNotFound
+		return idemstore.Record{}, ErrNotFound
 	}
 	rec := r.record(req.Key, now)
-	if req.Body && r.state == memSucceeded && r.storage != StorageDropped {
+	if req.Body && r.state == memSucceeded && r.storage != idemstore.StorageDropped {
 		rec.Body = append([]byte{}, r.body...)
 	}
 	return rec, nil
 }
 
 // List implements Store.
-func (s *MemoryStore) List(ctx context.Context, req ListRequest) ([]Record, error) {
+func (s *MemoryStore) List(ctx context.Context, req idemstore.ListRequest) ([]idemstore.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -440,26 +442,26 @@ func (s *MemoryStore) List(ctx context.Context, req ListRequest) ([]Record, erro
 	}
 	slices.Sort(keys)
 	keys = keys[:min(len(keys), limit)]
-	out := make([]Record, len(keys))
+	out := make([]idemstore.Record, len(keys))
 	for i, k := range keys {
 		out[i] = s.records[k].record(k, now)
 	}
 	return out, nil
 }
 
-func (r *memRecord) recordState() RecordState {
+func (r *memRecord) recordState() idemstore.RecordState {
 	switch r.state {
 	case memSucceeded:
-		return StateCompleted
+		return idemstore.StateCompleted
 	case memFailed:
-		return StateReleased
+		return idemstore.StateReleased
 	}
-	return StateInProgress
+	return idemstore.StateInProgress
 }
 
 // record returns r as a Record, without its body.
-func (r *memRecord) record(key string, now int64) Record {
-	rec := Record{
+func (r *memRecord) record(key string, now int64) idemstore.Record {
+	rec := idemstore.Record{
 		Key:         key,
 		Tool:        r.tool,
 		Fingerprint: r.fingerprint,
@@ -527,7 +529,7 @@ func (s *MemoryStore) maxBytes() int64 {
 // below its limits, or is once every expired record due has been deleted.
 // Otherwise it returns a *StoreFullError, and nothing is evicted: every
 // record left holds a window still open. s.mu must be held.
-func (s *MemoryStore) makeRoom(now int64, req *ClaimRequest) error {
+func (s *MemoryStore) makeRoom(now int64, req *idemstore.ClaimRequest) error {
 	maxRecords, maxBytes := s.maxRecords(), s.maxBytes()
 	need := int64(memRecordOverhead + len(req.Key) + len(req.Tool) + len(req.Fingerprint))
 	if len(s.records) < maxRecords && s.bytes+need <= maxBytes {

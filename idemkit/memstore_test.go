@@ -12,12 +12,13 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/storetest"
 )
 
 func TestMemoryStore_Conformance(t *testing.T) {
 	storetest.Run(t, storetest.Config{
-		NewStore: func(*testing.T) idemkit.Store { return &idemkit.MemoryStore{} },
+		NewStore: func(*testing.T) idemstore.Store { return &idemkit.MemoryStore{} },
 	})
 }
 
@@ -237,7 +238,7 @@ func TestMemoryStore_NegativeLimitsAreRejected(t *testing.T) {
 		if _, err := idemkit.NewGuard(tc.store, nil); err == nil || !strings.Contains(err.Error(), "MemoryStore."+tc.field) {
 			t.Errorf("NewGuard on a store with a negative %s: %v", tc.field, err)
 		}
-		_, err := tc.store.Claim(context.Background(), idemkit.ClaimRequest{Key: "k", Token: 1, Lease: time.Minute, Window: time.Minute})
+		_, err := tc.store.Claim(context.Background(), idemstore.ClaimRequest{Key: "k", Token: 1, Lease: time.Minute, Window: time.Minute})
 		if err == nil || !strings.Contains(err.Error(), tc.field) || tc.store.Len() != 0 {
 			t.Errorf("a claim on a store with a negative %s: %v, %d records", tc.field, err, tc.store.Len())
 		}
@@ -262,19 +263,19 @@ func TestMemoryStore_SweepDeletesExactlyTheExpired(t *testing.T) {
 		switch op := rng.IntN(10); {
 		case op < 4:
 			tok := int64(step + 1)
-			cr, err := store.Claim(ctx, idemkit.ClaimRequest{Key: k, Tool: "t", Token: tok, Lease: sec(1 + rng.IntN(20)), Window: sec(1 + rng.IntN(20)), Now: now})
+			cr, err := store.Claim(ctx, idemstore.ClaimRequest{Key: k, Tool: "t", Token: tok, Lease: sec(1 + rng.IntN(20)), Window: sec(1 + rng.IntN(20)), Now: now})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cr.Status == idemkit.ClaimAcquired || cr.Status == idemkit.ClaimTakenOver {
+			if cr.Status == idemstore.ClaimAcquired || cr.Status == idemstore.ClaimTakenOver {
 				tokens[k] = tok
 			}
 		case op < 6:
-			_ = store.Finish(ctx, idemkit.FinishRequest{Key: k, Token: tokens[k], Succeeded: rng.IntN(2) == 0, Response: idemkit.Response{Body: []byte("b")}, Now: now})
+			_ = store.Finish(ctx, idemstore.FinishRequest{Key: k, Token: tokens[k], Succeeded: rng.IntN(2) == 0, Response: idemkit.Response{Body: []byte("b")}, Now: now})
 		case op < 8:
-			_ = store.Extend(ctx, idemkit.ExtendRequest{Key: k, Token: tokens[k], Lease: sec(1 + rng.IntN(30)), Note: "n", Now: now})
+			_ = store.Extend(ctx, idemstore.ExtendRequest{Key: k, Token: tokens[k], Lease: sec(1 + rng.IntN(30)), Note: "n", Now: now})
 		case op < 9:
-			_, _ = store.Cancel(ctx, idemkit.CancelRequest{Key: k, Reason: "r", Now: now})
+			_, _ = store.Cancel(ctx, idemstore.CancelRequest{Key: k, Reason: "r", Now: now})
 		default:
 			clock.Advance(sec(rng.IntN(5)))
 		}
@@ -282,20 +283,20 @@ func TestMemoryStore_SweepDeletesExactlyTheExpired(t *testing.T) {
 			continue
 		}
 		now = clock.Now()
-		before := map[string]idemkit.Record{}
+		before := map[string]idemstore.Record{}
 		for i := range keys {
 			k := fmt.Sprintf("k%02d", i)
-			if rec, err := store.Lookup(ctx, idemkit.LookupRequest{Key: k, Now: now}); err == nil {
+			if rec, err := store.Lookup(ctx, idemstore.LookupRequest{Key: k, Now: now}); err == nil {
 				before[k] = rec
 			}
 		}
-		n, err := store.Sweep(ctx, idemkit.SweepRequest{Now: now})
+		n, err := store.Sweep(ctx, idemstore.SweepRequest{Now: now})
 		if err != nil {
 			t.Fatal(err)
 		}
 		deleted := 0
 		for k, rec := range before {
-			_, err := store.Lookup(ctx, idemkit.LookupRequest{Key: k, Now: now})
+			_, err := store.Lookup(ctx, idemstore.LookupRequest{Key: k, Now: now})
 			switch gone := errors.Is(err, idemkit.ErrNotFound); {
 			case rec.Expired() && !gone:
 				t.Fatalf("step %d: %s expired (%+v) and the sweep left it", step, k, rec)

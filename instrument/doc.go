@@ -55,7 +55,7 @@
 //     or WithBypass says so; so that the duplicates that leak from them
 //     are visible); idemkit.bypass.reason on bypassed calls
 //     (unprotected, unscoped, no_guard); idemkit.refusal.reason on the calls
-//     idemkit answered itself (see RefusalMetaKey); idemkit.finish.error when
+//     idemkit answered itself (see spancontract.RefusalMetaKey); idemkit.finish.error when
 //     the work ran but its outcome could not be recorded;
 //     idemkit.input.requested on a result that asked the client for input,
 //     idemkit.input.continuation on a request that continues such a round;
@@ -90,12 +90,13 @@
 // its key is derived from its scope (the caller: see WithSubject), the tool
 // name and the canonical arguments, or from an explicit key sent as the
 // idempotency_key argument (advertised in the tool's schema and
-// description) or in params._meta under KeyMetaKey. Then:
+// description) or in params._meta under spancontract.KeyMetaKey (the
+// _meta keys and the metric names are all in package spancontract). Then:
 //
 //   - first call: the handler runs; its result, the write ID it recorded and
 //     its isError flag are stored;
 //   - duplicate after success: the stored result, verbatim, plus
-//     _meta[ReplayMetaKey]; never an error;
+//     _meta[spancontract.ReplayMetaKey]; never an error;
 //   - duplicate while the first runs: an isError result saying the work is
 //     in flight, not to retry, and which status tool to call, with a
 //     RefusalMetaKey marker (reason in_progress);
@@ -168,9 +169,9 @@
 //
 // # Metrics
 //
-// On by default: the conventions' MetricOperationDuration (every request)
-// and MetricSessionDuration, and idemkit's MetricToolCalls,
-// MetricClaimDuration, MetricReplays, MetricInProgress and
-// MetricFinishErrors. Their attributes are bounded by the tool and prompt
+// On by default, named in package spancontract: the conventions'
+// MetricOperationDuration (every request) and MetricSessionDuration, and
+// idemkit's MetricToolCalls, MetricClaimDuration, MetricReplays,
+// MetricInProgress and MetricFinishErrors. Their attributes are bounded by the tool and prompt
 // lists: no session or request IDs, no arguments.
 package instrument

@@ -12,58 +12,42 @@ import (
 	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 )
 
-// DefaultCaptureBytes is the cap applied to raw arguments and results
-// recorded on spans when WithRecordArguments or WithRecordResults is given a
-// size of zero or less.
-const DefaultCaptureBytes = 1 << 10
-
 // UnscopedPolicy decides what happens to a call of a protected tool whose
 // caller cannot be identified: WithSubject named no one, the transport is
 // not a single-client local one (stdio), and the request has no authentic
 // session (one issued and validated by the server). That is the shape of
 // Streamable HTTP without authentication, and of any session a server does
 // not validate.
-type UnscopedPolicy uint8
+type UnscopedPolicy = mcpcall.UnscopedPolicy
 
+// Unscoped policies.
 const (
 	// UnscopedRefuse answers such a call with an isError result that tells
-	// the model nothing was done (with the RefusalMetaKey marker, reason
-	// "unscoped"), and logs once per tool what the operator can configure.
+	// the model nothing was done (with the spancontract.RefusalMetaKey
+	// marker, reason "unscoped"), and logs once per tool what the operator
+	// can configure.
 	// The tool's description does not claim that retries are safe for such
 	// callers. This is the default: a protected tool never runs unprotected,
 	// and two callers never share a stored result.
-	UnscopedRefuse UnscopedPolicy = iota
+	UnscopedRefuse UnscopedPolicy = mcpcall.UnscopedRefuse
 	// UnscopedShare protects such calls in one namespace that every
 	// unidentified caller shares: a caller may be answered with another
 	// caller's stored result. Choose it only for a server whose callers may
 	// all see each other's results, such as a single-tenant internal service.
-	UnscopedShare
+	UnscopedShare UnscopedPolicy = mcpcall.UnscopedShare
 	// UnscopedBypass runs such calls unprotected (outcome "bypassed",
 	// idemkit.bypass.reason "unscoped"); their spans still carry the key
 	// hashes, so the Collector sees the duplicates that leak.
-	UnscopedBypass
+	UnscopedBypass UnscopedPolicy = mcpcall.UnscopedBypass
 )
 
 // Option configures the instrumentation of an MCP server (see the mcpgo
 // and gosdk packages). Options are applied in order; for the per-tool
-// options a later one overrides an earlier one for the same tool.
-type Option interface {
-	apply(*mcpcall.Config)
-}
+// options a later one overrides an earlier one for the same tool. The
+// With… functions of this package make them.
+type Option = mcpcall.Option
 
-type optionFunc func(*mcpcall.Config)
-
-func (f optionFunc) apply(c *mcpcall.Config) { f(c) }
-
-func init() {
-	mcpcall.SetConfigure(func(c *mcpcall.Config, opts any) {
-		for _, o := range opts.([]Option) {
-			if o != nil {
-				o.apply(c)
-			}
-		}
-	})
-}
+type optionFunc = mcpcall.OptionFunc
 
 // WithTracerProvider sets the TracerProvider of the request spans. Defaults
 // to the global provider (otel.GetTracerProvider) when the instrumentation
@@ -187,7 +171,8 @@ func setProtect(c *mcpcall.Config, tools []string, v bool) {
 // WithStatusTool names the tool a model should call to check on an
 // in-progress call of tool; the in-progress answer names it. A StatusTool
 // set in the Guard's idemkit.ToolConfig takes precedence; a tool may also
-// name its own in its _meta under StatusToolMetaKey (job tools do).
+// name its own in its _meta under spancontract.StatusToolMetaKey (job tools
+// do).
 func WithStatusTool(tool, statusTool string) Option {
 	return optionFunc(func(c *mcpcall.Config) {
 		if c.StatusTools == nil {
@@ -212,27 +197,25 @@ func WithExclude(tool string, fields ...string) Option {
 // WithUnscopedCalls sets the policy for protected calls whose caller cannot
 // be identified (see WithSubject). Defaults to UnscopedRefuse.
 func WithUnscopedCalls(p UnscopedPolicy) Option {
-	return optionFunc(func(c *mcpcall.Config) { c.Unscoped = mcpcall.UnscopedPolicy(p) })
+	return optionFunc(func(c *mcpcall.Config) { c.Unscoped = p })
 }
 
 // WithRecordArguments records the raw tool arguments on spans
-// (gen_ai.tool.call.arguments), cut to maxBytes (DefaultCaptureBytes when
-// maxBytes <= 0). Arguments may hold personal or secret data: opt in only
+// (gen_ai.tool.call.arguments), cut to maxBytes (1 KiB when maxBytes <= 0). Arguments may hold personal or secret data: opt in only
 // where your tracing backend may hold them. Defaults to off.
 func WithRecordArguments(maxBytes int) Option {
 	return optionFunc(func(c *mcpcall.Config) { c.ArgumentsCap = captureCap(maxBytes) })
 }
 
 // WithRecordResults records the raw tool results on spans
-// (gen_ai.tool.call.result), cut to maxBytes (DefaultCaptureBytes when
-// maxBytes <= 0). Defaults to off.
+// (gen_ai.tool.call.result), cut to maxBytes (1 KiB when maxBytes <= 0). Defaults to off.
 func WithRecordResults(maxBytes int) Option {
 	return optionFunc(func(c *mcpcall.Config) { c.ResultCap = captureCap(maxBytes) })
 }
 
 func captureCap(n int) int {
 	if n <= 0 {
-		return DefaultCaptureBytes
+		return mcpcall.DefaultCaptureBytes
 	}
 	return n
 }

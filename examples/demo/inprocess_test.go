@@ -19,7 +19,7 @@ import (
 	"github.com/idemkit-mcp/idemkit/examples/internal/report"
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
-	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
+	"github.com/idemkit-mcp/idemkit/internal/testing/harness"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/examples/internal/refunds"
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
 )
@@ -29,7 +30,7 @@ type openedStore struct {
 // -store-db apart, the SQLite file -db.
 func openStore(ctx context.Context, o options) (*openedStore, error) {
 	var (
-		store idemkit.Store
+		store idemstore.Store
 		st    = &openedStore{close: func() {}}
 		err   error
 	)

@@ -4,17 +4,18 @@ import (
 	"context"
 	"testing"
 
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/storetest"
-	"github.com/idemkit-mcp/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
 	"github.com/jackc/pgx/v5"
 )
 
 // damageRecord damages the record of key with SQL, as an operator's
 // mistaken UPDATE, a restore gone wrong or a failing disk would
 // (storetest.Config.Damage).
-func damageRecord(t *testing.T, store idemkit.Store, key string, d storetest.Damage) {
+func damageRecord(t *testing.T, store idemstore.Store, key string, d storetest.Damage) {
 	t.Helper()
 	s := store.(*pgstore.Store)
 	schema, ok := storeSchemas.Load(s)

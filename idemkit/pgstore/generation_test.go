@@ -6,9 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
-	"github.com/idemkit-mcp/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -54,7 +55,7 @@ VALUES ($1, 'issue_refund', '', 'in_progress', 42, 1, now() - interval '3 minute
 	if err := store.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate over the old row: %v", err)
 	}
-	if rec, err := store.Lookup(ctx, idemkit.LookupRequest{Key: old.ID()}); err != nil || rec.Generation != 0 {
+	if rec, err := store.Lookup(ctx, idemstore.LookupRequest{Key: old.ID()}); err != nil || rec.Generation != 0 {
 		t.Fatalf("old row after the upgrade: %+v %v; want generation 0", rec, err)
 	}
 	g, _ := idemkit.NewGuard(store, nil)
@@ -73,7 +74,7 @@ VALUES ($1, 'issue_refund', '', 'in_progress', 42, 1, now() - interval '3 minute
 	}); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := store.Lookup(ctx, idemkit.LookupRequest{Key: fresh.ID()})
+	rec, err := store.Lookup(ctx, idemstore.LookupRequest{Key: fresh.ID()})
 	if err != nil || rec.Generation == 0 || got != idemkit.DownstreamKey(fresh.ID(), rec.Generation) || got == "idk_"+fresh.ID() {
 		t.Fatalf("fresh record: generation %d key %q %v; want a per-record key", rec.Generation, got, err)
 	}
@@ -103,7 +104,7 @@ func TestDoTx_RetryOfARolledBackAttemptForwardsItsKey(t *testing.T) {
 	if _, err := store.DoInTx(ctx, g, k, work(true)); err == nil {
 		t.Fatal("failing DoInTx succeeded")
 	}
-	if _, err := store.Lookup(ctx, idemkit.LookupRequest{Key: k.ID()}); !errors.Is(err, idemkit.ErrNotFound) {
+	if _, err := store.Lookup(ctx, idemstore.LookupRequest{Key: k.ID()}); !errors.Is(err, idemkit.ErrNotFound) {
 		t.Fatalf("after the rollback: %v, want no record", err)
 	}
 	if _, err := store.DoInTx(ctx, g, k, work(false)); err != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/storetest"
 	"github.com/idemkit-mcp/idemkit/internal/dedupapi"
-	"github.com/idemkit-mcp/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
 )
 
 // Two replicas (two Guards, each with its own pool, on one Postgres schema)

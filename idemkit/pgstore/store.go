@@ -1,4 +1,4 @@
-// Package pgstore is an idemkit.Store on PostgreSQL, through pgx v5.
+// Package pgstore is an idemstore.Store on PostgreSQL, through pgx v5.
 //
 // Many MCP server replicas behind a load balancer share one database: the
 // claim row is the arbiter, so nothing relies on process memory. The claim is
@@ -10,7 +10,7 @@
 //
 // Errors a retry may cure (SQLSTATE classes 08, 40, 53 and 58, 57P01-03,
 // 57014, 55P03, and dropped or refused connections) match
-// idemkit.ErrTransient; the Guard retries a finish that fails this way.
+// idemstore.ErrTransient; the Guard retries a finish that fails this way.
 //
 //	pool, _ := pgxpool.New(ctx, dsn)
 //	store, _ := pgstore.New(pool, nil)
@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -59,14 +60,14 @@ type Config struct {
 	Schema string
 }
 
-// Store is an idemkit.Store on PostgreSQL. It is safe for concurrent use;
+// Store is an idemstore.Store on PostgreSQL. It is safe for concurrent use;
 // many Stores, in many processes, may share one database.
 type Store struct {
 	db  DB
 	sql *statements
 }
 
-var _ idemkit.Store = (*Store)(nil)
+var _ idemstore.Store = (*Store)(nil)
 
 // New returns a Store that runs its statements on db (usually a
 // *pgxpool.Pool). Call Migrate once before use.
@@ -269,7 +270,7 @@ SELECT r.body FROM {schema}idemkit_responses r
 JOIN {schema}idemkit_claims c ON c.key = r.key
 WHERE r.key = $1 AND c.state = 'succeeded' AND c.storage = 1`
 
-	// recordColumns are the columns of an idemkit.Record, in scanRecord's
+	// recordColumns are the columns of an idemstore.Record, in scanRecord's
 	// order.
 	recordColumns = `c.key, c.tool, c.fingerprint, c.state, c.attempt, c.started_at, c.lease_until, c.expires_at,
     c.storage, c.size, c.write_id, c.is_error, c.last_error, c.note, c.cancelled, coalesce(c.updated_at, c.started_at),
@@ -331,10 +332,10 @@ func nowArg(t time.Time) any {
 // micros returns d in microseconds, clamped to [0, idemkit.MaxDuration].
 func micros(d time.Duration) int64 { return min(max(d, 0), idemkit.MaxDuration).Microseconds() }
 
-// Claim implements idemkit.Store: one statement for a fresh key, two for
+// Claim implements idemstore.Store: one statement for a fresh key, two for
 // a duplicate (the second a read), three when it takes a record over (see
 // claimSQL). It never loops.
-func (s *Store) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.ClaimResult, error) {
+func (s *Store) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
 	now := nowArg(req.Now)
 	lease, window := micros(req.Lease), micros(req.Window)
 	var (
@@ -347,13 +348,13 @@ func (s *Store) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.Cl
 		tag, err = s.db.Exec(ctx, s.sql.claimFresh, req.Key, req.Tool, req.Fingerprint, req.Token, lease, window, now)
 	}
 	if err != nil {
-		return idemkit.ClaimResult{}, s.translate("claim", err)
+		return idemstore.ClaimResult{}, s.translate("claim", err)
 	}
 	if tag.RowsAffected() == 1 {
-		return idemkit.ClaimResult{Status: idemkit.ClaimAcquired, Attempt: 1, Generation: req.Token}, nil
+		return idemstore.ClaimResult{Status: idemstore.ClaimAcquired, Attempt: 1, Generation: req.Token}, nil
 	}
 	var (
-		res                      idemkit.ClaimResult
+		res                      idemstore.ClaimResult
 		state                    string
 		attempt                  int32
 		sameFingerprint, expired bool
@@ -366,7 +367,7 @@ func (s *Store) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.Cl
 	case errors.Is(err, pgx.ErrNoRows):
 		return s.claimRow(ctx, req, lease, window, now) // swept in between
 	case err != nil:
-		return idemkit.ClaimResult{}, s.translate("claim lookup", err)
+		return idemstore.ClaimResult{}, s.translate("claim lookup", err)
 	}
 	res.Attempt = int(attempt)
 	lapsed := !res.Now.Before(res.LeaseUntil)
@@ -374,16 +375,16 @@ func (s *Store) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.Cl
 	case expired && (state != "in_progress" || lapsed):
 		return s.claimRow(ctx, req, lease, window, now)
 	case !sameFingerprint:
-		return idemkit.ClaimResult{Status: idemkit.ClaimMismatch, Attempt: res.Attempt, Started: res.Started, Now: res.Now}, nil
+		return idemstore.ClaimResult{Status: idemstore.ClaimMismatch, Attempt: res.Attempt, Started: res.Started, Now: res.Now}, nil
 	case state == "succeeded":
-		res.Status = idemkit.ClaimCompleted
+		res.Status = idemstore.ClaimCompleted
 		res.Storage = storageKind(int64(storage))
 		res.Response.Body = body
 		res.Response.WriteID = string(writeID)
 		res.LeaseUntil = time.Time{}
 		return res, nil
 	case state == "in_progress" && !lapsed:
-		res.Status = idemkit.ClaimBusy
+		res.Status = idemstore.ClaimBusy
 		res.Size, res.Response.IsError, res.Checksum = 0, false, nil
 		return res, nil
 	}
@@ -392,9 +393,9 @@ func (s *Store) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.Cl
 
 // claimRow runs claimSQL: it claims the row if the caller may, or returns
 // it as it stands.
-func (s *Store) claimRow(ctx context.Context, req idemkit.ClaimRequest, lease, window int64, now any) (idemkit.ClaimResult, error) {
+func (s *Store) claimRow(ctx context.Context, req idemstore.ClaimRequest, lease, window int64, now any) (idemstore.ClaimResult, error) {
 	var (
-		res                  idemkit.ClaimResult
+		res                  idemstore.ClaimResult
 		won, sameFingerprint bool
 		attempt              int32
 		state                string
@@ -405,34 +406,34 @@ func (s *Store) claimRow(ctx context.Context, req idemkit.ClaimRequest, lease, w
 	err := s.db.QueryRow(ctx, s.sql.claim, req.Key, req.Tool, req.Fingerprint, req.Token, lease, window, now).Scan(
 		&won, &attempt, &sameFingerprint, &state, &res.Started, &res.LeaseUntil, &storage, &res.Size, &writeID, &res.Response.IsError, &body, &res.Now, &res.Checksum, &generation)
 	if err != nil {
-		return idemkit.ClaimResult{}, s.translate("claim", err)
+		return idemstore.ClaimResult{}, s.translate("claim", err)
 	}
 	res.Attempt = int(attempt)
 	switch {
 	case won && attempt == 1:
-		return idemkit.ClaimResult{Status: idemkit.ClaimAcquired, Attempt: 1, Started: res.Started, Now: res.Now, Generation: generation}, nil
+		return idemstore.ClaimResult{Status: idemstore.ClaimAcquired, Attempt: 1, Started: res.Started, Now: res.Now, Generation: generation}, nil
 	case won:
-		return idemkit.ClaimResult{Status: idemkit.ClaimTakenOver, Attempt: res.Attempt, Started: res.Started, Now: res.Now, Generation: generation}, nil
+		return idemstore.ClaimResult{Status: idemstore.ClaimTakenOver, Attempt: res.Attempt, Started: res.Started, Now: res.Now, Generation: generation}, nil
 	case !sameFingerprint:
-		return idemkit.ClaimResult{Status: idemkit.ClaimMismatch, Attempt: res.Attempt, Started: res.Started, Now: res.Now}, nil
+		return idemstore.ClaimResult{Status: idemstore.ClaimMismatch, Attempt: res.Attempt, Started: res.Started, Now: res.Now}, nil
 	case state == "succeeded":
-		res.Status = idemkit.ClaimCompleted
+		res.Status = idemstore.ClaimCompleted
 		res.Storage = storageKind(int64(storage))
 		res.Response.Body = body
 		res.Response.WriteID = string(writeID)
 		res.LeaseUntil = time.Time{}
 		return res, nil
 	case state == "in_progress":
-		res.Status = idemkit.ClaimBusy
+		res.Status = idemstore.ClaimBusy
 		res.Size, res.Response.IsError, res.Checksum = 0, false, nil
 		return res, nil
 	}
 	// A released record of the same fingerprint is always taken over.
-	return idemkit.ClaimResult{}, fmt.Errorf("pgstore: claim of %s: the record is %s but was not claimed", req.Tool, state)
+	return idemstore.ClaimResult{}, fmt.Errorf("pgstore: claim of %s: the record is %s but was not claimed", req.Tool, state)
 }
 
-// Finish implements idemkit.Store.
-func (s *Store) Finish(ctx context.Context, req idemkit.FinishRequest) error {
+// Finish implements idemstore.Store.
+func (s *Store) Finish(ctx context.Context, req idemstore.FinishRequest) error {
 	var (
 		tag pgconn.CommandTag
 		err error
@@ -445,20 +446,20 @@ func (s *Store) Finish(ctx context.Context, req idemkit.FinishRequest) error {
 	switch {
 	case !req.Succeeded:
 		tag, err = s.db.Exec(ctx, s.sql.finishFailed, req.Key, req.Token, nullBytes(req.Error), now)
-	case req.Storage == idemkit.StorageExternal:
+	case req.Storage == idemstore.StorageExternal:
 		tag, err = s.db.Exec(ctx, s.sql.finishExternal, req.Key, req.Token, body, req.Size, nullBytes(req.Response.WriteID), req.Response.IsError, now, nullChecksum(req.Checksum))
-	case req.Storage == idemkit.StorageDropped:
-		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, nil, int16(idemkit.StorageDropped), req.Size, nullBytes(req.Response.WriteID), req.Response.IsError, now, nullChecksum(req.Checksum))
+	case req.Storage == idemstore.StorageDropped:
+		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, nil, int16(idemstore.StorageDropped), req.Size, nullBytes(req.Response.WriteID), req.Response.IsError, now, nullChecksum(req.Checksum))
 	case now == nil && req.Size == int64(len(body)):
 		tag, err = s.db.Exec(ctx, s.sql.finishInlineDBClock, req.Key, req.Token, body, nullBytes(req.Response.WriteID), req.Response.IsError, nullChecksum(req.Checksum))
 	default:
-		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, body, int16(idemkit.StorageInline), req.Size, nullBytes(req.Response.WriteID), req.Response.IsError, now, nullChecksum(req.Checksum))
+		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, body, int16(idemstore.StorageInline), req.Size, nullBytes(req.Response.WriteID), req.Response.IsError, now, nullChecksum(req.Checksum))
 	}
 	if err != nil {
 		return s.translate("finish", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return idemkit.ErrLeaseLost
+		return idemstore.ErrLeaseLost
 	}
 	return nil
 }
@@ -467,11 +468,11 @@ func (s *Store) Finish(ctx context.Context, req idemkit.FinishRequest) error {
 // in it, to an idemkit.Storage: a value outside the kinds' byte range
 // becomes 255, which the Guard refuses as an unknown kind (a plain
 // conversion would wrap 258 around to StorageDropped).
-func storageKind(v int64) idemkit.Storage {
+func storageKind(v int64) idemstore.Storage {
 	if v < 0 || v > 255 {
 		return 255
 	}
-	return idemkit.Storage(v)
+	return idemstore.Storage(v)
 }
 
 // nullChecksum passes a checksum to the bytea column, empty as NULL.
@@ -490,24 +491,24 @@ func nullBytes(s string) any {
 	return []byte(s)
 }
 
-// Extend implements idemkit.Store.
-func (s *Store) Extend(ctx context.Context, req idemkit.ExtendRequest) error {
+// Extend implements idemstore.Store.
+func (s *Store) Extend(ctx context.Context, req idemstore.ExtendRequest) error {
 	tag, err := s.db.Exec(ctx, s.sql.extend, req.Key, req.Token, micros(req.Lease), nowArg(req.Now), nullBytes(req.Note))
 	if err != nil {
 		return s.translate("extend", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return idemkit.ErrLeaseLost
+		return idemstore.ErrLeaseLost
 	}
 	return nil
 }
 
-// Response implements idemkit.Store.
+// Response implements idemstore.Store.
 func (s *Store) Response(ctx context.Context, key string) ([]byte, error) {
 	var body []byte
 	err := s.db.QueryRow(ctx, s.sql.response, key).Scan(&body)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, idemkit.ErrNotFound
+		return nil, idemstore.ErrNotFound
 	}
 	if err != nil {
 		return nil, s.translate("load response", err)
@@ -515,21 +516,21 @@ func (s *Store) Response(ctx context.Context, key string) ([]byte, error) {
 	return body, nil
 }
 
-// Lookup implements idemkit.Store.
-func (s *Store) Lookup(ctx context.Context, req idemkit.LookupRequest) (idemkit.Record, error) {
+// Lookup implements idemstore.Store.
+func (s *Store) Lookup(ctx context.Context, req idemstore.LookupRequest) (idemstore.Record, error) {
 	var (
-		rec  idemkit.Record
+		rec  idemstore.Record
 		body []byte
 	)
 	row := s.db.QueryRow(ctx, s.sql.inspect, req.Key, req.Body, nowArg(req.Now))
 	err := scanRecord(row, &rec, &body)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return idemkit.Record{}, idemkit.ErrNotFound
+		return idemstore.Record{}, idemstore.ErrNotFound
 	}
 	if err != nil {
-		return idemkit.Record{}, s.translate("lookup", err)
+		return idemstore.Record{}, s.translate("lookup", err)
 	}
-	if req.Body && rec.State == idemkit.StateCompleted && rec.Storage != idemkit.StorageDropped {
+	if req.Body && rec.State == idemstore.StateCompleted && rec.Storage != idemstore.StorageDropped {
 		if body == nil {
 			body = []byte{}
 		}
@@ -538,36 +539,36 @@ func (s *Store) Lookup(ctx context.Context, req idemkit.LookupRequest) (idemkit.
 	return rec, nil
 }
 
-// Cancel implements idemkit.Store: one UPDATE decides, on the locked row,
+// Cancel implements idemstore.Store: one UPDATE decides, on the locked row,
 // so that of a Cancel and a Finish racing on a record exactly one wins.
 // When it changes nothing, a read of the record says why.
-func (s *Store) Cancel(ctx context.Context, req idemkit.CancelRequest) (idemkit.Record, error) {
+func (s *Store) Cancel(ctx context.Context, req idemstore.CancelRequest) (idemstore.Record, error) {
 	now := nowArg(req.Now)
 	for try := 0; ; try++ {
-		var rec idemkit.Record
+		var rec idemstore.Record
 		err := scanRecord(s.db.QueryRow(ctx, s.sql.cancel, req.Key, nullBytes(req.Reason), req.Abandoned, now), &rec)
 		if err == nil {
 			return rec, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return idemkit.Record{}, s.translate("cancel", err)
+			return idemstore.Record{}, s.translate("cancel", err)
 		}
-		rec, err = s.Lookup(ctx, idemkit.LookupRequest{Key: req.Key, Now: req.Now})
+		rec, err = s.Lookup(ctx, idemstore.LookupRequest{Key: req.Key, Now: req.Now})
 		switch {
 		case err != nil:
-			return idemkit.Record{}, err
-		case rec.State != idemkit.StateInProgress:
-			return rec, idemkit.ErrNotInProgress
+			return idemstore.Record{}, err
+		case rec.State != idemstore.StateInProgress:
+			return rec, idemstore.ErrNotInProgress
 		case req.Abandoned && !rec.Abandoned(), try == 2:
-			return rec, idemkit.ErrInProgress
+			return rec, idemstore.ErrInProgress
 		}
 		// A new attempt claimed the record between the two statements: try
 		// again, on it.
 	}
 }
 
-// List implements idemkit.Store.
-func (s *Store) List(ctx context.Context, req idemkit.ListRequest) ([]idemkit.Record, error) {
+// List implements idemstore.Store.
+func (s *Store) List(ctx context.Context, req idemstore.ListRequest) ([]idemstore.Record, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
@@ -580,9 +581,9 @@ func (s *Store) List(ctx context.Context, req idemkit.ListRequest) ([]idemkit.Re
 		return nil, s.translate("list", err)
 	}
 	defer rows.Close()
-	var out []idemkit.Record
+	var out []idemstore.Record
 	for rows.Next() {
-		var rec idemkit.Record
+		var rec idemstore.Record
 		if err := scanRecord(rows, &rec); err != nil {
 			return nil, s.translate("list", err)
 		}
@@ -595,7 +596,7 @@ func (s *Store) List(ctx context.Context, req idemkit.ListRequest) ([]idemkit.Re
 }
 
 // scanRecord scans recordColumns, then the clock, then extra into rec.
-func scanRecord(row pgx.Row, rec *idemkit.Record, extra ...any) error {
+func scanRecord(row pgx.Row, rec *idemstore.Record, extra ...any) error {
 	var (
 		state                  string
 		attempt                int32
@@ -610,7 +611,7 @@ func scanRecord(row pgx.Row, rec *idemkit.Record, extra ...any) error {
 	rec.State = recordState(state)
 	rec.Attempt = int(attempt)
 	rec.Error, rec.Note = string(lastErr), string(note)
-	if rec.State == idemkit.StateCompleted {
+	if rec.State == idemstore.StateCompleted {
 		rec.Storage = storageKind(int64(storage))
 		rec.WriteID = string(writeID)
 	} else {
@@ -619,30 +620,30 @@ func scanRecord(row pgx.Row, rec *idemkit.Record, extra ...any) error {
 	return nil
 }
 
-// recordState maps the state column to an idemkit.RecordState.
-func recordState(s string) idemkit.RecordState {
+// recordState maps the state column to an idemstore.RecordState.
+func recordState(s string) idemstore.RecordState {
 	switch s {
 	case "succeeded":
-		return idemkit.StateCompleted
+		return idemstore.StateCompleted
 	case "failed":
-		return idemkit.StateReleased
+		return idemstore.StateReleased
 	}
-	return idemkit.StateInProgress
+	return idemstore.StateInProgress
 }
 
-// dbState maps an idemkit.RecordState to the state column.
-func dbState(s idemkit.RecordState) string {
+// dbState maps an idemstore.RecordState to the state column.
+func dbState(s idemstore.RecordState) string {
 	switch s {
-	case idemkit.StateCompleted:
+	case idemstore.StateCompleted:
 		return "succeeded"
-	case idemkit.StateReleased:
+	case idemstore.StateReleased:
 		return "failed"
 	}
 	return "in_progress"
 }
 
-// Sweep implements idemkit.Store.
-func (s *Store) Sweep(ctx context.Context, req idemkit.SweepRequest) (int, error) {
+// Sweep implements idemstore.Store.
+func (s *Store) Sweep(ctx context.Context, req idemstore.SweepRequest) (int, error) {
 	limit := req.Limit
 	if limit <= 0 {
 		limit = idemkit.DefaultSweepBatch
@@ -664,7 +665,7 @@ const (
 
 // translate turns a driver error into one that says what to do, keeping the
 // original for errors.As. Errors a retry may cure match
-// idemkit.ErrTransient (see transient).
+// idemstore.ErrTransient (see transient).
 func (s *Store) translate(op string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -673,13 +674,13 @@ func (s *Store) translate(op string, err error) error {
 			return fmt.Errorf("pgstore: %s: idemkit's tables are missing in schema %q; run (*pgstore.Store).Migrate first: %w", op, s.schemaName(), err)
 		case sqlstateSerializationFailure, sqlstateDeadlockDetected:
 			err = fmt.Errorf("pgstore: %s: the transaction conflicted with a concurrent one; retry the whole transaction: %w", op, err)
-			return idemkit.Transient(err)
+			return idemstore.Transient(err)
 		case sqlstateInFailedTransaction:
 			return fmt.Errorf("pgstore: %s: the transaction has already failed; roll it back: %w", op, err)
 		}
 	}
 	if transient(err) {
-		return idemkit.Transient(fmt.Errorf("pgstore: %s: %w", op, err))
+		return idemstore.Transient(fmt.Errorf("pgstore: %s: %w", op, err))
 	}
 	return fmt.Errorf("pgstore: %s: %w", op, err)
 }

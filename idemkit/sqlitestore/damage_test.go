@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
 	"github.com/idemkit-mcp/idemkit/idemkit/storetest"
@@ -13,7 +14,7 @@ import (
 // damageRecord damages the record of key with SQL, as an operator's
 // mistaken UPDATE, a restore gone wrong or a failing disk would
 // (storetest.Config.Damage).
-func damageRecord(t *testing.T, store idemkit.Store, key string, d storetest.Damage) {
+func damageRecord(t *testing.T, store idemstore.Store, key string, d storetest.Damage) {
 	t.Helper()
 	ctx := context.Background()
 	// One connection for the statements and the pragma they may need.

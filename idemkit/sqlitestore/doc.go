@@ -1,4 +1,4 @@
-// Package sqlitestore is an idemkit.Store kept in an embedded SQLite
+// Package sqlitestore is an idemstore.Store kept in an embedded SQLite
 // database: durable idempotency for single-node and stdio MCP servers, with
 // no database server to run. A resumed client that replays its calls after
 // a restart gets the stored responses back instead of a second run of the

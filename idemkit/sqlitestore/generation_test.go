@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
 )
@@ -58,7 +59,7 @@ VALUES (?1, 'issue_refund', '', 'in_progress', 42, 1, ?2, ?3, ?4, ?4, ?2, ?2)`,
 	if err != nil || res.Outcome != idemkit.OutcomeTakeover || got != "idk_"+k.ID() {
 		t.Fatalf("takeover of the old row: %+v %v key %q; want a takeover forwarding %q", res, err, got, "idk_"+k.ID())
 	}
-	if rec, err := store.Lookup(ctx, idemkit.LookupRequest{Key: k.ID()}); err != nil || rec.Generation != 0 {
+	if rec, err := store.Lookup(ctx, idemstore.LookupRequest{Key: k.ID()}); err != nil || rec.Generation != 0 {
 		t.Fatalf("old record: %+v %v; want generation 0 kept", rec, err)
 	}
 }

@@ -15,7 +15,7 @@ const (
 	condClaim = `(` + condExpired + ` OR ` + condTakeover + `)`
 )
 
-// Claim statuses as claimSQL returns them; they equal idemkit.ClaimStatus.
+// Claim statuses as claimSQL returns them; they equal idemstore.ClaimStatus.
 const (
 	statusAcquired  = 1
 	statusTakenOver = 2
@@ -136,7 +136,7 @@ const sweepSQL = `DELETE FROM idemkit_claims WHERE key IN (
     WHERE sweep_at <= ?1 AND expires_at <= ?1 AND (state <> 'in_progress' OR lease_until <= ?1)
     LIMIT ?2)`
 
-// recordColumns are the columns of an idemkit.Record, in scanRecord's order.
+// recordColumns are the columns of an idemstore.Record, in scanRecord's order.
 const recordColumns = `c.key, c.tool, c.fingerprint, c.state, c.attempt, c.started_at, c.lease_until, c.expires_at,
     c.storage, c.size, c.write_id, c.is_error, c.last_error, c.note, c.cancelled, c.updated_at,
     iif(c.state = 'succeeded' AND c.checksum_token = c.token, c.checksum, NULL), c.generation`

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit"
 )
 
@@ -187,8 +188,8 @@ func (s *suite) damagedRecords(t *testing.T) {
 		if err != nil || len(rec.Checksum) == 0 {
 			t.Fatalf("Guard.Lookup of a completed record: checksum %x, %v; want a checksum", rec.Checksum, err)
 		}
-		cr, err := store.Claim(ctx(t), idemkit.ClaimRequest{Key: k.ID(), Tool: "refund", Token: 991, Lease: time.Minute, Window: 10 * time.Minute, Now: clock.Now()})
-		if err != nil || cr.Status != idemkit.ClaimCompleted || !bytes.Equal(cr.Checksum, rec.Checksum) {
+		cr, err := store.Claim(ctx(t), idemstore.ClaimRequest{Key: k.ID(), Tool: "refund", Token: 991, Lease: time.Minute, Window: 10 * time.Minute, Now: clock.Now()})
+		if err != nil || cr.Status != idemstore.ClaimCompleted || !bytes.Equal(cr.Checksum, rec.Checksum) {
 			t.Fatalf("claim of the completed record: %s, checksum %x, %v; want completed with checksum %x", cr.Status, cr.Checksum, err, rec.Checksum)
 		}
 		clock.Advance(11 * time.Minute)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit"
 )
 
@@ -22,19 +23,19 @@ func (s *suite) generationBelongsToTheRecord(t *testing.T) {
 	clock := NewClock()
 	c := ctx(t)
 	k := hexKey(300)
-	claim := func(name string, tok int64, status idemkit.ClaimStatus, generation int64) {
+	claim := func(name string, tok int64, status idemstore.ClaimStatus, generation int64) {
 		t.Helper()
-		cr, err := store.Claim(c, idemkit.ClaimRequest{Key: k, Tool: "refund", Fingerprint: "fp", Token: tok, Lease: time.Minute, Window: 10 * time.Minute, Now: clock.Now()})
+		cr, err := store.Claim(c, idemstore.ClaimRequest{Key: k, Tool: "refund", Fingerprint: "fp", Token: tok, Lease: time.Minute, Window: 10 * time.Minute, Now: clock.Now()})
 		if err != nil || cr.Status != status || cr.Generation != generation {
 			t.Fatalf("%s: status %s generation %d err %v; want %s generation %d", name, cr.Status, cr.Generation, err, status, generation)
 		}
-		if rec := mustLookup(t, store, idemkit.LookupRequest{Key: k, Now: clock.Now()}); rec.Generation != generation {
+		if rec := mustLookup(t, store, idemstore.LookupRequest{Key: k, Now: clock.Now()}); rec.Generation != generation {
 			t.Fatalf("%s: Lookup reports generation %d, want %d", name, rec.Generation, generation)
 		}
 	}
 	finish := func(tok int64, ok bool) {
 		t.Helper()
-		req := idemkit.FinishRequest{Key: k, Token: tok, Succeeded: ok, Error: "boom", Now: clock.Now()}
+		req := idemstore.FinishRequest{Key: k, Token: tok, Succeeded: ok, Error: "boom", Now: clock.Now()}
 		if ok {
 			req.Response, req.Size, req.Error = idemkit.Response{Body: []byte("ok")}, 2, ""
 		}
@@ -42,41 +43,41 @@ func (s *suite) generationBelongsToTheRecord(t *testing.T) {
 			t.Fatalf("finish of token %d: %v", tok, err)
 		}
 	}
-	claim("fresh", 11, idemkit.ClaimAcquired, 11)
-	if err := store.Extend(c, idemkit.ExtendRequest{Key: k, Token: 11, Lease: time.Minute, Note: "n", Now: clock.Now()}); err != nil {
+	claim("fresh", 11, idemstore.ClaimAcquired, 11)
+	if err := store.Extend(c, idemstore.ExtendRequest{Key: k, Token: 11, Lease: time.Minute, Note: "n", Now: clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	finish(11, false)
-	claim("takeover after a release", 12, idemkit.ClaimTakenOver, 11)
+	claim("takeover after a release", 12, idemstore.ClaimTakenOver, 11)
 	clock.Advance(2 * time.Minute) // token 12's lease lapses
-	claim("takeover after a lapsed lease", 13, idemkit.ClaimTakenOver, 11)
-	if _, err := store.Cancel(c, idemkit.CancelRequest{Key: k, Reason: "stop", Now: clock.Now()}); err != nil {
+	claim("takeover after a lapsed lease", 13, idemstore.ClaimTakenOver, 11)
+	if _, err := store.Cancel(c, idemstore.CancelRequest{Key: k, Reason: "stop", Now: clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	claim("takeover after a cancel", 14, idemkit.ClaimTakenOver, 11)
+	claim("takeover after a cancel", 14, idemstore.ClaimTakenOver, 11)
 	finish(14, true)
-	if rec := mustLookup(t, store, idemkit.LookupRequest{Key: k, Now: clock.Now()}); rec.Generation != 11 || rec.State != idemkit.StateCompleted {
+	if rec := mustLookup(t, store, idemstore.LookupRequest{Key: k, Now: clock.Now()}); rec.Generation != 11 || rec.State != idemstore.StateCompleted {
 		t.Fatalf("completed record: %+v, want generation 11", rec)
 	}
-	if cr, err := store.Claim(c, idemkit.ClaimRequest{Key: k, Tool: "refund", Fingerprint: "fp", Token: 99, Lease: time.Minute, Window: 10 * time.Minute, Now: clock.Now()}); err != nil || cr.Status != idemkit.ClaimCompleted {
+	if cr, err := store.Claim(c, idemstore.ClaimRequest{Key: k, Tool: "refund", Fingerprint: "fp", Token: 99, Lease: time.Minute, Window: 10 * time.Minute, Now: clock.Now()}); err != nil || cr.Status != idemstore.ClaimCompleted {
 		t.Fatalf("duplicate of the completed record: %+v %v", cr, err)
 	}
 
 	// A new record: the window is over.
 	clock.Advance(time.Hour)
-	claim("fresh after the window", 15, idemkit.ClaimAcquired, 15)
+	claim("fresh after the window", 15, idemstore.ClaimAcquired, 15)
 	finish(15, false)
 	// An expired released record is replaced too.
 	clock.Advance(time.Hour)
-	claim("fresh over an expired release", 16, idemkit.ClaimAcquired, 16)
+	claim("fresh over an expired release", 16, idemstore.ClaimAcquired, 16)
 	finish(16, true)
 	// And after a sweep.
 	clock.Advance(time.Hour)
-	if n, err := store.Sweep(c, idemkit.SweepRequest{Limit: 10, Now: clock.Now()}); err != nil || n != 1 {
+	if n, err := store.Sweep(c, idemstore.SweepRequest{Limit: 10, Now: clock.Now()}); err != nil || n != 1 {
 		t.Fatalf("Sweep: %d %v", n, err)
 	}
-	claim("fresh after a sweep", 17, idemkit.ClaimAcquired, 17)
-	if recs, err := store.List(c, idemkit.ListRequest{KeyPrefix: k, Now: clock.Now()}); err != nil || len(recs) != 1 || recs[0].Generation != 17 {
+	claim("fresh after a sweep", 17, idemstore.ClaimAcquired, 17)
+	if recs, err := store.List(c, idemstore.ListRequest{KeyPrefix: k, Now: clock.Now()}); err != nil || len(recs) != 1 || recs[0].Generation != 17 {
 		t.Fatalf("List: %+v %v, want the record with generation 17", recs, err)
 	}
 }
@@ -286,7 +287,7 @@ func (s *suite) maxAttempts(t *testing.T) {
 	if _, err := g.Do(ctx(t), k, failing); !errors.Is(err, idemkit.ErrAttemptsExhausted) || runs.Load() != 2 {
 		t.Fatalf("attempt 4: %v, %d runs", err, runs.Load())
 	}
-	if rec, err := g.Lookup(ctx(t), k); err != nil || rec.State != idemkit.StateReleased || !strings.Contains(rec.Error, "MaxAttempts") {
+	if rec, err := g.Lookup(ctx(t), k); err != nil || rec.State != idemstore.StateReleased || !strings.Contains(rec.Error, "MaxAttempts") {
 		t.Fatalf("record after the refusals: %+v %v", rec, err)
 	}
 	// After the window the call is fresh work again.

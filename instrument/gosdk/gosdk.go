@@ -455,7 +455,7 @@ func toolInfoOf(t *mcp.Tool) mcpcall.ToolInfo {
 	if a := t.Annotations; a != nil {
 		info.ReadOnlyHint, info.IdempotentHint = a.ReadOnlyHint, a.IdempotentHint
 	}
-	info.StatusTool, _ = t.Meta[instrument.StatusToolMetaKey].(string)
+	info.StatusTool, _ = t.Meta[spancontract.StatusToolMetaKey].(string)
 	return info
 }
 

@@ -7,9 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"reflect"
 	"sync"
-	"unsafe"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -30,18 +28,24 @@ type requestInfo struct {
 }
 
 // The SDK carries, from the wire to the middleware, only a request's
-// *mcp.RequestExtra (whose Header is the HTTP request's header map). The
-// wrappers record what the middleware needs under those identities:
+// *mcp.RequestExtra (whose Header is the HTTP request's header). The
+// wrappers record what the middleware needs under what it carries:
 //
 //   - byExtra: Transport gives every call read from its connection a
 //     RequestExtra of its own, recorded until the middleware takes it or
 //     the connection closes;
-//   - byHeader: HTTPHandler records each HTTP request under its header
-//     map while the request is served.
+//   - byToken: HTTPHandler records each HTTP request, while it is served,
+//     under a random token that it sets as the request's
+//     requestTokenHeader (replacing any value the client sent).
 var (
-	byExtra  sync.Map // *mcp.RequestExtra -> *extraInfo
-	byHeader sync.Map // unsafe.Pointer (header map) -> *requestInfo
+	byExtra sync.Map // *mcp.RequestExtra -> *extraInfo
+	byToken sync.Map // token (string) -> *requestInfo
 )
+
+// requestTokenHeader is the header in which HTTPHandler hands a request's
+// token to the middleware. Tool handlers see it among the request's
+// headers (RequestExtra.Header); it means nothing outside the request.
+const requestTokenHeader = "Idemkit-Request"
 
 type extraInfo struct {
 	info requestInfo
@@ -59,15 +63,13 @@ func lookupRequest(extra *mcp.RequestExtra) requestInfo {
 		e.conn.forget(extra)
 		return e.info
 	}
-	if extra.Header != nil {
-		if v, ok := byHeader.Load(headerID(extra.Header)); ok {
+	if tok := extra.Header.Get(requestTokenHeader); tok != "" {
+		if v, ok := byToken.Load(tok); ok {
 			return *v.(*requestInfo)
 		}
 	}
 	return requestInfo{}
 }
-
-func headerID(h http.Header) unsafe.Pointer { return reflect.ValueOf(h).UnsafePointer() }
 
 // Transport wraps a transport that is not HTTP (mcp.StdioTransport,
 // mcp.IOTransport, mcp.InMemoryTransport, or your own), so that the spans
@@ -269,9 +271,10 @@ func HTTPHandler(h http.Handler, validatedSessions bool) http.Handler {
 		if r.Header == nil {
 			r.Header = http.Header{}
 		}
-		key := headerID(r.Header)
-		byHeader.Store(key, info)
-		defer byHeader.Delete(key)
+		token := rand.Text()
+		r.Header.Set(requestTokenHeader, token)
+		byToken.Store(token, info)
+		defer byToken.Delete(token)
 		h.ServeHTTP(w, r)
 	})
 }

@@ -18,7 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit-mcp/idemkit/instrument"
-	"github.com/idemkit-mcp/idemkit/internal/adaptertest"
+	"github.com/idemkit-mcp/idemkit/internal/testing/adaptertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

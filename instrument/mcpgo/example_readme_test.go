@@ -22,6 +22,7 @@ import (
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
 	"github.com/idemkit-mcp/idemkit/instrument"
 	"github.com/idemkit-mcp/idemkit/instrument/mcpgo"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // This file is the README's integration snippet. README.md shows the lines
@@ -113,7 +114,7 @@ func Example_readme() {
 		if err != nil {
 			panic(err)
 		}
-		replayed := res.Meta != nil && res.Meta.AdditionalFields[instrument.ReplayMetaKey] != nil
+		replayed := res.Meta != nil && res.Meta.AdditionalFields[spancontract.ReplayMetaKey] != nil
 		fmt.Println(res.Content[0].(mcp.TextContent).Text, "- replayed:", replayed)
 	}
 	fmt.Println("refunds:", refunds)

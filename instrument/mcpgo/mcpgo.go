@@ -62,7 +62,7 @@
 //   - a task-augmented tools/call is a protected call whose answer is its
 //     CreateTaskResult: a duplicate (same subject, tool and canonical
 //     arguments, or the same explicit key) gets the first call's
-//     CreateTaskResult back, replayed with instrument.ReplayMetaKey, and the
+//     CreateTaskResult back, replayed with spancontract.ReplayMetaKey, and the
 //     task's work runs once, in the background, once that answer is
 //     stored. Its tools/call span is the task-creating call's.
 //   - tasks/get, tasks/result, tasks/cancel and tasks/list are answered
@@ -85,7 +85,6 @@
 package mcpgo
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"maps"
@@ -419,14 +418,14 @@ func (m *Instrumentation) beforeCallTool(ctx context.Context, _ any, req *mcp.Ca
 	if !ok {
 		return
 	}
-	if _, ok := args[instrument.KeyArgument]; !ok {
+	if _, ok := args[spancontract.KeyArgument]; !ok {
 		return
 	}
 	if info := lookupTool(ctx, req.Params.Name); !m.in.StripsKey(req.Params.Name, info) {
 		return
 	}
 	c := maps.Clone(args)
-	delete(c, instrument.KeyArgument)
+	delete(c, spancontract.KeyArgument)
 	req.Params.Arguments = c
 }
 
@@ -473,12 +472,12 @@ func toolInfoOf(t *mcp.Tool) mcpcall.ToolInfo {
 		IdempotentHint: t.Annotations.IdempotentHint != nil && *t.Annotations.IdempotentHint,
 	}
 	if t.RawInputSchema != nil {
-		info.DeclaresKey = bytes.Contains(t.RawInputSchema, []byte(`"`+instrument.KeyArgument+`"`))
+		info.DeclaresKey = mcpcall.RawSchemaDeclaresKey(t.RawInputSchema)
 	} else {
-		_, info.DeclaresKey = t.InputSchema.Properties[instrument.KeyArgument]
+		info.DeclaresKey = mcpcall.PropertiesDeclareKey(t.InputSchema.Properties)
 	}
 	if t.Meta != nil {
-		info.StatusTool, _ = t.Meta.AdditionalFields[instrument.StatusToolMetaKey].(string)
+		info.StatusTool, _ = t.Meta.AdditionalFields[spancontract.StatusToolMetaKey].(string)
 	}
 	return info
 }
@@ -666,9 +665,9 @@ func (m *Instrumentation) serveDetached(ctx context.Context, req mcp.CallToolReq
 // of it.
 func stripKeyArgument(req *mcp.CallToolRequest) {
 	if args, ok := req.Params.Arguments.(map[string]any); ok {
-		if _, ok := args[instrument.KeyArgument]; ok {
+		if _, ok := args[spancontract.KeyArgument]; ok {
 			c := maps.Clone(args)
-			delete(c, instrument.KeyArgument)
+			delete(c, spancontract.KeyArgument)
 			req.Params.Arguments = c
 		}
 	}
@@ -777,10 +776,10 @@ func withKeyParameter(tool mcp.Tool) mcp.Tool {
 		if props == nil {
 			props = make(map[string]any, 1)
 		}
-		props[instrument.KeyArgument] = mcpcall.KeyParameterSchema()
+		props[spancontract.KeyArgument] = mcpcall.KeyParameterSchema()
 		tool.InputSchema.Properties = props
 		if order := tool.InputSchema.PropertyOrder; order != nil {
-			tool.InputSchema.PropertyOrder = append(order[:len(order):len(order)], instrument.KeyArgument)
+			tool.InputSchema.PropertyOrder = append(order[:len(order):len(order)], spancontract.KeyArgument)
 		}
 		if tool.InputSchema.Type == "" {
 			tool.InputSchema.Type = "object"

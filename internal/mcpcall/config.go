@@ -42,7 +42,8 @@ import (
 
 // UnscopedPolicy decides what happens to a call of a protected tool whose
 // caller cannot be identified: no subject, not a single-client local
-// transport, and no authentic session.
+// transport, and no authentic session. It is instrument.UnscopedPolicy,
+// documented there.
 type UnscopedPolicy uint8
 
 const (
@@ -127,7 +128,8 @@ type Config struct {
 }
 
 // DefaultCaptureBytes is the cap of a recorded argument or result when the
-// caller asked for recording without a size.
+// caller asked for recording without a size (instrument.WithRecordArguments
+// and WithRecordResults document it).
 const DefaultCaptureBytes = 1 << 10
 
 // DefaultConfig returns the defaults: global OpenTelemetry providers and
@@ -153,22 +155,26 @@ func (c *Config) complete() {
 	}
 }
 
-// configure converts the instrument package's options (passed as any, to
-// keep this package free of it) into a Config. Package instrument sets it
-// in its init function.
-var configure func(c *Config, opts any)
+// Option is one setting of a Config. It is instrument.Option (an alias of
+// this type): the instrument package's With… functions return Options, and
+// the SDK adapters apply the ones their users passed with ConfigFrom.
+type Option interface {
+	apply(*Config)
+}
 
-// SetConfigure installs the function that applies instrument.Options to a
-// Config. Package instrument calls it once, from init.
-func SetConfigure(f func(c *Config, opts any)) { configure = f }
+// OptionFunc is an Option that sets a Config by calling the function.
+type OptionFunc func(*Config)
 
-// ConfigFrom returns DefaultConfig with opts (a []instrument.Option) applied.
-// The SDK adapters call it with the options their users passed.
-func ConfigFrom(opts any) Config {
+func (f OptionFunc) apply(c *Config) { f(c) }
+
+// ConfigFrom returns DefaultConfig with opts applied in order; nil options
+// are skipped.
+func ConfigFrom(opts []Option) Config {
 	c := DefaultConfig()
-	if configure == nil {
-		panic("mcpcall: ConfigFrom before package instrument was initialised")
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&c)
+		}
 	}
-	configure(&c, opts)
 	return c
 }

@@ -43,7 +43,7 @@ func TestCallTool_DamagedRecordIsRefusedAsAlreadyRun(t *testing.T) {
 			}
 			for i := range 2 {
 				res := result(t, r.call("refund", `{"order_id":"o-1"}`, nil))
-				reason := metaOf(res, RefusalMetaKey)["reason"]
+				reason := metaOf(res, sc.RefusalMetaKey)["reason"]
 				if !isError(res) || reason != sc.RefusalResultUnreadable {
 					b, _ := json.Marshal(res)
 					t.Fatalf("duplicate %d of a damaged record: %.300s; want an isError answer, reason result_unreadable", i, b)

@@ -11,6 +11,7 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
@@ -159,8 +160,8 @@ func attrsOf(s sdktrace.ReadOnlySpan) map[string]any {
 // failingStore fails every claim.
 type failingStore struct{ idemkit.MemoryStore }
 
-func (*failingStore) Claim(context.Context, idemkit.ClaimRequest) (idemkit.ClaimResult, error) {
-	return idemkit.ClaimResult{}, errors.New("connection refused")
+func (*failingStore) Claim(context.Context, idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
+	return idemstore.ClaimResult{}, errors.New("connection refused")
 }
 
 // The attack the hash key stops: refunds whose arguments are an order ID

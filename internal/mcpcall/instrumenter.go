@@ -15,9 +15,6 @@ import (
 // import path of the package users configure, instrument.
 const ScopeName = "github.com/idemkit-mcp/idemkit/instrument"
 
-// Version is the instrumentation version reported with the scope.
-const Version = idemkit.Version
-
 // Instrumenter traces MCP requests and protects the tool calls that need
 // it. Build it with New; it is safe for concurrent use.
 type Instrumenter struct {
@@ -70,7 +67,7 @@ func New(guard *idemkit.Guard, cfg Config) *Instrumenter {
 		in.hasher = guard.Hasher()
 	}
 	in.tracer = cfg.TracerProvider.Tracer(ScopeName,
-		trace.WithInstrumentationVersion(Version), trace.WithSchemaURL(semconv.SchemaURL))
+		trace.WithInstrumentationVersion(idemkit.Version), trace.WithSchemaURL(semconv.SchemaURL))
 	if err := in.m.init(cfg.MeterProvider); err != nil {
 		otel.Handle(err)
 	}

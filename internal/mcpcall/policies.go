@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // Per-tool policies beyond protection (Config.RequireKey, ToolVersions;
@@ -27,7 +28,7 @@ func (in *Instrumenter) missingKey(tool string, key idemkit.Key) string {
 	}
 	return fmt.Sprintf("The %s tool needs an explicit idempotency key, because a person may ask for the same %s twice on purpose. "+
 		"Nothing was done. Call it again with an %s argument: a new unique value (a UUID) for each new request the user makes, "+
-		"and the same value when you retry this one.", tool, tool, KeyArgument)
+		"and the same value when you retry this one.", tool, tool, spancontract.KeyArgument)
 }
 
 // versionedScope returns the key scope of a call of tool: with the tool's

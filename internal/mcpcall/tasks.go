@@ -250,8 +250,8 @@ func refusalError(res json.RawMessage, reason string) *RPCError {
 	if len(r.Content) > 0 {
 		e.Message = r.Content[0].Text
 	}
-	if m, ok := r.Meta[RefusalMetaKey]; ok {
-		e.Data = map[string]json.RawMessage{RefusalMetaKey: m}
+	if m, ok := r.Meta[spancontract.RefusalMetaKey]; ok {
+		e.Data = map[string]json.RawMessage{spancontract.RefusalMetaKey: m}
 	}
 	switch reason {
 	case spancontract.RefusalInvalidArguments, spancontract.RefusalInvalidKey, spancontract.RefusalMismatch:

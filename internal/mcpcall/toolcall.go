@@ -275,7 +275,7 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 			c.finishErr = uerr
 			return refuse(op, codec, spancontract.RefusalResultUnreadable, unreadableText(call.Tool), nil), nil
 		}
-		return answer(op, codec, codec.WithMeta(stored, ReplayMetaKey, replayMarker(r.Attempt, r.WriteID)), nil, r.Body)
+		return answer(op, codec, codec.WithMeta(stored, spancontract.ReplayMetaKey, replayMarker(r.Attempt, r.WriteID)), nil, r.Body)
 	case derr == nil:
 		c.outcome, c.attempt, c.writeID = ranOutcome(r.Outcome), r.Attempt, r.WriteID
 		c.recorded = true
@@ -454,7 +454,7 @@ func refuse[R any](op *Op, codec Codec[R], reason, text string, extra map[string
 	for k, v := range extra {
 		marker[k] = v
 	}
-	return codec.WithMeta(codec.ErrorResult(text), RefusalMetaKey, marker)
+	return codec.WithMeta(codec.ErrorResult(text), spancontract.RefusalMetaKey, marker)
 }
 
 // unencodableError marks a result that could not be encoded for storage.

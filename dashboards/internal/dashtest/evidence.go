@@ -11,7 +11,7 @@ import (
 
 	_ "modernc.org/sqlite" // the demo servers' refund databases
 
-	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
+	"github.com/idemkit-mcp/idemkit/internal/testing/harness"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 

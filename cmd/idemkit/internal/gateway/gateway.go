@@ -718,7 +718,7 @@ func (s *session) toolsCall(op *mcpcall.Op, req *Message, p *requestParams, h ht
 		s.g.log.Warn("the upstream's answer to a protected call is over the message limit: the call is recorded as done, its result not kept",
 			"session", s.id, "tool", p.Name, "limit", s.g.maxMsg)
 		res = mcpcall.RawCodec{}.WithMeta(mcpcall.RawCodec{}.ErrorResult(tooLarge.notKeptText(p.Name)),
-			mcpcall.RefusalMetaKey, map[string]any{"reason": spancontract.RefusalResponseNotKept})
+			spancontract.RefusalMetaKey, map[string]any{"reason": spancontract.RefusalResponseNotKept})
 	}
 	return newResponse(req.ID, res), nil
 }

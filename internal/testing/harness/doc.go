@@ -9,7 +9,8 @@
 // dashboards/internal/dashtest) and the demo (examples/demo,
 // examples/internal/report) use it; scripts/demo.sh and
 // scripts/dashboards-test.sh only run their Go programs. Subpackage browser
-// drives a headless Chromium for browser tests. It lives in the
-// development module internal/devtools so that its dependencies never reach
-// a published go.mod; it is the project's tool, not an API.
+// drives a headless Chromium for browser tests. It is a development module
+// of its own (internal/testing/harness, beside the root module's test
+// packages in internal/testing) so that its dependencies never reach a
+// published go.mod; it is the project's tool, not an API.
 package harness

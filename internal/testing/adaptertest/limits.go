@@ -39,7 +39,7 @@ func testStoreFull(t *testing.T, h Harness) {
 		}
 	}
 	res := call(t, c, "refund", map[string]any{"order_id": "o-3"}, nil)
-	m := marker(res, instrument.RefusalMetaKey)
+	m := marker(res, sc.RefusalMetaKey)
 	if !isError(res) || m["reason"] != sc.RefusalStoreFull || runs.get() != 2 {
 		t.Fatalf("a third order on a store of 2 records: %v (runs %d), want a store_full refusal and no run", res, runs.get())
 	}
@@ -49,7 +49,7 @@ func testStoreFull(t *testing.T, h Harness) {
 	if txt := text(res); !strings.Contains(txt, "Nothing was done") || !strings.Contains(txt, "at capacity") || !strings.Contains(txt, "later") {
 		t.Errorf("refusal text %q: want it to say nothing was done, the server is at capacity, retry later", txt)
 	}
-	if again := call(t, c, "refund", map[string]any{"order_id": "o-1"}, nil); isError(again) || marker(again, instrument.ReplayMetaKey) == nil {
+	if again := call(t, c, "refund", map[string]any{"order_id": "o-1"}, nil); isError(again) || marker(again, sc.ReplayMetaKey) == nil {
 		t.Errorf("a duplicate of a stored call on a full store: %v, want its replay", again)
 	}
 	spans := r.waitSpans("tools/call refund", 4)
@@ -141,7 +141,7 @@ func refusal(t *testing.T, b []byte) (id any, code float64, message string, m ma
 	if err := json.Unmarshal(b, &msg); err != nil {
 		t.Fatalf("the refusal is not a JSON-RPC error: %v: %s", err, b)
 	}
-	return msg.ID, msg.Error.Code, msg.Error.Message, msg.Error.Data[instrument.RefusalMetaKey]
+	return msg.ID, msg.Error.Code, msg.Error.Message, msg.Error.Data[sc.RefusalMetaKey]
 }
 
 // testHTTPSessionCap: a server at its session cap refuses to open another

@@ -64,7 +64,7 @@ func StartPrometheus(ctx context.Context, g *Group, cfg PrometheusConfig) (*Prom
 		return nil, err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Written by the idemkit test harness (internal/devtools/harness).\nglobal:\n  scrape_interval: %s\n  scrape_timeout: %s\n  evaluation_interval: %s\nscrape_configs:\n",
+	fmt.Fprintf(&b, "# Written by the idemkit test harness (internal/testing/harness).\nglobal:\n  scrape_interval: %s\n  scrape_timeout: %s\n  evaluation_interval: %s\nscrape_configs:\n",
 		cfg.ScrapeInterval, cfg.ScrapeInterval*9/10, cfg.ScrapeInterval)
 	for _, j := range cfg.Jobs {
 		fmt.Fprintf(&b, "  - job_name: %q\n    honor_labels: %v\n    static_configs:\n      - targets: [", j.Name, j.HonorLabels)

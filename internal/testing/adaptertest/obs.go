@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/instrument"
 )
 
@@ -30,7 +31,7 @@ type rig struct {
 	sr     *tracetest.SpanRecorder
 	reader *sdkmetric.ManualReader
 	log    *lockedBuffer
-	store  idemkit.Store
+	store  idemstore.Store
 	guard  *idemkit.Guard
 	jobs   *instrument.Jobs
 	srv    Server
@@ -58,7 +59,7 @@ type setup struct {
 	transport Transport
 	bearer    bool
 	noGuard   bool
-	store     idemkit.Store
+	store     idemstore.Store
 	guardCfg  *idemkit.Config
 	opts      []instrument.Option
 	tools     []Tool

@@ -1,12 +1,11 @@
-package idemkit
+package idemstore
 
 import (
 	"fmt"
 	"time"
-	"unicode/utf8"
 )
 
-// Bounds on the text a Guard stores with a record.
+// Bounds on the text the Guard (idemkit.Guard) stores with a record.
 const (
 	// MaxNoteBytes is the longest progress note a heartbeat stores
 	// (ExtendRequest.Note); a longer one is cut at a character boundary.
@@ -83,13 +82,13 @@ func ParseRecordState(name string) (RecordState, error) {
 // Store.Lookup and Store.List). An expired record that no sweep has deleted
 // yet is reported as it is: Expired says so.
 type Record struct {
-	// Key is the record's identity, Key.ID(). Its first
+	// Key is the record's identity, idemkit.Key.ID(). Its first
 	// spancontract.HashLen characters are the idemkit.key.hash attribute.
 	Key string
 	// Tool is the tool name.
 	Tool string
 	// Fingerprint is the argument hash of an explicit key, "" for a derived
-	// one (see Key.Fingerprint).
+	// one (see idemkit.Key.Fingerprint).
 	Fingerprint string
 	// State is in progress, completed or released.
 	State RecordState
@@ -163,7 +162,7 @@ func (r *Record) Abandoned() bool {
 
 // CancelRequest is the input of Store.Cancel.
 type CancelRequest struct {
-	// Key is Key.ID() of the record to cancel.
+	// Key is idemkit.Key.ID() of the record to cancel.
 	Key string
 	// Reason is kept as the record's Error (Record.Error), byte for byte.
 	// The Guard bounds it to MaxErrorBytes.
@@ -180,7 +179,7 @@ type CancelRequest struct {
 
 // LookupRequest is the input of Store.Lookup.
 type LookupRequest struct {
-	// Key is Key.ID() of the record to read.
+	// Key is idemkit.Key.ID() of the record to read.
 	Key string
 	// Body asks for the stored response body of a completed record, inline
 	// or external (one more read for an external one).
@@ -237,32 +236,4 @@ func (r *ListRequest) Validate() error {
 		return fmt.Errorf("idemkit: ListRequest.State %d is not a known state", uint8(r.State))
 	}
 	return nil
-}
-
-// TruncateText returns s cut to at most n bytes without splitting a UTF-8
-// encoded character: a multi-byte character that does not fit is left out
-// whole. Bytes that are not valid UTF-8 are kept as they are (stores keep
-// them byte for byte).
-func TruncateText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	if n <= 0 {
-		return ""
-	}
-	// s[n] is the first byte left out. When it continues a valid
-	// character that starts before n, cut before that character.
-	cut := n
-	for i := n; i >= 0 && i > n-utf8.UTFMax; i-- {
-		if !utf8.RuneStart(s[i]) {
-			continue
-		}
-		if i < n {
-			if r, size := utf8.DecodeRuneInString(s[i:]); (r != utf8.RuneError || size > 1) && i+size > n {
-				cut = i
-			}
-		}
-		break
-	}
-	return s[:cut]
 }

@@ -19,7 +19,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/internal/clip"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
@@ -131,13 +133,13 @@ func testReplay(t *testing.T, h Harness) {
 	if n := runs.get(); n != 1 {
 		t.Fatalf("the tool ran %d times, want 1", n)
 	}
-	if isError(first) || isError(second) || marker(first, instrument.ReplayMetaKey) != nil {
+	if isError(first) || isError(second) || marker(first, sc.ReplayMetaKey) != nil {
 		t.Fatalf("first %v, second %v", first, second)
 	}
-	if got, want := marker(second, instrument.ReplayMetaKey), map[string]any{"replayed": true, "attempt": float64(1), "write_id": "re_1"}; !reflect.DeepEqual(got, want) {
+	if got, want := marker(second, sc.ReplayMetaKey), map[string]any{"replayed": true, "attempt": float64(1), "write_id": "re_1"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("marker %v, want %v", got, want)
 	}
-	if got := withoutMarker(second, instrument.ReplayMetaKey); !reflect.DeepEqual(got, first) {
+	if got := withoutMarker(second, sc.ReplayMetaKey); !reflect.DeepEqual(got, first) {
 		t.Errorf("the replay minus its marker differs from the first result:\n first %v\nreplay %v", first, got)
 	}
 	if !strings.Contains(text(first), "Refunded order o-1") {
@@ -162,7 +164,7 @@ func testReplay(t *testing.T, h Harness) {
 			string(semconv.NetworkTransportKey): "tcp", string(semconv.NetworkProtocolNameKey): "http",
 			string(semconv.NetworkProtocolVersionKey): "1.1", string(semconv.ClientAddressKey): "127.0.0.1",
 			sc.ArgsHash: k.ArgsHash()[:32], sc.KeyHash: k.Hash(), sc.KeySource: "derived",
-			sc.SubjectHash: idemkit.ShortHash("alice"), sc.Outcome: outcome, sc.Attempt: int64(1), sc.WriteID: "re_1",
+			sc.SubjectHash: clip.Hash("alice"), sc.Outcome: outcome, sc.Attempt: int64(1), sc.WriteID: "re_1",
 			string(semconv.ErrorTypeKey): absent, sc.Subject: absent, string(semconv.GenAIToolCallArgumentsKey): absent,
 		}); d != "" {
 			t.Errorf("span %d (%s): %s", i, outcome, d)
@@ -176,17 +178,17 @@ func testReplay(t *testing.T, h Harness) {
 	}
 
 	ms := r.metrics()
-	if got, want := sums(t, ms[instrument.MetricToolCalls]), map[string]int64{
+	if got, want := sums(t, ms[sc.MetricToolCalls]), map[string]int64{
 		key(sc.GenAIToolName, "refund", sc.Outcome, "executed"): 1,
 		key(sc.GenAIToolName, "refund", sc.Outcome, "replayed"): 1,
 	}; !reflect.DeepEqual(got, want) {
-		t.Errorf("%s = %v, want %v", instrument.MetricToolCalls, got, want)
+		t.Errorf("%s = %v, want %v", sc.MetricToolCalls, got, want)
 	}
-	if got := sums(t, ms[instrument.MetricReplays]); !reflect.DeepEqual(got, map[string]int64{key(sc.GenAIToolName, "refund"): 1}) {
-		t.Errorf("%s = %v", instrument.MetricReplays, got)
+	if got := sums(t, ms[sc.MetricReplays]); !reflect.DeepEqual(got, map[string]int64{key(sc.GenAIToolName, "refund"): 1}) {
+		t.Errorf("%s = %v", sc.MetricReplays, got)
 	}
 	var calls uint64
-	for _, p := range histPoints(t, ms[instrument.MetricOperationDuration]) {
+	for _, p := range histPoints(t, ms[sc.MetricOperationDuration]) {
 		if p.attrs[sc.MCPMethodName] == "tools/call" {
 			calls += p.count
 			if p.attrs[sc.GenAIToolName] != "refund" || p.attrs[sc.GenAIOperationName] != "execute_tool" ||
@@ -232,7 +234,7 @@ func testConcurrentDuplicates(t *testing.T, h Harness) {
 		t.Fatalf("the tool ran %d times, want 1", got)
 	}
 	for _, a := range answers {
-		m := marker(a, instrument.RefusalMetaKey)
+		m := marker(a, sc.RefusalMetaKey)
 		if !isError(a) || m["reason"] != "in_progress" || m["status_tool"] != "export_status" || m["attempt"] != float64(1) {
 			t.Errorf("duplicate answer %v", a)
 		}
@@ -240,7 +242,7 @@ func testConcurrentDuplicates(t *testing.T, h Harness) {
 			t.Errorf("in-progress text %q", text(a))
 		}
 	}
-	if res := call(t, c, "export", map[string]any{"n": 1}, nil); marker(res, instrument.ReplayMetaKey) == nil {
+	if res := call(t, c, "export", map[string]any{"n": 1}, nil); marker(res, sc.ReplayMetaKey) == nil {
 		t.Errorf("after the first finished: %v", res)
 	}
 	spans := r.waitSpans("tools/call export", n+2)
@@ -255,8 +257,8 @@ func testConcurrentDuplicates(t *testing.T, h Harness) {
 	if !reflect.DeepEqual(outcomes, map[string]int{"executed": 1, "in_progress": n, "replayed": 1}) {
 		t.Errorf("outcomes %v", outcomes)
 	}
-	if got := sums(t, r.metrics()[instrument.MetricInProgress]); !reflect.DeepEqual(got, map[string]int64{key(sc.GenAIToolName, "export"): n}) {
-		t.Errorf("%s = %v", instrument.MetricInProgress, got)
+	if got := sums(t, r.metrics()[sc.MetricInProgress]); !reflect.DeepEqual(got, map[string]int64{key(sc.GenAIToolName, "export"): n}) {
+		t.Errorf("%s = %v", sc.MetricInProgress, got)
 	}
 }
 
@@ -266,7 +268,7 @@ func testMismatch(t *testing.T, h Harness) {
 	tool := refundTool(&runs)
 	inner := tool.Run
 	tool.Run = func(ctx context.Context, args map[string]any) (Result, error) {
-		if _, ok := args[instrument.KeyArgument]; ok {
+		if _, ok := args[sc.KeyArgument]; ok {
 			sawKey = true
 		}
 		return inner(ctx, args)
@@ -278,13 +280,13 @@ func testMismatch(t *testing.T, h Harness) {
 		t.Fatal(first)
 	}
 	res := call(t, c, "refund", map[string]any{"order_id": "o-2", "amount_cents": 100, "idempotency_key": "k-1"}, nil)
-	if !isError(res) || marker(res, instrument.RefusalMetaKey)["reason"] != "mismatch" ||
+	if !isError(res) || marker(res, sc.RefusalMetaKey)["reason"] != "mismatch" ||
 		!strings.Contains(text(res), "already used for a call with different arguments") {
 		t.Errorf("mismatch answer %v", res)
 	}
 	// The same key in params._meta, with the first arguments: the replay.
-	res = call(t, c, "refund", map[string]any{"order_id": "o-1", "amount_cents": 100}, map[string]any{instrument.KeyMetaKey: "k-1"})
-	if marker(res, instrument.ReplayMetaKey) == nil {
+	res = call(t, c, "refund", map[string]any{"order_id": "o-1", "amount_cents": 100}, map[string]any{sc.KeyMetaKey: "k-1"})
+	if marker(res, sc.ReplayMetaKey) == nil {
 		t.Errorf("replay by _meta key %v", res)
 	}
 	if runs.get() != 1 || sawKey {
@@ -305,7 +307,7 @@ func testSubjects(t *testing.T, h Harness) {
 	a := call(t, alice, "refund", args, nil)
 	b := call(t, bob, "refund", args, nil)
 	a2 := call(t, alice, "refund", args, nil)
-	if runs.get() != 2 || marker(b, instrument.ReplayMetaKey) != nil || marker(a2, instrument.ReplayMetaKey) == nil {
+	if runs.get() != 2 || marker(b, sc.ReplayMetaKey) != nil || marker(a2, sc.ReplayMetaKey) == nil {
 		t.Errorf("runs %d; bob %v; alice again %v", runs.get(), b, a2)
 	}
 	if !strings.Contains(text(b), "run 2") || !strings.Contains(text(a), "run 1") {
@@ -344,7 +346,7 @@ func testSubjectsWithoutSessions(t *testing.T, h Harness) {
 		t.Errorf("tools/list does not offer the key to an authenticated caller: %v", tools)
 	}
 	call(t, c, "refund", map[string]any{"order_id": "o-1"}, nil)
-	if res := call(t, c, "refund", map[string]any{"order_id": "o-1"}, nil); marker(res, instrument.ReplayMetaKey) == nil {
+	if res := call(t, c, "refund", map[string]any{"order_id": "o-1"}, nil); marker(res, sc.ReplayMetaKey) == nil {
 		t.Errorf("%v", res)
 	}
 	if runs.get() != 1 || strings.Contains(r.log.String(), "refused") {
@@ -362,10 +364,10 @@ func testSessions(t *testing.T, h Harness) {
 			args := map[string]any{"order_id": "o-1", "amount_cents": 1}
 			call(t, c1, "refund", args, nil)
 			res := call(t, c1, "refund", args, nil)
-			if marker(res, instrument.ReplayMetaKey) == nil {
+			if marker(res, sc.ReplayMetaKey) == nil {
 				t.Errorf("same session: %v", res)
 			}
-			if res := call(t, c2, "refund", args, nil); marker(res, instrument.ReplayMetaKey) != nil || isError(res) {
+			if res := call(t, c2, "refund", args, nil); marker(res, sc.ReplayMetaKey) != nil || isError(res) {
 				t.Errorf("another session got the first session's result: %v", res)
 			}
 			if runs.get() != 2 {
@@ -397,7 +399,7 @@ func advertisesKey(tools []map[string]any, name string) bool {
 		}
 		schema, _ := tl["inputSchema"].(map[string]any)
 		props, _ := schema["properties"].(map[string]any)
-		_, ok := props[instrument.KeyArgument]
+		_, ok := props[sc.KeyArgument]
 		desc, _ := tl["description"].(string)
 		return ok && strings.Contains(desc, "Retries are safe")
 	}
@@ -457,11 +459,11 @@ func testStranger(t *testing.T, h Harness) {
 		// The server does not vouch for its session IDs: the victim's own
 		// call is refused, never run unprotected, and nothing is stored for
 		// a stranger to get.
-		if !isError(res) || marker(res, instrument.RefusalMetaKey)["reason"] != "unscoped" {
+		if !isError(res) || marker(res, sc.RefusalMetaKey)["reason"] != "unscoped" {
 			t.Errorf("victim %v", res)
 		}
 		_, body := post(t, r.srv.URL(), victim.SessionID(), callBody)
-		if strings.Contains(body, "Refunded") || strings.Contains(body, instrument.ReplayMetaKey) {
+		if strings.Contains(body, "Refunded") || strings.Contains(body, sc.ReplayMetaKey) {
 			t.Errorf("the stranger got a stored result: %s", body)
 		}
 		if runs.get() != 0 {
@@ -513,7 +515,7 @@ func testUnscopedRefused(t *testing.T, h Harness) {
 					args["idempotency_key"] = "k-1"
 				}
 				res := call(t, c, "refund", args, nil)
-				if !isError(res) || marker(res, instrument.RefusalMetaKey)["reason"] != "unscoped" || !strings.Contains(text(res), "nothing was done") {
+				if !isError(res) || marker(res, sc.RefusalMetaKey)["reason"] != "unscoped" || !strings.Contains(text(res), "nothing was done") {
 					t.Fatalf("call %d: %v", i, res)
 				}
 			}
@@ -549,7 +551,7 @@ func testUnscopedOptIns(t *testing.T, h Harness) {
 			opts: []instrument.Option{instrument.WithUnscopedCalls(instrument.UnscopedShare)}})
 		c1, c2 := r.connect(ClientConfig{}), r.connect(ClientConfig{})
 		call(t, c1, "refund", map[string]any{"order_id": "o-1"}, nil)
-		if res := call(t, c2, "refund", map[string]any{"order_id": "o-1"}, nil); marker(res, instrument.ReplayMetaKey) == nil {
+		if res := call(t, c2, "refund", map[string]any{"order_id": "o-1"}, nil); marker(res, sc.ReplayMetaKey) == nil {
 			t.Errorf("shared scope: %v", res)
 		}
 		tools, _ := c1.ListTools(context.Background())
@@ -689,7 +691,7 @@ func testProgress(t *testing.T, h Harness) {
 	if res := <-done; text(res) != "done" {
 		t.Fatalf("%v", res)
 	}
-	if marker(dup, instrument.RefusalMetaKey)["reason"] != "in_progress" || runs.get() != 1 {
+	if marker(dup, sc.RefusalMetaKey)["reason"] != "in_progress" || runs.get() != 1 {
 		t.Errorf("duplicate during the work: %v (runs %d)", dup, runs.get())
 	}
 	for _, err := range progressErrs {
@@ -730,7 +732,7 @@ func testJobs(t *testing.T, h Harness) {
 	sc1, _ := first["structuredContent"].(map[string]any)
 	sc2, _ := second["structuredContent"].(map[string]any)
 	jobID, _ := sc1["job_id"].(string)
-	if !strings.HasPrefix(jobID, "job_") || sc2["job_id"] != jobID || marker(second, instrument.ReplayMetaKey) == nil {
+	if !strings.HasPrefix(jobID, "job_") || sc2["job_id"] != jobID || marker(second, sc.ReplayMetaKey) == nil {
 		t.Fatalf("start answers %v / %v: want one job, the other replica's answer replayed", first, second)
 	}
 	if sc1["status_tool"] != "export_status" || !strings.Contains(text(first), "call export_status") {
@@ -746,19 +748,19 @@ func testJobs(t *testing.T, h Harness) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if marker(running, instrument.JobMetaKey)["state"] != "running" || !strings.Contains(text(running), "is still running: 1 of 3 (copying)") {
+	if marker(running, sc.JobMetaKey)["state"] != "running" || !strings.Contains(text(running), "is still running: 1 of 3 (copying)") {
 		t.Errorf("running status on the other replica %v", running)
 	}
 	close(release)
 	var status map[string]any
 	for {
 		status = call(t, cb, "export_status", map[string]any{"job_id": jobID}, nil)
-		if marker(status, instrument.JobMetaKey)["state"] == "succeeded" || time.Now().After(deadline) {
+		if marker(status, sc.JobMetaKey)["state"] == "succeeded" || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if text(status) != "exported orders (run 1)" || marker(status, instrument.JobMetaKey)["job_id"] != jobID {
+	if text(status) != "exported orders (run 1)" || marker(status, sc.JobMetaKey)["job_id"] != jobID {
 		t.Errorf("final status %v", status)
 	}
 	if runs.get() != 1 {
@@ -778,7 +780,7 @@ func testJobs(t *testing.T, h Harness) {
 	for _, tl := range tools {
 		if tl["name"] == "export" {
 			meta, _ := tl["_meta"].(map[string]any)
-			if meta[instrument.StatusToolMetaKey] != "export_status" {
+			if meta[sc.StatusToolMetaKey] != "export_status" {
 				t.Errorf("the start tool's _meta %v", tl["_meta"])
 			}
 		}
@@ -798,15 +800,15 @@ func testMalformed(t *testing.T, h Harness) {
 		{map[string]any{"order_id": "o-1", "amount_cents": 12.5}, nil, "invalid_arguments"},
 		{map[string]any{"order_id": "o-1", "amount_cents": 1, "idempotency_key": 5}, nil, "invalid_key"},
 		{map[string]any{"order_id": "o-1", "amount_cents": 1, "idempotency_key": strings.Repeat("k", 300)}, nil, "invalid_key"},
-		{map[string]any{"order_id": "o-1", "amount_cents": 1}, map[string]any{instrument.KeyMetaKey: 7}, "invalid_key"},
-		{map[string]any{"order_id": "o-1", "amount_cents": 1, "idempotency_key": "a"}, map[string]any{instrument.KeyMetaKey: "b"}, "invalid_key"},
+		{map[string]any{"order_id": "o-1", "amount_cents": 1}, map[string]any{sc.KeyMetaKey: 7}, "invalid_key"},
+		{map[string]any{"order_id": "o-1", "amount_cents": 1, "idempotency_key": "a"}, map[string]any{sc.KeyMetaKey: "b"}, "invalid_key"},
 	} {
 		res := call(t, c, "refund", tc.args, tc.meta)
 		if !isError(res) {
 			t.Errorf("%v %v accepted: %v", tc.args, tc.meta, res)
 			continue
 		}
-		if m := marker(res, instrument.RefusalMetaKey); m["reason"] != tc.reason || !strings.Contains(text(res), "nothing was done") {
+		if m := marker(res, sc.RefusalMetaKey); m["reason"] != tc.reason || !strings.Contains(text(res), "nothing was done") {
 			t.Errorf("%v %v: refusal %v (%q), want reason %s", tc.args, tc.meta, m, text(res), tc.reason)
 		}
 	}
@@ -820,12 +822,12 @@ func testMalformed(t *testing.T, h Harness) {
 			t.Errorf("span %d: %v %v", i, a, s.Status())
 		}
 	}
-	if _, ok := r.metrics()[instrument.MetricClaimDuration]; ok {
+	if _, ok := r.metrics()[sc.MetricClaimDuration]; ok {
 		t.Error("a malformed call was claimed")
 	}
 	// A retry typed correctly runs once; 1250 and 1250.0 are the same call.
 	call(t, c, "refund", map[string]any{"order_id": "o-1", "amount_cents": 1250}, nil)
-	if res := call(t, c, "refund", map[string]any{"order_id": "o-1", "amount_cents": 1250.0}, nil); marker(res, instrument.ReplayMetaKey) == nil {
+	if res := call(t, c, "refund", map[string]any{"order_id": "o-1", "amount_cents": 1250.0}, nil); marker(res, sc.ReplayMetaKey) == nil {
 		t.Errorf("1250.0 after 1250: %v", res)
 	}
 	if runs.get() != 1 {
@@ -845,12 +847,24 @@ func testKeyStripped(t *testing.T, h Harness) {
 			return Result{Text: []string{"ok"}}, nil
 		}}
 	declares := Tool{Name: "declares",
-		Schema: map[string]any{"type": "object", "properties": map[string]any{instrument.KeyArgument: map[string]any{"type": "string"}}},
+		Schema: map[string]any{"type": "object", "properties": map[string]any{sc.KeyArgument: map[string]any{"type": "string"}}},
 		Run: func(_ context.Context, args map[string]any) (Result, error) {
 			seen = append(seen, args)
 			return Result{Text: []string{"ok"}}, nil
 		}}
-	r := start(t, h, setup{transport: InProcess, tools: []Tool{strict, declares}})
+	// A property of that name inside another property is an ordinary
+	// argument: the tool's own schema does not declare the key.
+	var nestedRuns counter
+	var nestedSeen []map[string]any
+	nested := Tool{Name: "nested",
+		Schema: map[string]any{"type": "object", "properties": map[string]any{"order": map[string]any{
+			"type": "object", "properties": map[string]any{sc.KeyArgument: map[string]any{"type": "string"}}}}},
+		Run: func(_ context.Context, args map[string]any) (Result, error) {
+			nestedRuns.inc()
+			nestedSeen = append(nestedSeen, args)
+			return Result{Text: []string{"ok"}}, nil
+		}}
+	r := start(t, h, setup{transport: InProcess, tools: []Tool{strict, declares, nested}})
 	c := r.connect(ClientConfig{Protocol: LegacyProtocol})
 	tools, err := c.ListTools(context.Background())
 	if err != nil {
@@ -859,20 +873,34 @@ func testKeyStripped(t *testing.T, h Harness) {
 	if !advertisesKey(tools, "strict") {
 		t.Errorf("tools/list %v", tools)
 	}
+	if !advertisesKey(tools, "nested") {
+		t.Errorf("a tool with a nested %s property must be advertised the key: %v", sc.KeyArgument, tools)
+	}
+	nestedArgs := map[string]any{"order": map[string]any{sc.KeyArgument: "inner"}, sc.KeyArgument: "k3"}
+	call(t, c, "nested", nestedArgs, nil)
+	if res := call(t, c, "nested", nestedArgs, nil); marker(res, sc.ReplayMetaKey) == nil {
+		t.Errorf("the nested tool's duplicate was not replayed: %v", res)
+	}
+	if nestedRuns.get() != 1 || len(nestedSeen) != 1 {
+		t.Fatalf("the nested tool ran %d times, seen %v", nestedRuns.get(), nestedSeen)
+	}
+	if _, ok := nestedSeen[0][sc.KeyArgument]; ok || !reflect.DeepEqual(nestedSeen[0]["order"], map[string]any{sc.KeyArgument: "inner"}) {
+		t.Errorf("the nested tool's handler got %v: the top-level key must be stripped, the nested property kept", nestedSeen[0])
+	}
 	if res := call(t, c, "strict", map[string]any{"a": 1, "idempotency_key": "k"}, nil); isError(res) {
 		t.Fatalf("a strict schema rejected the advertised key: %v", res)
 	}
-	if res := call(t, c, "strict", map[string]any{"a": 1, "idempotency_key": "k"}, nil); marker(res, instrument.ReplayMetaKey) == nil {
+	if res := call(t, c, "strict", map[string]any{"a": 1, "idempotency_key": "k"}, nil); marker(res, sc.ReplayMetaKey) == nil {
 		t.Errorf("%v", res)
 	}
 	call(t, c, "declares", map[string]any{"idempotency_key": "k2"}, nil)
 	if runs.get() != 1 || len(seen) != 2 {
 		t.Fatalf("runs %d, seen %v", runs.get(), seen)
 	}
-	if _, ok := seen[0][instrument.KeyArgument]; ok {
+	if _, ok := seen[0][sc.KeyArgument]; ok {
 		t.Errorf("the handler saw the key: %v", seen[0])
 	}
-	if seen[1][instrument.KeyArgument] != "k2" {
+	if seen[1][sc.KeyArgument] != "k2" {
 		t.Errorf("a tool that declares the key did not get it: %v", seen[1])
 	}
 }
@@ -998,7 +1026,7 @@ func testSpanShape(t *testing.T, h Harness) {
 
 	// Every method's duration, by the conventions' attributes.
 	methods := map[string]uint64{}
-	for _, p := range histPoints(t, r.metrics()[instrument.MetricOperationDuration]) {
+	for _, p := range histPoints(t, r.metrics()[sc.MetricOperationDuration]) {
 		m, _ := p.attrs[sc.MCPMethodName].(string)
 		methods[m] += p.count
 		if p.attrs[sc.NetworkTransport] != "tcp" {
@@ -1038,8 +1066,8 @@ func testTraceContext(t *testing.T, h Harness) {
 // deadStore fails every claim.
 type deadStore struct{ idemkit.MemoryStore }
 
-func (*deadStore) Claim(context.Context, idemkit.ClaimRequest) (idemkit.ClaimResult, error) {
-	return idemkit.ClaimResult{}, errors.New("connection refused")
+func (*deadStore) Claim(context.Context, idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
+	return idemstore.ClaimResult{}, errors.New("connection refused")
 }
 
 func testStoreDown(t *testing.T, h Harness) {
@@ -1047,7 +1075,7 @@ func testStoreDown(t *testing.T, h Harness) {
 	r := start(t, h, setup{transport: InProcess, store: &deadStore{}, tools: []Tool{refundTool(&runs)}})
 	c := r.connect(ClientConfig{Protocol: LegacyProtocol})
 	res := call(t, c, "refund", map[string]any{"order_id": "o-1"}, nil)
-	if !isError(res) || marker(res, instrument.RefusalMetaKey)["reason"] != "store_unavailable" || runs.get() != 0 {
+	if !isError(res) || marker(res, sc.RefusalMetaKey)["reason"] != "store_unavailable" || runs.get() != 0 {
 		t.Errorf("%v (runs %d)", res, runs.get())
 	}
 }
@@ -1062,7 +1090,7 @@ func testSessionDuration(t *testing.T, h Harness) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var n uint64
-		points := histPoints(t, r.metrics()[instrument.MetricSessionDuration])
+		points := histPoints(t, r.metrics()[sc.MetricSessionDuration])
 		for _, p := range points {
 			n += p.count
 		}

@@ -17,7 +17,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
 	"github.com/idemkit-mcp/idemkit/instrument"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
@@ -156,7 +156,7 @@ func testTasks(t *testing.T, h Harness) {
 		free()
 		first := resultOf(t, taskCall())
 		second := resultOf(t, taskCall())
-		if text(first) != "refunded o-1 (run 1)" || marker(second, instrument.ReplayMetaKey) == nil || runs.get() != 1 {
+		if text(first) != "refunded o-1 (run 1)" || marker(second, sc.ReplayMetaKey) == nil || runs.get() != 1 {
 			t.Fatalf("without tasks a task-augmented call must run as a plain protected call: %v / %v (%d runs)", first, second, runs.get())
 		}
 		if code := errorCode(rc.rpc("tasks/get", map[string]any{"taskId": "x"})); code != -32601 {
@@ -175,7 +175,7 @@ func testTasks(t *testing.T, h Harness) {
 		t.Fatalf("CreateTaskResult %v", first)
 	}
 	second := resultOf(t, taskCall())
-	if second["task"].(map[string]any)["taskId"] != id || marker(second, instrument.ReplayMetaKey)["replayed"] != true {
+	if second["task"].(map[string]any)["taskId"] != id || marker(second, sc.ReplayMetaKey)["replayed"] != true {
 		t.Fatalf("the duplicate's answer %v: want the first task, replayed", second)
 	}
 	calls := r.spans("tools/call refund")
@@ -358,7 +358,7 @@ func testTxTool(t *testing.T, h Harness) {
 
 	first := call(t, c, "refund", map[string]any{"order_id": "o-1", "amount_cents": 100}, nil)
 	second := call(t, c, "refund", map[string]any{"order_id": "o-1", "amount_cents": 100}, nil)
-	if text(first) != "refunded o-1 as re_1" || text(second) != text(first) || marker(second, instrument.ReplayMetaKey)["write_id"] != "re_1" || count("o-1") != 1 {
+	if text(first) != "refunded o-1 as re_1" || text(second) != text(first) || marker(second, sc.ReplayMetaKey)["write_id"] != "re_1" || count("o-1") != 1 {
 		t.Fatalf("transactional replay: %v / %v, %d rows", first, second, count("o-1"))
 	}
 	spans := r.spans("tools/call refund")
@@ -387,7 +387,7 @@ func testTxTool(t *testing.T, h Harness) {
 	// remain; the caller is told nothing was done; the retry runs once.
 	bad := map[string]any{"order_id": "o-404", "amount_cents": 7, "defer_check": true}
 	res := call(t, c, "refund", bad, nil)
-	if !isError(res) || marker(res, instrument.RefusalMetaKey)["reason"] != sc.RefusalStoreUnavailable || !strings.Contains(text(res), "nothing it did was kept") {
+	if !isError(res) || marker(res, sc.RefusalMetaKey)["reason"] != sc.RefusalStoreUnavailable || !strings.Contains(text(res), "nothing it did was kept") {
 		t.Fatalf("a failed commit's answer %v", res)
 	}
 	if count("o-404") != 0 {
@@ -403,11 +403,11 @@ func testTxTool(t *testing.T, h Harness) {
 	if res := call(t, c, "refund", bad, nil); isError(res) || count("o-404") != 1 || runs.get() != before+1 {
 		t.Fatalf("the retry after the failed commit: %v, %d rows, %d runs", res, count("o-404"), runs.get()-before)
 	}
-	if res := call(t, c, "refund", bad, nil); marker(res, instrument.ReplayMetaKey) == nil || count("o-404") != 1 {
+	if res := call(t, c, "refund", bad, nil); marker(res, sc.ReplayMetaKey) == nil || count("o-404") != 1 {
 		t.Fatalf("the duplicate of the retry: %v, %d rows", res, count("o-404"))
 	}
 	// The claim was committed with the write: the store has the record.
-	recs, err := store.List(ctx, idemkit.ListRequest{Tool: "refund", State: idemkit.StateCompleted})
+	recs, err := store.List(ctx, idemstore.ListRequest{Tool: "refund", State: idemstore.StateCompleted})
 	if err != nil || len(recs) != 3 {
 		t.Fatalf("completed records %d, %v; want 3 (o-1, o-2, o-404)", len(recs), err)
 	}
@@ -415,16 +415,16 @@ func testTxTool(t *testing.T, h Harness) {
 	// committed calls executed, two replays, one call refused after its
 	// transaction did not commit (no outcome: nothing happened).
 	ms := r.metrics()
-	if got, want := sums(t, ms[instrument.MetricToolCalls]), map[string]int64{
+	if got, want := sums(t, ms[sc.MetricToolCalls]), map[string]int64{
 		key(sc.GenAIToolName, "refund", sc.Outcome, sc.OutcomeExecuted):               4,
 		key(sc.GenAIToolName, "refund", sc.Outcome, sc.OutcomeReplayed):               2,
 		key(sc.GenAIToolName, "refund", sc.RefusalReason, sc.RefusalStoreUnavailable): 1,
 	}; !reflect.DeepEqual(got, want) {
-		t.Errorf("%s = %v, want %v", instrument.MetricToolCalls, got, want)
+		t.Errorf("%s = %v, want %v", sc.MetricToolCalls, got, want)
 	}
-	if got := sums(t, ms[instrument.MetricFinishErrors]); !reflect.DeepEqual(got, map[string]int64{
+	if got := sums(t, ms[sc.MetricFinishErrors]); !reflect.DeepEqual(got, map[string]int64{
 		key(sc.GenAIToolName, "refund", sc.FinishError, sc.FinishStoreError): 1}) {
-		t.Errorf("%s = %v", instrument.MetricFinishErrors, got)
+		t.Errorf("%s = %v", sc.MetricFinishErrors, got)
 	}
 }
 

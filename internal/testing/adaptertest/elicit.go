@@ -111,13 +111,13 @@ func testElicitationKeepsTheLease(t *testing.T, h Harness) {
 	retry := call(t, c, "wire_money", args, nil)
 	user.answer <- "accept"
 	res := <-first
-	if m := marker(retry, instrument.RefusalMetaKey); m["reason"] != sc.RefusalInProgress {
+	if m := marker(retry, sc.RefusalMetaKey); m["reason"] != sc.RefusalInProgress {
 		t.Fatalf("the retry during the question: %v; want the in-progress answer", retry)
 	}
 	if text(res) != "wired (run 1)" || wired.get() != 1 || len(user.questions()) != 1 {
 		t.Fatalf("first call %v; %d transfers, questions %q; want one question, one transfer", res, wired.get(), user.questions())
 	}
-	if rep := call(t, c, "wire_money", args, nil); text(rep) != "wired (run 1)" || marker(rep, instrument.ReplayMetaKey) == nil {
+	if rep := call(t, c, "wire_money", args, nil); text(rep) != "wired (run 1)" || marker(rep, sc.ReplayMetaKey) == nil {
 		t.Fatalf("after the answer: %v, want the replay", rep)
 	}
 }
@@ -206,7 +206,7 @@ func testHumanGate(t *testing.T, h Harness) {
 	}
 	time.Sleep(2 * lease) // the user thinks past the lease
 	dup := call(t, c, "issue_refund", big, nil)
-	if m := marker(dup, instrument.RefusalMetaKey); m["reason"] != sc.RefusalInProgress {
+	if m := marker(dup, sc.RefusalMetaKey); m["reason"] != sc.RefusalInProgress {
 		t.Fatalf("duplicate during the question: %v, want in progress", dup)
 	}
 	user.answers <- "accept"
@@ -214,7 +214,7 @@ func testHumanGate(t *testing.T, h Harness) {
 	if text(res) != "refunded 25000 on ord_1001 (run 1)" || refunds.get() != 1 || len(user.questions()) != 1 {
 		t.Fatalf("accepted call %v, %d refunds, questions %q; want one question, one refund", res, refunds.get(), user.questions())
 	}
-	if rep := call(t, c, "issue_refund", big, nil); marker(rep, instrument.ReplayMetaKey) == nil || len(user.questions()) != 1 {
+	if rep := call(t, c, "issue_refund", big, nil); marker(rep, sc.ReplayMetaKey) == nil || len(user.questions()) != 1 {
 		t.Fatalf("the duplicate after the answer: %v (questions %q); want the replay, unasked", rep, user.questions())
 	}
 
@@ -222,7 +222,7 @@ func testHumanGate(t *testing.T, h Harness) {
 	other := map[string]any{"order_id": "ord_1002", "amount_cents": 50000}
 	user.answers <- "decline"
 	declined := call(t, c, "issue_refund", other, nil)
-	if m := marker(declined, instrument.RefusalMetaKey); !isError(declined) || m["reason"] != instrument.RefusalDeclined ||
+	if m := marker(declined, sc.RefusalMetaKey); !isError(declined) || m["reason"] != instrument.RefusalDeclined ||
 		!strings.Contains(text(declined), "declined") || !strings.Contains(text(declined), "Nothing was done") || refunds.get() != 1 {
 		t.Fatalf("declined call: %v, %d refunds; want the declined refusal and no refund", declined, refunds.get())
 	}
@@ -238,7 +238,7 @@ func testHumanGate(t *testing.T, h Harness) {
 	// A client that cannot be asked is refused; the opted-out tool runs.
 	mute := r.connect(ClientConfig{Token: "token-alice", Protocol: LegacyProtocol})
 	refused := call(t, mute, "issue_refund", map[string]any{"order_id": "ord_1004", "amount_cents": 30000}, nil)
-	if m := marker(refused, instrument.RefusalMetaKey); !isError(refused) || m["reason"] != instrument.RefusalConfirmationUnavailable || refunds.get() != 3 {
+	if m := marker(refused, sc.RefusalMetaKey); !isError(refused) || m["reason"] != instrument.RefusalConfirmationUnavailable || refunds.get() != 3 {
 		t.Fatalf("client without elicitation: %v, %d refunds; want the refusal and no refund", refused, refunds.get())
 	}
 	if sent := call(t, mute, "send_receipt", map[string]any{"order_id": "ord_1001"}, nil); text(sent) != "sent (run 1)" {

@@ -80,7 +80,7 @@ func testDamagedRecord(t *testing.T, h Harness) {
 	}
 	for i := range 2 {
 		res := call(t, c, "refund", args, nil)
-		if !isError(res) || marker(res, instrument.RefusalMetaKey)["reason"] != sc.RefusalResultUnreadable {
+		if !isError(res) || marker(res, sc.RefusalMetaKey)["reason"] != sc.RefusalResultUnreadable {
 			t.Fatalf("duplicate %d of a damaged record: %v; want reason result_unreadable", i, res)
 		}
 		if txt := text(res); !strings.Contains(txt, "already ran") || strings.Contains(strings.ToLower(txt), "nothing was done") || strings.Contains(txt, "ord_1013") {

@@ -35,7 +35,7 @@ func testPolicies(t *testing.T, h Harness) {
 
 	args := map[string]any{"to": "bob", "cents": 100}
 	refused := call(t, c, "transfer", args, nil)
-	if m := marker(refused, instrument.RefusalMetaKey); !isError(refused) || m["reason"] != instrument.RefusalMissingKey || transfers.get() != 0 {
+	if m := marker(refused, sc.RefusalMetaKey); !isError(refused) || m["reason"] != instrument.RefusalMissingKey || transfers.get() != 0 {
 		t.Fatalf("a call without the required key: %v, %d runs; want the missing_key refusal and nothing run", refused, transfers.get())
 	}
 	withKey := func(k string) map[string]any {
@@ -44,7 +44,7 @@ func testPolicies(t *testing.T, h Harness) {
 	if res := call(t, c, "transfer", withKey("req-1"), nil); text(res) != "transferred (run 1)" {
 		t.Fatalf("with a key: %v", res)
 	}
-	if rep := call(t, c, "transfer", withKey("req-1"), nil); marker(rep, instrument.ReplayMetaKey) == nil || transfers.get() != 1 {
+	if rep := call(t, c, "transfer", withKey("req-1"), nil); marker(rep, sc.ReplayMetaKey) == nil || transfers.get() != 1 {
 		t.Fatalf("the same key again: %v, want the replay", rep)
 	}
 	if res := call(t, c, "transfer", withKey("req-2"), nil); text(res) != "transferred (run 2)" {
@@ -59,10 +59,10 @@ func testPolicies(t *testing.T, h Harness) {
 	r2 := start(t, h, setup{transport: HTTP, bearer: true, store: store, guardCfg: guardCfg, tools: []Tool{refund},
 		opts: []instrument.Option{instrument.WithToolVersion("refund", "v2")}})
 	c2 := r2.connect(ClientConfig{Token: "token-alice", Protocol: LegacyProtocol})
-	if res := call(t, c2, "refund", map[string]any{"order_id": "o-1"}, nil); text(res) != "refunded (run 2)" || marker(res, instrument.ReplayMetaKey) != nil {
+	if res := call(t, c2, "refund", map[string]any{"order_id": "o-1"}, nil); text(res) != "refunded (run 2)" || marker(res, sc.ReplayMetaKey) != nil {
 		t.Fatalf("v2, the same call: %v; want it run, not v1's answer replayed", res)
 	}
-	if rep := call(t, c, "refund", map[string]any{"order_id": "o-1"}, nil); text(rep) != "refunded (run 1)" || marker(rep, instrument.ReplayMetaKey) == nil {
+	if rep := call(t, c, "refund", map[string]any{"order_id": "o-1"}, nil); text(rep) != "refunded (run 1)" || marker(rep, sc.ReplayMetaKey) == nil {
 		t.Fatalf("v1 again: %v, want v1's own replay", rep)
 	}
 
@@ -73,7 +73,7 @@ func testPolicies(t *testing.T, h Harness) {
 		}
 	}
 	stopped := call(t, c, "import", map[string]any{"file": "huge.csv"}, nil)
-	if m := marker(stopped, instrument.RefusalMetaKey); !isError(stopped) || m["reason"] != instrument.RefusalAttemptsExhausted || flaky.get() != 2 {
+	if m := marker(stopped, sc.RefusalMetaKey); !isError(stopped) || m["reason"] != instrument.RefusalAttemptsExhausted || flaky.get() != 2 {
 		t.Fatalf("the third call of a call that failed twice: %v, %d runs; want attempts_exhausted and nothing run", stopped, flaky.get())
 	}
 	if d := hasAttrs(last(r.waitSpans("tools/call import", 3)), map[string]any{sc.RefusalReason: instrument.RefusalAttemptsExhausted, sc.Outcome: absent}); d != "" {

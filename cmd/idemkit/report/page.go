@@ -9,7 +9,10 @@
 // viewed. Every chart mark carries data-* attributes (its series and value)
 // so that a browser test can check what was drawn against Page.Expect.
 //
-// It depends on the standard library and the span contract only.
+// It depends on the standard library and the span contract only. It lives
+// with the command, its first user; the demo's module requires the
+// command's module for it. It is the command's own code, not an API: it
+// may change in any release.
 package report
 
 import (

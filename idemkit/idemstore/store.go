@@ -1,4 +1,4 @@
-package idemkit
+package idemstore
 
 import (
 	"context"
@@ -12,8 +12,8 @@ import (
 // ErrStoreFull (see StoreFullError), and never deletes a record that has
 // not expired to make room.
 //
-// The Guard relies on these guarantees, which idemkit/storetest checks for
-// every implementation:
+// The Guard (idemkit.Guard) relies on these guarantees, which
+// idemkit/storetest checks for every implementation:
 //
 //   - Claim is atomic: of any number of concurrent Claims of one key, exactly
 //     one acquires it (or takes it over); none may observe a half-written
@@ -26,7 +26,7 @@ import (
 //     after a lost acknowledgement) succeeds and changes nothing; the other
 //     outcome for the same token is refused with ErrLeaseLost.
 //   - Errors a retry may cure match ErrTransient (see Transient); the Guard
-//     retries a finish that fails so, until Config.FinishTimeout.
+//     retries a finish that fails so, until idemkit.Config.FinishTimeout.
 //   - A stored body is returned byte for byte, and so are WriteID, Error
 //     and Note, whatever bytes they hold (NUL, invalid UTF-8).
 //   - The Checksum a successful Finish carries is kept with its outcome
@@ -57,7 +57,7 @@ type Store interface {
 	// Claim claims req.Key for req.Token, or reports the record that stands
 	// in the way. It never runs the work and never blocks on an in-progress
 	// record (SQL stores may wait for a concurrent transaction holding the
-	// record to end, as DoTx relies on).
+	// record to end, as pgstore.DoTx relies on).
 	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 
 	// Finish records the outcome of the attempt holding req.Token. It returns
@@ -109,11 +109,11 @@ type Store interface {
 
 // ClaimRequest is the input of Store.Claim.
 type ClaimRequest struct {
-	// Key is Key.ID(): the record's identity.
+	// Key is idemkit.Key.ID(): the record's identity.
 	Key string
 	// Tool is the tool name, kept for operators.
 	Tool string
-	// Fingerprint is Key.Fingerprint(): the argument hash for an explicit
+	// Fingerprint is idemkit.Key.Fingerprint(): the argument hash for an explicit
 	// key, "" for a derived one (whose ID already commits to the
 	// arguments). A live record whose fingerprint differs answers
 	// ClaimMismatch.
@@ -178,6 +178,20 @@ const (
 	StorageDropped
 )
 
+// Response is what a call produced, as a store keeps it: the body is
+// stored and replayed byte for byte (idemkit.Response is this type).
+type Response struct {
+	// Body is the serialised response (for MCP, the CallToolResult JSON).
+	Body []byte
+	// WriteID names the downstream write the call made (a refund ID, a row
+	// ID). It is stored with the body, so a replay reports the same one.
+	WriteID string
+	// IsError marks a tool-level error result (MCP isError). Whether such a
+	// response is stored and replayed is idemkit.Config.FailurePolicy's
+	// choice.
+	IsError bool
+}
+
 // ClaimResult is the output of Store.Claim.
 type ClaimResult struct {
 	Status ClaimStatus
@@ -208,10 +222,11 @@ type ClaimResult struct {
 	// kept checksums).
 	Checksum []byte
 
-	// handle is an in-process store's reference to the record it claimed
-	// (ClaimAcquired, ClaimTakenOver), which the Guard hands back in the
-	// FinishRequest so that the store need not look the key up again.
-	handle any
+	// Handle is an in-process store's reference to the record it claimed
+	// (ClaimAcquired, ClaimTakenOver), which the Guard hands back as
+	// FinishRequest.Handle so that the store need not look the key up
+	// again. Stores that have no use for it leave it nil.
+	Handle any
 }
 
 // FinishRequest is the input of Store.Finish.
@@ -238,9 +253,10 @@ type FinishRequest struct {
 	// Now is the current time, or zero for the store's clock.
 	Now time.Time
 
-	// handle is ClaimResult.handle of the claim this finish ends; the
-	// store checks that it is still the key's live record before use.
-	handle any
+	// Handle is ClaimResult.Handle of the claim this finish ends. A store
+	// that set it checks that it still refers to the key's live record
+	// before using it.
+	Handle any
 }
 
 // ExtendRequest is the input of Store.Extend.
