@@ -6,18 +6,6 @@ import (
 	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 )
 
-// Refusal reasons of a human gate (WithConfirmation), in the
-// RefusalMetaKey marker and idemkit.refusal.reason.
-const (
-	// RefusalDeclined: the user declined, or dismissed, the confirmation;
-	// nothing was done.
-	RefusalDeclined = mcpcall.RefusalDeclined
-	// RefusalConfirmationUnavailable: the client cannot ask the user (it
-	// did not declare the elicitation capability), or asking failed;
-	// nothing was done.
-	RefusalConfirmationUnavailable = mcpcall.RefusalConfirmationUnavailable
-)
-
 // Confirmation is a human gate on a tool: see WithConfirmation.
 type Confirmation struct {
 	// Question returns the question to ask before a call with args (its
@@ -28,7 +16,7 @@ type Confirmation struct {
 	// Unasked runs the tool without a question for a client that cannot be
 	// asked (one that did not declare the MCP elicitation capability).
 	// Defaults to false: such a call is refused with
-	// RefusalConfirmationUnavailable and a text that tells the model to ask
+	// spancontract.RefusalConfirmationUnavailable and a text that tells the model to ask
 	// the user in the conversation; nothing runs unconfirmed.
 	Unasked bool
 }
@@ -44,10 +32,10 @@ type Confirmation struct {
 //     for any protected call.
 //   - Decline or dismiss: nothing runs; the claim is released (a later
 //     call asks again); the model is told that the user declined and not to
-//     call the tool again unless the user asks (RefusalDeclined);
+//     call the tool again unless the user asks (spancontract.RefusalDeclined);
 //     idemkit.confirmation on the span records the answer.
 //   - A client without the elicitation capability is refused
-//     (RefusalConfirmationUnavailable), unless c.Unasked.
+//     (spancontract.RefusalConfirmationUnavailable), unless c.Unasked.
 //
 // It applies to protected calls (a tool that is not protected is not
 // gated). On mcp-go a client that negotiated protocol 2026-07-28, which

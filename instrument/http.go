@@ -7,13 +7,6 @@ import (
 	"github.com/idemkit-mcp/idemkit/internal/httplimit"
 )
 
-// Defaults of HTTPLimits.
-const (
-	DefaultMaxSessions        = httplimit.DefaultMaxSessions
-	DefaultSessionIdleTimeout = httplimit.DefaultIdleTimeout
-	DefaultMaxBodyBytes       = httplimit.DefaultMaxBodyBytes
-)
-
 // HTTPLimits bounds what the clients of an MCP Streamable HTTP handler
 // (mcpgo.NewStreamableHTTPHandler, gosdk.NewStreamableHTTPHandler) may hold
 // on the server, so that no client, authenticated or not (an MCP
@@ -31,7 +24,7 @@ type HTTPLimits struct {
 	// is answered HTTP 503 with a Retry-After header and the JSON-RPC error
 	// -32000 (reason "too_many_sessions"); sessions open already are served
 	// as ever. Sessions end with a DELETE or when idle (SessionIdleTimeout).
-	// Defaults to DefaultMaxSessions (10,000).
+	// Defaults to 10,000.
 	MaxSessions int
 
 	// SessionIdleTimeout ends a session that has had no request for this
@@ -41,7 +34,7 @@ type HTTPLimits struct {
 	// initializes a new one. It is checked every quarter of itself (at
 	// most every minute). Keep it above Config.Window of the Guard when
 	// calls are scoped by session: a client whose session ended retries in
-	// a new scope. Defaults to DefaultSessionIdleTimeout (30 minutes).
+	// a new scope. Defaults to 30 minutes.
 	SessionIdleTimeout time.Duration
 
 	// MaxBodyBytes caps a request body. A larger one is answered HTTP 413
@@ -49,27 +42,19 @@ type HTTPLimits struct {
 	// and is not read further: refused at once when its Content-Length
 	// says so, after MaxBodyBytes+1 bytes otherwise. On the go-sdk it is
 	// the SDK's StreamableHTTPOptions.MaxRequestBodyBytes, which, when set,
-	// wins. Defaults to DefaultMaxBodyBytes (4 MiB, the go-sdk's own
+	// wins. Defaults to 4 MiB (the go-sdk's own
 	// default).
 	MaxBodyBytes int64
 }
 
-// Defaults of NewHTTPServer.
-const (
-	DefaultReadHeaderTimeout = 10 * time.Second
-	DefaultReadTimeout       = 30 * time.Second
-	DefaultIdleTimeout       = 2 * time.Minute
-	DefaultMaxHeaderBytes    = 64 << 10
-)
-
 // NewHTTPServer returns an http.Server serving h with the timeouts an MCP
 // server exposed to untrusted clients needs, which the zero http.Server
 // lacks: a client must send its request headers within
-// DefaultReadHeaderTimeout (10 s) and its whole request, body included,
-// within DefaultReadTimeout (30 s), so that a client trickling a body
+// 10 seconds and its whole request, body included,
+// within 30 seconds, so that a client trickling a body
 // cannot hold a connection (and a goroutine, and a buffer) for long; an
-// idle keep-alive connection is closed after DefaultIdleTimeout (2 min);
-// headers are capped at DefaultMaxHeaderBytes (64 KiB). It sets no
+// idle keep-alive connection is closed after 2 minutes;
+// headers are capped at 64 KiB. It sets no
 // WriteTimeout: an SSE stream (a long tool call, a GET stream) may last as
 // long as the call does; the read deadline is lifted once the request has
 // been read. Change the fields before serving, as with any http.Server:
@@ -80,9 +65,9 @@ const (
 func NewHTTPServer(h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: DefaultReadHeaderTimeout,
-		ReadTimeout:       DefaultReadTimeout,
-		IdleTimeout:       DefaultIdleTimeout,
-		MaxHeaderBytes:    DefaultMaxHeaderBytes,
+		ReadHeaderTimeout: httplimit.ServerReadHeaderTimeout,
+		ReadTimeout:       httplimit.ServerReadTimeout,
+		IdleTimeout:       httplimit.ServerIdleTimeout,
+		MaxHeaderBytes:    httplimit.ServerMaxHeaderBytes,
 	}
 }

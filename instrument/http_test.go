@@ -1,6 +1,7 @@
 package instrument
 
 import (
+	"github.com/idemkit-mcp/idemkit/internal/httplimit"
 	"net/http"
 	"testing"
 )
@@ -8,11 +9,11 @@ import (
 func TestNewHTTPServer_HasReadAndIdleTimeoutsAndNoWriteTimeout(t *testing.T) {
 	h := http.NotFoundHandler()
 	srv := NewHTTPServer(h)
-	if srv.ReadHeaderTimeout != DefaultReadHeaderTimeout || srv.ReadTimeout != DefaultReadTimeout ||
-		srv.IdleTimeout != DefaultIdleTimeout || srv.MaxHeaderBytes != DefaultMaxHeaderBytes || srv.WriteTimeout != 0 || srv.Handler == nil {
+	if srv.ReadHeaderTimeout != httplimit.ServerReadHeaderTimeout || srv.ReadTimeout != httplimit.ServerReadTimeout ||
+		srv.IdleTimeout != httplimit.ServerIdleTimeout || srv.MaxHeaderBytes != httplimit.ServerMaxHeaderBytes || srv.WriteTimeout != 0 || srv.Handler == nil {
 		t.Errorf("NewHTTPServer: %+v", srv)
 	}
-	if DefaultReadHeaderTimeout <= 0 || DefaultReadTimeout < DefaultReadHeaderTimeout || DefaultIdleTimeout <= 0 {
+	if httplimit.ServerReadHeaderTimeout <= 0 || httplimit.ServerReadTimeout < httplimit.ServerReadHeaderTimeout || httplimit.ServerIdleTimeout <= 0 {
 		t.Error("defaults")
 	}
 }

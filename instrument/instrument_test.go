@@ -17,9 +17,6 @@ func TestOptions_Apply(t *testing.T) {
 		c.AdvertiseKey || c.StripKey || !c.RawSubject || string(c.HashKey) != "k" || !c.RawSessionID {
 		t.Errorf("%+v", c)
 	}
-	if old := mcpcall.ConfigFrom([]Option{WithSubjectHashKey([]byte("old"))}); string(old.HashKey) != "old" {
-		t.Errorf("WithSubjectHashKey: HashKey %q", old.HashKey)
-	}
 	d := mcpcall.ConfigFrom([]Option(nil))
 	if !d.AdvertiseKey || !d.StripKey || d.Unscoped != mcpcall.UnscopedRefuse || d.HashKey != nil || d.RawSessionID {
 		t.Errorf("defaults %+v", d)

@@ -123,12 +123,6 @@ func WithHashKey(key []byte) Option {
 	return optionFunc(func(c *mcpcall.Config) { c.HashKey = k })
 }
 
-// WithSubjectHashKey is WithHashKey, under its former name (it now keys
-// idemkit.args.hash and the session hash too).
-//
-// Deprecated: use WithHashKey.
-func WithSubjectHashKey(key []byte) Option { return WithHashKey(key) }
-
 // WithRawSubject also records the raw subject on spans (idemkit.subject).
 // Subjects are personal data: opt in only where your tracing backend may
 // hold them. Defaults to off.

@@ -2,18 +2,6 @@ package instrument
 
 import "github.com/idemkit-mcp/idemkit/internal/mcpcall"
 
-// Refusal reasons of the per-tool policies, in the RefusalMetaKey marker
-// and idemkit.refusal.reason.
-const (
-	// RefusalMissingKey: the tool requires an explicit idempotency key
-	// (WithRequireKey) and the call had none; nothing was done.
-	RefusalMissingKey = mcpcall.RefusalMissingKey
-	// RefusalAttemptsExhausted: the call's attempts failed as often as the
-	// tool's idemkit.ToolConfig.MaxAttempts allows (a poison call); nothing
-	// was done, and the model is told not to retry.
-	RefusalAttemptsExhausted = mcpcall.RefusalAttemptsExhausted
-)
-
 // WithRequireKey makes tools refuse a protected call that carries no
 // explicit idempotency key (the idempotency_key argument, or KeyMetaKey in
 // params._meta), with RefusalMissingKey and a text that tells the model to

@@ -201,6 +201,21 @@ const (
 	// record or byte limit) and none of its records has expired, so a new
 	// call could not be claimed; nothing ran, and a later retry may pass.
 	RefusalStoreFull = "store_full"
+
+	// RefusalMissingKey: the tool requires an explicit idempotency key
+	// (instrument.WithRequireKey) and the call had none; nothing was done.
+	RefusalMissingKey = "missing_key"
+	// RefusalAttemptsExhausted: the call's attempts failed as often as the
+	// tool's idemkit.ToolConfig.MaxAttempts allows (a poison call); nothing
+	// was done, and the model is told not to retry.
+	RefusalAttemptsExhausted = "attempts_exhausted"
+	// RefusalDeclined: the user declined, or dismissed, the confirmation
+	// of a human gate (instrument.WithConfirmation); nothing was done.
+	RefusalDeclined = "declined"
+	// RefusalConfirmationUnavailable: the client cannot ask the user (it
+	// did not declare the elicitation capability), or asking failed;
+	// nothing was done.
+	RefusalConfirmationUnavailable = "confirmation_unavailable"
 	// RefusalResponseNotKept: a duplicate of a call that completed but whose
 	// response was too large to keep.
 	RefusalResponseNotKept = "response_not_kept"

@@ -39,6 +39,7 @@
 package main
 
 import (
+	"github.com/idemkit-mcp/idemkit/internal/httplimit"
 	"context"
 	"errors"
 	"flag"
@@ -107,12 +108,12 @@ func parseFlags() options {
 	flag.DurationVar(&o.sweepInterval, "sweep-interval", time.Minute, "how often expired idemkit records are deleted from the store")
 	flag.IntVar(&o.memoryMaxRecords, "memory-max-records", idemkit.DefaultMemoryMaxRecords,
 		"with -store memory, the most records the store holds: a new call beyond them, with none expired, is refused (store_full) and nothing runs")
-	flag.IntVar(&o.limits.MaxSessions, "max-sessions", instrument.DefaultMaxSessions, "the most MCP sessions open at once: another initialize gets HTTP 503 (negative: no limit)")
-	flag.DurationVar(&o.limits.SessionIdleTimeout, "session-idle-timeout", instrument.DefaultSessionIdleTimeout, "an MCP session with no request for this long is ended (negative: never)")
-	flag.Int64Var(&o.limits.MaxBodyBytes, "max-body-bytes", instrument.DefaultMaxBodyBytes, "the largest request body: a larger one gets HTTP 413 (negative: no limit)")
-	flag.DurationVar(&o.readHeaderTimeout, "read-header-timeout", instrument.DefaultReadHeaderTimeout, "how long a client may take to send its request headers")
-	flag.DurationVar(&o.readTimeout, "read-timeout", instrument.DefaultReadTimeout, "how long a client may take to send a whole request, body included")
-	flag.DurationVar(&o.idleTimeout, "http-idle-timeout", instrument.DefaultIdleTimeout, "how long an idle keep-alive connection stays open")
+	flag.IntVar(&o.limits.MaxSessions, "max-sessions", httplimit.DefaultMaxSessions, "the most MCP sessions open at once: another initialize gets HTTP 503 (negative: no limit)")
+	flag.DurationVar(&o.limits.SessionIdleTimeout, "session-idle-timeout", httplimit.DefaultIdleTimeout, "an MCP session with no request for this long is ended (negative: never)")
+	flag.Int64Var(&o.limits.MaxBodyBytes, "max-body-bytes", httplimit.DefaultMaxBodyBytes, "the largest request body: a larger one gets HTTP 413 (negative: no limit)")
+	flag.DurationVar(&o.readHeaderTimeout, "read-header-timeout", httplimit.ServerReadHeaderTimeout, "how long a client may take to send its request headers")
+	flag.DurationVar(&o.readTimeout, "read-timeout", httplimit.ServerReadTimeout, "how long a client may take to send a whole request, body included")
+	flag.DurationVar(&o.idleTimeout, "http-idle-timeout", httplimit.ServerIdleTimeout, "how long an idle keep-alive connection stays open")
 	flag.Int64Var(&o.confirmAbove, "confirm-above-cents", 0, "ask the user (MCP elicitation) before a refund of more than this many cents; a client that cannot be asked is refused (0: never ask)")
 	flag.Parse()
 	if o.service == "" {

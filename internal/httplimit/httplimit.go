@@ -38,6 +38,14 @@ const (
 	DefaultMaxBodyBytes = 4 << 20
 )
 
+// Defaults of instrument.NewHTTPServer (which documents them).
+const (
+	ServerReadHeaderTimeout = 10 * time.Second
+	ServerReadTimeout       = 30 * time.Second
+	ServerIdleTimeout       = 2 * time.Minute
+	ServerMaxHeaderBytes    = 64 << 10
+)
+
 // Limits are the limits of a Handler. A field at zero or below disables
 // its limit (Resolve gives the defaults).
 type Limits struct {

@@ -22,11 +22,11 @@ import (
 const (
 	// RefusalDeclined: the user declined (or dismissed) the confirmation;
 	// nothing was done.
-	RefusalDeclined = "declined"
+	RefusalDeclined = spancontract.RefusalDeclined
 	// RefusalConfirmationUnavailable: the tool needs a confirmation and the
 	// client cannot ask the user (no elicitation capability), or asking
 	// failed; nothing was done.
-	RefusalConfirmationUnavailable = "confirmation_unavailable"
+	RefusalConfirmationUnavailable = spancontract.RefusalConfirmationUnavailable
 )
 
 // ConfirmationAttr (string) records on a tools/call span what the gate's

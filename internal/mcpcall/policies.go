@@ -14,10 +14,10 @@ import (
 const (
 	// RefusalMissingKey: the tool requires an explicit idempotency key and
 	// the call has none; nothing was done.
-	RefusalMissingKey = "missing_key"
+	RefusalMissingKey = spancontract.RefusalMissingKey
 	// RefusalAttemptsExhausted: the call's attempts failed as many times
 	// as the tool's MaxAttempts allows; nothing was done.
-	RefusalAttemptsExhausted = "attempts_exhausted"
+	RefusalAttemptsExhausted = spancontract.RefusalAttemptsExhausted
 )
 
 // missingKey returns the refusal text of a call of a tool that requires an

@@ -222,7 +222,7 @@ func testHumanGate(t *testing.T, h Harness) {
 	other := map[string]any{"order_id": "ord_1002", "amount_cents": 50000}
 	user.answers <- "decline"
 	declined := call(t, c, "issue_refund", other, nil)
-	if m := marker(declined, sc.RefusalMetaKey); !isError(declined) || m["reason"] != instrument.RefusalDeclined ||
+	if m := marker(declined, sc.RefusalMetaKey); !isError(declined) || m["reason"] != sc.RefusalDeclined ||
 		!strings.Contains(text(declined), "declined") || !strings.Contains(text(declined), "Nothing was done") || refunds.get() != 1 {
 		t.Fatalf("declined call: %v, %d refunds; want the declined refusal and no refund", declined, refunds.get())
 	}
@@ -238,7 +238,7 @@ func testHumanGate(t *testing.T, h Harness) {
 	// A client that cannot be asked is refused; the opted-out tool runs.
 	mute := r.connect(ClientConfig{Token: "token-alice", Protocol: LegacyProtocol})
 	refused := call(t, mute, "issue_refund", map[string]any{"order_id": "ord_1004", "amount_cents": 30000}, nil)
-	if m := marker(refused, sc.RefusalMetaKey); !isError(refused) || m["reason"] != instrument.RefusalConfirmationUnavailable || refunds.get() != 3 {
+	if m := marker(refused, sc.RefusalMetaKey); !isError(refused) || m["reason"] != sc.RefusalConfirmationUnavailable || refunds.get() != 3 {
 		t.Fatalf("client without elicitation: %v, %d refunds; want the refusal and no refund", refused, refunds.get())
 	}
 	if sent := call(t, mute, "send_receipt", map[string]any{"order_id": "ord_1001"}, nil); text(sent) != "sent (run 1)" {
@@ -251,8 +251,8 @@ func testHumanGate(t *testing.T, h Harness) {
 		confirm, outcome, refusal any
 	}{
 		{absent, nil, sc.RefusalInProgress}, {"accept", sc.OutcomeExecuted, absent}, {absent, sc.OutcomeReplayed, absent},
-		{"decline", absent, instrument.RefusalDeclined}, {"accept", sc.OutcomeTakeover, absent}, {absent, sc.OutcomeExecuted, absent},
-		{"unavailable", absent, instrument.RefusalConfirmationUnavailable},
+		{"decline", absent, sc.RefusalDeclined}, {"accept", sc.OutcomeTakeover, absent}, {absent, sc.OutcomeExecuted, absent},
+		{"unavailable", absent, sc.RefusalConfirmationUnavailable},
 	}
 	for i, s := range spans {
 		w := map[string]any{"idemkit.confirmation": want[i].confirm, sc.RefusalReason: want[i].refusal}

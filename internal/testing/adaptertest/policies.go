@@ -35,7 +35,7 @@ func testPolicies(t *testing.T, h Harness) {
 
 	args := map[string]any{"to": "bob", "cents": 100}
 	refused := call(t, c, "transfer", args, nil)
-	if m := marker(refused, sc.RefusalMetaKey); !isError(refused) || m["reason"] != instrument.RefusalMissingKey || transfers.get() != 0 {
+	if m := marker(refused, sc.RefusalMetaKey); !isError(refused) || m["reason"] != sc.RefusalMissingKey || transfers.get() != 0 {
 		t.Fatalf("a call without the required key: %v, %d runs; want the missing_key refusal and nothing run", refused, transfers.get())
 	}
 	withKey := func(k string) map[string]any {
@@ -73,10 +73,10 @@ func testPolicies(t *testing.T, h Harness) {
 		}
 	}
 	stopped := call(t, c, "import", map[string]any{"file": "huge.csv"}, nil)
-	if m := marker(stopped, sc.RefusalMetaKey); !isError(stopped) || m["reason"] != instrument.RefusalAttemptsExhausted || flaky.get() != 2 {
+	if m := marker(stopped, sc.RefusalMetaKey); !isError(stopped) || m["reason"] != sc.RefusalAttemptsExhausted || flaky.get() != 2 {
 		t.Fatalf("the third call of a call that failed twice: %v, %d runs; want attempts_exhausted and nothing run", stopped, flaky.get())
 	}
-	if d := hasAttrs(last(r.waitSpans("tools/call import", 3)), map[string]any{sc.RefusalReason: instrument.RefusalAttemptsExhausted, sc.Outcome: absent}); d != "" {
+	if d := hasAttrs(last(r.waitSpans("tools/call import", 3)), map[string]any{sc.RefusalReason: sc.RefusalAttemptsExhausted, sc.Outcome: absent}); d != "" {
 		t.Errorf("the refused call's span: %s", d)
 	}
 }
