@@ -69,7 +69,7 @@
 // Guard.RunSweeper (or the idemkit sweep command) beside it. MemoryStore
 // deletes its expired records itself, and is bounded: at MaxRecords
 // records (100,000 by default) or MaxBytes (256 MiB) with none expired, it
-// refuses new keys with a *StoreFullError and evicts nothing.
+// refuses new keys with an *idemstore.StoreFullError and evicts nothing.
 //
 // This package depends on the standard library and the stdlib-only span
 // contract; it never imports a database driver, an MCP SDK

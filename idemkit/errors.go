@@ -52,13 +52,6 @@ var (
 	// record of the key exists. It is idemstore.ErrNotFound.
 	ErrNotFound = idemstore.ErrNotFound
 
-	// ErrStoreFull: the store holds as many records as it may keep, none of
-	// them expired, so it cannot claim a new key (see
-	// MemoryStore.MaxRecords). Nothing was claimed and the work has not
-	// run; the calls it holds are still answered. Matched by
-	// *StoreFullError.
-	ErrStoreFull = errors.New("idemkit: store full")
-
 	// ErrRecordDamaged: the call already ran (its completed record exists),
 	// but the record cannot be read back as it was written: it fails the
 	// checksum stored with it, names a storage kind that does not exist, or
@@ -174,31 +167,6 @@ func (e *RecordDamagedError) Error() string {
 
 // Is reports whether target is ErrRecordDamaged.
 func (e *RecordDamagedError) Is(target error) bool { return target == ErrRecordDamaged }
-
-// StoreFullError is returned by a store's Claim of a new key when the store
-// holds as many records as it may keep (MemoryStore.MaxRecords and
-// MaxBytes) and none of them has expired: nothing was claimed and the work
-// has not run. No record whose window is open is evicted to make room
-// (that would let a duplicate run the work again): room comes back as
-// windows end. Guard.Do returns it wrapped (matching ErrStore as well). It
-// matches ErrStoreFull.
-type StoreFullError struct {
-	// Records and Bytes are what the store holds; MaxRecords and MaxBytes
-	// its limits.
-	Records, MaxRecords int
-	Bytes, MaxBytes     int64
-	// RetryAfter is how long until the next record may expire (an
-	// estimate: its window may be extended), or 0 when unknown.
-	RetryAfter time.Duration
-}
-
-func (e *StoreFullError) Error() string {
-	return fmt.Sprintf("idemkit: the store is full: it holds %d records taking %d bytes, against its limits of %d records and %d bytes, "+
-		"and none of them has expired; nothing was claimed", e.Records, e.Bytes, e.MaxRecords, e.MaxBytes)
-}
-
-// Is reports whether target is ErrStoreFull.
-func (e *StoreFullError) Is(target error) bool { return target == ErrStoreFull }
 
 // FinishOp says which finish failed.
 type FinishOp string

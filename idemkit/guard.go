@@ -109,7 +109,7 @@ type ToolConfig struct {
 	FailurePolicy FailurePolicy
 	// MaxAttempts bounds the attempts of one call (one record): once that
 	// many have failed or crashed, a retry is no longer taken over and runs
-	// nothing; it gets an *AttemptsExhaustedError (a poison-call policy),
+	// nothing; it gets an error matching ErrAttemptsExhausted (a poison-call policy),
 	// until the window ends. Defaults to 0: no limit.
 	MaxAttempts int
 }
@@ -441,11 +441,11 @@ type Work func(ctx context.Context) (Response, error)
 //     duplicate runs the work again.
 //   - Work panics: the claim is released and the panic continues.
 //   - The call's earlier attempts failed ToolConfig.MaxAttempts times: an
-//     *AttemptsExhaustedError; work does not run, and the claim is
+//     error matching ErrAttemptsExhausted; work does not run, and the claim is
 //     released again.
 //   - The store fails on the claim: an error matching ErrStore; work has not
 //     run. A store that is full (a MemoryStore at its limits) fails so with
-//     a *StoreFullError, which also matches ErrStoreFull.
+//     an *idemstore.StoreFullError, which also matches idemstore.ErrStoreFull.
 //   - The store fails to record the end of work that ran, after retrying
 //     transient errors (ErrTransient) with backoff until FinishTimeout: a
 //     *FinishError, matching ErrStore, which the Guard also logs. After a

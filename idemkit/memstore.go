@@ -30,7 +30,7 @@ const (
 // so it needs no sweeper (Guard.Sweep and RunSweeper work on it all the
 // same). And it holds at most MaxRecords records taking at most about
 // MaxBytes: when it is full and none of its records has expired, a Claim
-// of a new key fails with a *StoreFullError (matching ErrStoreFull), so
+// of a new key fails with an *idemstore.StoreFullError (matching idemstore.ErrStoreFull), so
 // nothing runs, and the middleware answers the call with a refusal
 // (store_full: nothing was done, retry later). It never evicts a record
 // whose window is still open to make room: that would let a duplicate run
@@ -527,7 +527,7 @@ func (s *MemoryStore) maxBytes() int64 {
 
 // makeRoom returns nil when a record for req may be added: the store is
 // below its limits, or is once every expired record due has been deleted.
-// Otherwise it returns a *StoreFullError, and nothing is evicted: every
+// Otherwise it returns an *idemstore.StoreFullError, and nothing is evicted: every
 // record left holds a window still open. s.mu must be held.
 func (s *MemoryStore) makeRoom(now int64, req *idemstore.ClaimRequest) error {
 	maxRecords, maxBytes := s.maxRecords(), s.maxBytes()
@@ -539,7 +539,7 @@ func (s *MemoryStore) makeRoom(now int64, req *idemstore.ClaimRequest) error {
 	if len(s.records) < maxRecords && s.bytes+need <= maxBytes {
 		return nil
 	}
-	e := &StoreFullError{Records: len(s.records), MaxRecords: maxRecords, Bytes: s.bytes, MaxBytes: maxBytes}
+	e := &idemstore.StoreFullError{Records: len(s.records), MaxRecords: maxRecords, Bytes: s.bytes, MaxBytes: maxBytes}
 	if len(s.queue.heap) > 0 && s.queue.next > now {
 		e.RetryAfter = time.Duration(s.queue.next - now)
 	}

@@ -148,8 +148,8 @@ func TestMemoryStore_RefusesANewKeyWhenFullAndEvictsNothing(t *testing.T) {
 		ran = true
 		return idemkit.Response{}, nil
 	})
-	full, ok := errors.AsType[*idemkit.StoreFullError](err)
-	if !ok || !errors.Is(err, idemkit.ErrStoreFull) || !errors.Is(err, idemkit.ErrStore) || ran {
+	full, ok := errors.AsType[*idemstore.StoreFullError](err)
+	if !ok || !errors.Is(err, idemstore.ErrStoreFull) || !errors.Is(err, idemkit.ErrStore) || ran {
 		t.Fatalf("a fourth key on a store of 3: err %v (ran %v), want a *StoreFullError matching ErrStoreFull and ErrStore, nothing run", err, ran)
 	}
 	if full.Records != 3 || full.MaxRecords != 3 || full.RetryAfter <= 0 || full.RetryAfter > time.Minute {
@@ -188,7 +188,7 @@ func TestMemoryStore_FullStoreStillTakesOverReleasedRecords(t *testing.T) {
 	if _, err := g.Do(ctx, memKey(t, 0), func(context.Context) (idemkit.Response, error) { return idemkit.Response{}, boom }); !errors.Is(err, boom) {
 		t.Fatal(err)
 	}
-	if _, err := g.Do(ctx, memKey(t, 1), respond(nil)); !errors.Is(err, idemkit.ErrStoreFull) {
+	if _, err := g.Do(ctx, memKey(t, 1), respond(nil)); !errors.Is(err, idemstore.ErrStoreFull) {
 		t.Fatalf("a new key on a full store: %v", err)
 	}
 	res, err := g.Do(ctx, memKey(t, 0), respond([]byte(`{}`)))
@@ -208,7 +208,7 @@ func TestMemoryStore_ByteLimit(t *testing.T) {
 	n := 0
 	for ; n < 100; n++ {
 		if _, err := g.Do(ctx, memKey(t, n), respond(body)); err != nil {
-			if !errors.Is(err, idemkit.ErrStoreFull) {
+			if !errors.Is(err, idemstore.ErrStoreFull) {
 				t.Fatal(err)
 			}
 			break
@@ -217,7 +217,7 @@ func TestMemoryStore_ByteLimit(t *testing.T) {
 	if n < 5 || n > 7 {
 		t.Fatalf("%d calls with 10 KiB results fit a 64 KiB store, want 5 to 7", n)
 	}
-	full, _ := errors.AsType[*idemkit.StoreFullError](func() error { _, err := g.Do(ctx, memKey(t, 1000), respond(nil)); return err }())
+	full, _ := errors.AsType[*idemstore.StoreFullError](func() error { _, err := g.Do(ctx, memKey(t, 1000), respond(nil)); return err }())
 	if full == nil || full.Bytes > store.MaxBytes+int64(len(body)) || full.MaxBytes != store.MaxBytes || full.Bytes != store.Bytes() {
 		t.Fatalf("StoreFullError %+v, store counts %d bytes", full, store.Bytes())
 	}

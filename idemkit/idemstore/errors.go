@@ -1,11 +1,22 @@
 package idemstore
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"time"
+)
 
 // Errors a store returns. Match them with errors.Is. Package idemkit
 // exports the ones its Guard returns to tool authors under the same names
 // (idemkit.ErrNotFound is ErrNotFound).
 var (
+	// ErrStoreFull: the store holds as many records as it may keep, none of
+	// them expired, so it cannot claim a new key (see
+	// MemoryStore.MaxRecords). Nothing was claimed and the work has not
+	// run; the calls it holds are still answered. Matched by
+	// *StoreFullError.
+	ErrStoreFull = errors.New("idemkit: store full")
+
 	// ErrInProgress: the record's attempt is still running (Store.Cancel
 	// with CancelRequest.Abandoned, on an attempt whose lease holds). The
 	// Guard's *idemkit.InProgressError matches it too.
@@ -50,3 +61,28 @@ type transientError struct{ err error }
 func (e *transientError) Error() string        { return e.err.Error() }
 func (e *transientError) Unwrap() error        { return e.err }
 func (e *transientError) Is(target error) bool { return target == ErrTransient }
+
+// StoreFullError is returned by a store's Claim of a new key when the store
+// holds as many records as it may keep (MemoryStore.MaxRecords and
+// MaxBytes) and none of them has expired: nothing was claimed and the work
+// has not run. No record whose window is open is evicted to make room
+// (that would let a duplicate run the work again): room comes back as
+// windows end. idemkit.Guard.Do returns it wrapped (matching idemkit.ErrStore as well). It
+// matches ErrStoreFull.
+type StoreFullError struct {
+	// Records and Bytes are what the store holds; MaxRecords and MaxBytes
+	// its limits.
+	Records, MaxRecords int
+	Bytes, MaxBytes     int64
+	// RetryAfter is how long until the next record may expire (an
+	// estimate: its window may be extended), or 0 when unknown.
+	RetryAfter time.Duration
+}
+
+func (e *StoreFullError) Error() string {
+	return fmt.Sprintf("idemkit: the store is full: it holds %d records taking %d bytes, against its limits of %d records and %d bytes, "+
+		"and none of them has expired; nothing was claimed", e.Records, e.Bytes, e.MaxRecords, e.MaxBytes)
+}
+
+// Is reports whether target is ErrStoreFull.
+func (e *StoreFullError) Is(target error) bool { return target == ErrStoreFull }

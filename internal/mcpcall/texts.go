@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 )
 
 func replayMarker(attempt int, writeID string) map[string]any {
@@ -42,7 +43,7 @@ func storeFullText(tool string) string {
 		"so it cannot make a retry of this call safe. Nothing was done. Retry the same call later, in a minute or more."
 }
 
-func storeFullMarker(e *idemkit.StoreFullError) map[string]any {
+func storeFullMarker(e *idemstore.StoreFullError) map[string]any {
 	if e.RetryAfter <= 0 {
 		return nil
 	}

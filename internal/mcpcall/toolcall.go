@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
@@ -328,10 +329,10 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 		c.outcome = outcomeMismatch
 		return refuse(op, codec, spancontract.RefusalMismatch, mismatch.Error(), nil), nil
 	}
-	if exhausted, ok := errors.AsType[*idemkit.AttemptsExhaustedError](derr); ok {
+	if errors.Is(derr, idemkit.ErrAttemptsExhausted) {
 		// A poison call: its attempts failed MaxAttempts times; this one
 		// ran nothing.
-		return refuse(op, codec, RefusalAttemptsExhausted, exhausted.Error(), nil), nil
+		return refuse(op, codec, RefusalAttemptsExhausted, derr.Error(), nil), nil
 	}
 	if tooLarge, ok := errors.AsType[*idemkit.ResponseTooLargeError](derr); ok {
 		c.outcome = outcomeReplayed
@@ -343,7 +344,7 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 		c.outcome, c.attempt, c.finishErr = outcomeReplayed, damaged.Attempt, derr
 		return refuse(op, codec, spancontract.RefusalResultUnreadable, unreadableText(call.Tool), nil), nil
 	}
-	if full, ok := errors.AsType[*idemkit.StoreFullError](derr); ok {
+	if full, ok := errors.AsType[*idemstore.StoreFullError](derr); ok {
 		c.finishErr = derr
 		return refuse(op, codec, spancontract.RefusalStoreFull, storeFullText(call.Tool), storeFullMarker(full)), nil
 	}
