@@ -93,7 +93,7 @@ func BenchmarkMemoryStore(b *testing.B) {
 			maps := newGenerations(func() *mapBaseline { return &mapBaseline{m: make(map[string]*baseRecord)} })
 			guardOp := func(i int) error {
 				res, err := guards.get(i).Do(ctx, keys[i%benchKeys], work)
-				if err == nil && res.Replayed() {
+				if err == nil && (res.Outcome == idemkit.OutcomeReplayed) {
 					err = errors.New("replayed a fresh key")
 				}
 				return err
@@ -234,7 +234,7 @@ func guardPair(b *testing.B, candidate, baseline func() *idemkit.Guard) {
 			op := func(gs *generations[*idemkit.Guard]) benchpair.Op {
 				return func(i int) error {
 					res, err := gs.get(i).Do(ctx, keys[i%benchKeys], work)
-					if err == nil && res.Replayed() {
+					if err == nil && (res.Outcome == idemkit.OutcomeReplayed) {
 						err = errors.New("replayed a fresh key")
 					}
 					return err

@@ -66,7 +66,7 @@
 // own writes and the outcome in one transaction. Every store passes the
 // conformance suite in idemkit/storetest. The SQL stores keep expired
 // records until Sweep deletes them: whoever builds a Guard on one runs
-// Guard.RunSweeper (or the idemkit sweep command) beside it. MemoryStore
+// Guard.runSweeper (or the idemkit sweep command) beside it. MemoryStore
 // deletes its expired records itself, and is bounded: at MaxRecords
 // records (100,000 by default) or MaxBytes (256 MiB) with none expired, it
 // refuses new keys with an *idemstore.StoreFullError and evicts nothing.

@@ -79,12 +79,3 @@ func (c *Call) IdempotencyKey() string {
 	}
 	return DownstreamKey(c.key.id, c.generation)
 }
-
-// Generation returns the generation of the record the attempt runs under
-// (see Record.Generation), 0 on a nil *Call.
-func (c *Call) Generation() int64 {
-	if c == nil {
-		return 0
-	}
-	return c.generation
-}

@@ -26,7 +26,7 @@ const (
 	DefaultLease             = 2 * time.Minute
 	DefaultMaxInlineResponse = 64 << 10
 	DefaultMaxResponse       = 16 << 20
-	DefaultFinishTimeout     = 10 * time.Second
+	defaultFinishTimeout     = 10 * time.Second
 	DefaultSweepBatch        = 1000
 )
 
@@ -58,7 +58,6 @@ const (
 	OutcomeInProgress Outcome = spancontract.OutcomeInProgress
 	OutcomeTakeover   Outcome = spancontract.OutcomeTakeover
 	OutcomeMismatch   Outcome = spancontract.OutcomeMismatch
-	OutcomeBypassed   Outcome = spancontract.OutcomeBypassed
 )
 
 // Result is what Do returns.
@@ -72,9 +71,6 @@ type Result struct {
 	// takeovers.
 	Attempt int
 }
-
-// Replayed reports whether the response came from the store.
-func (r Result) Replayed() bool { return r.Outcome == OutcomeReplayed }
 
 // FailurePolicy decides which failed attempts are stored and replayed.
 // A Go error returned by the work is never stored: the claim is released and
@@ -153,7 +149,7 @@ type Config struct {
 	// cannot leave a done call looking unfinished. Transient store errors
 	// (a database restarting, a dropped connection, SQLite busy) are retried
 	// with backoff until it runs out: pick it above the outages the store
-	// should ride through. Defaults to DefaultFinishTimeout (10s).
+	// should ride through. Defaults to 10 seconds.
 	FinishTimeout time.Duration
 
 	// SweepBatch is how many expired records one Sweep statement deletes.
@@ -314,7 +310,7 @@ func NewGuard(store idemstore.Store, cfg *Config) (*Guard, error) {
 		g.maxResp = DefaultMaxResponse
 	}
 	if g.cfg.FinishTimeout == 0 {
-		g.cfg.FinishTimeout = DefaultFinishTimeout
+		g.cfg.FinishTimeout = defaultFinishTimeout
 	}
 	if g.cfg.SweepBatch == 0 {
 		g.cfg.SweepBatch = DefaultSweepBatch
@@ -1048,7 +1044,7 @@ func (g *Guard) Sweep(ctx context.Context) (int, error) {
 	}
 }
 
-// StartSweeper runs RunSweeper in a goroutine of its own until the
+// StartSweeper runs runSweeper in a goroutine of its own until the
 // function it returns is called; that function stops the sweeper and waits
 // for it to return, so that the store may be closed right after. Run one
 // beside every Guard on a store that keeps expired records until swept
@@ -1066,7 +1062,7 @@ func (g *Guard) StartSweeper(interval time.Duration, onError func(error)) (stop 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = g.RunSweeper(ctx, interval, onError)
+		_ = g.runSweeper(ctx, interval, onError)
 	}()
 	return func() {
 		cancel()
@@ -1074,12 +1070,12 @@ func (g *Guard) StartSweeper(interval time.Duration, onError func(error)) (stop 
 	}
 }
 
-// RunSweeper calls Sweep every interval until ctx is done, and returns
+// runSweeper calls Sweep every interval until ctx is done, and returns
 // ctx's error. Sweep errors are passed to onError (which may be nil) and do
 // not stop the loop.
-func (g *Guard) RunSweeper(ctx context.Context, interval time.Duration, onError func(error)) error {
+func (g *Guard) runSweeper(ctx context.Context, interval time.Duration, onError func(error)) error {
 	if interval <= 0 {
-		return errors.New("idemkit: RunSweeper needs a positive interval")
+		return errors.New("idemkit: runSweeper needs a positive interval")
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()

@@ -129,7 +129,7 @@ func TestGuard_FinishSurvivesCancelledRequest(t *testing.T) {
 		t.Error("work re-ran after the first call's client cancelled")
 		return idemkit.Response{}, nil
 	})
-	if err != nil || !res.Replayed() || string(res.Body) != "refunded" {
+	if err != nil || res.Outcome != idemkit.OutcomeReplayed || string(res.Body) != "refunded" {
 		t.Fatalf("duplicate: %+v %v, want the replay", res, err)
 	}
 }
@@ -184,7 +184,7 @@ func TestGuard_FinishRetriesTransientErrors(t *testing.T) {
 		runs.Add(1)
 		return idemkit.Response{}, nil
 	})
-	if err != nil || !rep.Replayed() || runs.Load() != 1 {
+	if err != nil || rep.Outcome != idemkit.OutcomeReplayed || runs.Load() != 1 {
 		t.Fatalf("duplicate: %+v %v (runs %d), want the replay", rep, err, runs.Load())
 	}
 }

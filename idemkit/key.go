@@ -19,8 +19,8 @@ const (
 	DefaultMaxArgsBytes = 1 << 20
 	// MaxExplicitKeyLen is the longest explicit key accepted, in bytes.
 	MaxExplicitKeyLen = 255
-	// MaxToolNameLen is the longest tool name NewKey accepts, in bytes.
-	MaxToolNameLen = 256
+	// maxToolNameLen is the longest tool name NewKey accepts, in bytes.
+	maxToolNameLen = 256
 )
 
 // KeyOptions tunes NewKey. A nil *KeyOptions means all defaults.
@@ -84,7 +84,7 @@ type Key struct {
 //
 // Errors wrap ErrInvalidArguments (malformed JSON, too large, an explicit-key
 // field that is not a string) or ErrInvalidKey (a tool name that is empty,
-// longer than MaxToolNameLen bytes, not valid UTF-8 or holding a control
+// longer than 256 bytes, not valid UTF-8 or holding a control
 // character; an explicit key that is empty, longer than MaxExplicitKeyLen
 // bytes or not printable ASCII; or two different explicit keys).
 func NewKey(subject, tool string, args []byte, opts *KeyOptions) (Key, error) {
@@ -161,15 +161,15 @@ func ValidateExplicitKey(key string) error {
 	return nil
 }
 
-// validateToolName accepts 1 to MaxToolNameLen bytes of valid UTF-8
+// validateToolName accepts 1 to maxToolNameLen bytes of valid UTF-8
 // without control characters: stores keep the tool name as text, and a
 // name PostgreSQL refuses (NUL, invalid UTF-8) would fail every claim.
 func validateToolName(tool string) error {
 	if tool == "" {
 		return fmt.Errorf("%w: the tool name is empty", ErrInvalidKey)
 	}
-	if len(tool) > MaxToolNameLen {
-		return fmt.Errorf("%w: the tool name is %d bytes, over the %d-byte limit", ErrInvalidKey, len(tool), MaxToolNameLen)
+	if len(tool) > maxToolNameLen {
+		return fmt.Errorf("%w: the tool name is %d bytes, over the %d-byte limit", ErrInvalidKey, len(tool), maxToolNameLen)
 	}
 	for i, r := range tool {
 		switch {
@@ -242,9 +242,6 @@ func (k Key) Subject() string { return k.subject }
 
 // Tool returns the tool name.
 func (k Key) Tool() string { return k.tool }
-
-// Explicit returns the caller's explicit idempotency key, or "".
-func (k Key) Explicit() string { return k.explicit }
 
 // Source returns "explicit" when the key came from the caller and "derived"
 // when it was computed from the arguments.

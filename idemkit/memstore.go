@@ -14,8 +14,8 @@ import (
 
 // Defaults of MemoryStore.
 const (
-	DefaultMemoryMaxRecords = 100_000
-	DefaultMemoryMaxBytes   = 256 << 20
+	defaultMemoryMaxRecords = 100_000
+	defaultMemoryMaxBytes   = 256 << 20
 )
 
 // MemoryStore is a Store that keeps records in process memory. Its zero
@@ -27,7 +27,7 @@ const (
 // Its memory is bounded whatever its callers send. It expires its own
 // records: each claim of a new key also deletes a few of the records whose
 // window has ended (found in an index by expiry time, never by scanning),
-// so it needs no sweeper (Guard.Sweep and RunSweeper work on it all the
+// so it needs no sweeper (Guard.Sweep and runSweeper work on it all the
 // same). And it holds at most MaxRecords records taking at most about
 // MaxBytes: when it is full and none of its records has expired, a Claim
 // of a new key fails with an *idemstore.StoreFullError (matching idemstore.ErrStoreFull), so
@@ -38,7 +38,7 @@ const (
 type MemoryStore struct {
 	// MaxRecords caps the records held at once, expired ones not yet
 	// deleted included. Set it before the store's first use; it must not be
-	// negative. Defaults to DefaultMemoryMaxRecords (100,000).
+	// negative. Defaults to 100,000.
 	MaxRecords int
 
 	// MaxBytes caps the memory of the records, as the store counts it: each
@@ -47,8 +47,7 @@ type MemoryStore struct {
 	// A new key is refused once the records take MaxBytes; the outcome of a
 	// call that ran is always recorded, so the store may exceed it by the
 	// responses of the calls in flight. Set it before the store's first
-	// use; it must not be negative. Defaults to DefaultMemoryMaxBytes
-	// (256 MiB).
+	// use; it must not be negative. Defaults to 256 MiB.
 	MaxBytes int64
 
 	mu      sync.Mutex            // protects the fields below
@@ -515,14 +514,14 @@ func (s *MemoryStore) maxRecords() int {
 	if s.MaxRecords > 0 {
 		return s.MaxRecords
 	}
-	return DefaultMemoryMaxRecords
+	return defaultMemoryMaxRecords
 }
 
 func (s *MemoryStore) maxBytes() int64 {
 	if s.MaxBytes > 0 {
 		return s.MaxBytes
 	}
-	return DefaultMemoryMaxBytes
+	return defaultMemoryMaxBytes
 }
 
 // makeRoom returns nil when a record for req may be added: the store is

@@ -60,7 +60,7 @@ func TestMemoryStore_ExpiresItsOwnRecordsWithoutASweeper(t *testing.T) {
 	for round := range 6 {
 		for i := range perWindow {
 			res, err := g.Do(ctx, memKey(t, round*perWindow+i), respond([]byte(`{"content":[]}`)))
-			if err != nil || res.Replayed() {
+			if err != nil || (res.Outcome == idemkit.OutcomeReplayed) {
 				t.Fatalf("round %d call %d: %v %v", round, i, res.Outcome, err)
 			}
 		}
@@ -161,7 +161,7 @@ func TestMemoryStore_RefusesANewKeyWhenFullAndEvictsNothing(t *testing.T) {
 	}
 	for i := range 3 {
 		res, err := g.Do(ctx, memKey(t, i), respond(nil))
-		if err != nil || !res.Replayed() {
+		if err != nil || res.Outcome != idemkit.OutcomeReplayed {
 			t.Fatalf("key %d on a full store: %v %v, want its stored result", i, res.Outcome, err)
 		}
 	}
@@ -169,7 +169,7 @@ func TestMemoryStore_RefusesANewKeyWhenFullAndEvictsNothing(t *testing.T) {
 		t.Fatalf("the store holds %d records, want 3", store.Len())
 	}
 	clock.Advance(time.Minute)
-	if res, err := g.Do(ctx, memKey(t, 3), respond([]byte(`{"n":4}`))); err != nil || res.Replayed() {
+	if res, err := g.Do(ctx, memKey(t, 3), respond([]byte(`{"n":4}`))); err != nil || (res.Outcome == idemkit.OutcomeReplayed) {
 		t.Fatalf("once the windows ended, a new key: %v %v", res.Outcome, err)
 	}
 	if store.Len() > 3 {

@@ -55,7 +55,6 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/examples/internal/refunds"
 	"github.com/idemkit-mcp/idemkit/examples/internal/telemetry"
-	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/instrument"
 )
 
@@ -106,8 +105,8 @@ func parseFlags() options {
 	flag.DurationVar(&o.exportDuration, "export-duration", refunds.DefaultExportDuration, "how long an export_refunds job works")
 	flag.StringVar(&o.holdAfterWrite, "fault-hold-after-write", "", "fault injection for crash tests: issue_refund writes this file once its row is written, then waits uncommitted")
 	flag.DurationVar(&o.sweepInterval, "sweep-interval", time.Minute, "how often expired idemkit records are deleted from the store")
-	flag.IntVar(&o.memoryMaxRecords, "memory-max-records", idemkit.DefaultMemoryMaxRecords,
-		"with -store memory, the most records the store holds: a new call beyond them, with none expired, is refused (store_full) and nothing runs")
+	flag.IntVar(&o.memoryMaxRecords, "memory-max-records", 0,
+		"with -store memory, the most records the store holds (0: the store's default, 100,000): a new call beyond them, with none expired, is refused (store_full) and nothing runs")
 	flag.IntVar(&o.limits.MaxSessions, "max-sessions", httplimit.DefaultMaxSessions, "the most MCP sessions open at once: another initialize gets HTTP 503 (negative: no limit)")
 	flag.DurationVar(&o.limits.SessionIdleTimeout, "session-idle-timeout", httplimit.DefaultIdleTimeout, "an MCP session with no request for this long is ended (negative: never)")
 	flag.Int64Var(&o.limits.MaxBodyBytes, "max-body-bytes", httplimit.DefaultMaxBodyBytes, "the largest request body: a larger one gets HTTP 413 (negative: no limit)")

@@ -189,7 +189,7 @@ func benchReplay(b *testing.B, dsn string) {
 	}
 	guardOp := func(i int) error {
 		res, err := guard.Do(ctx, keys[2*(i%n)], work)
-		if err == nil && !res.Replayed() {
+		if err == nil && res.Outcome != idemkit.OutcomeReplayed {
 			err = fmt.Errorf("outcome %s on a completed key", res.Outcome)
 		}
 		return err

@@ -94,7 +94,7 @@ VALUES ($1, 'refund', '', 'succeeded', 1, 1, now(), now(), now() + interval '1 h
 		t.Error("the work ran for a completed record")
 		return idemkit.Response{}, nil
 	})
-	if err != nil || !res.Replayed() || string(res.Body) != "old body" || res.WriteID != "re_old" {
+	if err != nil || res.Outcome != idemkit.OutcomeReplayed || string(res.Body) != "old body" || res.WriteID != "re_old" {
 		t.Fatalf("replay of a record from before 004: %+v %v", res, err)
 	}
 	// A record written with a checksum, then the schema taken back to 3:

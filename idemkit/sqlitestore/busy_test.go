@@ -283,7 +283,7 @@ func TestGuard_FinishRetriesWhileAnotherProcessHoldsTheLock(t *testing.T) {
 		t.Fatal("the finish never met the held lock: the test did not exercise the retry")
 	}
 	rep, err := g.Do(context.Background(), refundKey(), mustNotRun(t))
-	if err != nil || !rep.Replayed() || string(rep.Body) != "refunded" || runs.Load() != 1 {
+	if err != nil || rep.Outcome != idemkit.OutcomeReplayed || string(rep.Body) != "refunded" || runs.Load() != 1 {
 		t.Fatalf("duplicate: %+v %v (runs %d), want the replay", rep, err, runs.Load())
 	}
 }

@@ -110,7 +110,7 @@ VALUES (?1, 'refund', '', 'succeeded', 1, 1, ?2, ?2, ?3, ?3, CAST('old body' AS 
 		t.Error("the work ran for a completed record")
 		return idemkit.Response{}, nil
 	})
-	if err != nil || !res.Replayed() || string(res.Body) != "old body" || res.WriteID != "re_old" {
+	if err != nil || res.Outcome != idemkit.OutcomeReplayed || string(res.Body) != "old body" || res.WriteID != "re_old" {
 		t.Fatalf("replay of a record from before 004: %+v %v", res, err)
 	}
 }

@@ -265,7 +265,7 @@ func killOnce(t *testing.T, store *sqlitestore.Store, path string, step killStep
 			return raw, false, fmt.Errorf("the side effect ran %d times", raw)
 		case raw == 2 && !step.rawDoubleAllowed:
 			return raw, false, errors.New("the side effect ran twice although the kill came before it or after the finish")
-		case res.Replayed() && raw != 1:
+		case (res.Outcome == idemkit.OutcomeReplayed) && raw != 1:
 			return raw, false, fmt.Errorf("replayed, yet the side effect ran %d times", raw)
 		}
 		if rec, err := g.Lookup(ctx, key); err != nil || rec.State != idemstore.StateCompleted {
@@ -273,12 +273,12 @@ func killOnce(t *testing.T, store *sqlitestore.Store, path string, step killStep
 		}
 	}
 	switch {
-	case step.mustReplay && !res.Replayed():
+	case step.mustReplay && res.Outcome != idemkit.OutcomeReplayed:
 		return raw, false, fmt.Errorf("the retry ran the call again (%s), but the dead call's outcome was durable", res.Outcome)
-	case step.mustRunAgain && res.Replayed():
+	case step.mustRunAgain && (res.Outcome == idemkit.OutcomeReplayed):
 		return raw, true, errors.New("the retry replayed a call that never recorded its outcome")
 	}
-	return raw, res.Replayed(), nil
+	return raw, (res.Outcome == idemkit.OutcomeReplayed), nil
 }
 
 func refundKeyFor(order string) idemkit.Key {

@@ -322,7 +322,7 @@ func TestStore_DuplicatesWriteNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 20 {
-		if res, err := g.Do(ctx, done, mustNotRun(t)); err != nil || !res.Replayed() {
+		if res, err := g.Do(ctx, done, mustNotRun(t)); err != nil || res.Outcome != idemkit.OutcomeReplayed {
 			t.Fatalf("replay: %v %v", res.Outcome, err)
 		}
 		running.Token++

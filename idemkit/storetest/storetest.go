@@ -212,7 +212,7 @@ func (s *suite) replaysByteForByte(t *testing.T) {
 		return idemkit.Response{Body: bytes.Clone(body), WriteID: "re_1"}, nil
 	}
 	first := mustDo(t, g, k, w)
-	if first.Outcome != idemkit.OutcomeExecuted || first.Attempt != 1 || first.Replayed() {
+	if first.Outcome != idemkit.OutcomeExecuted || first.Attempt != 1 || (first.Outcome == idemkit.OutcomeReplayed) {
 		t.Fatalf("first call: outcome %q attempt %d, want executed attempt 1", first.Outcome, first.Attempt)
 	}
 	// Same arguments in another spelling: same key.
@@ -222,7 +222,7 @@ func (s *suite) replaysByteForByte(t *testing.T) {
 	}
 	for i := range 3 {
 		res := mustDo(t, g, k2, w)
-		if res.Outcome != idemkit.OutcomeReplayed || !res.Replayed() {
+		if res.Outcome != idemkit.OutcomeReplayed {
 			t.Fatalf("duplicate %d: outcome %q, want replayed", i, res.Outcome)
 		}
 		if !bytes.Equal(res.Body, body) {
@@ -247,7 +247,7 @@ func (s *suite) replaysWriteID(t *testing.T) {
 	}
 	mustDo(t, g, k, w)
 	res := mustDo(t, g, k, w)
-	if !res.Replayed() || !res.IsError || res.WriteID != "ch_9" || string(res.Body) != `{"declined":true}` {
+	if res.Outcome != idemkit.OutcomeReplayed || !res.IsError || res.WriteID != "ch_9" || string(res.Body) != `{"declined":true}` {
 		t.Fatalf("replay = %+v, want the stored tool error with write ID ch_9", res)
 	}
 	if c.n.Load() != 1 {
@@ -261,7 +261,7 @@ func (s *suite) subjectsIsolated(t *testing.T) {
 	args := `{"order":"o-1"}`
 	ra := mustDo(t, g, key(t, "alice", "refund", args), c.work("alice's refund"))
 	rb := mustDo(t, g, key(t, "bob", "refund", args), c.work("bob's refund"))
-	if ra.Replayed() || rb.Replayed() {
+	if (ra.Outcome == idemkit.OutcomeReplayed) || (rb.Outcome == idemkit.OutcomeReplayed) {
 		t.Fatalf("a different subject was answered from another subject's record")
 	}
 	if string(rb.Body) != "bob's refund" {
@@ -271,11 +271,11 @@ func (s *suite) subjectsIsolated(t *testing.T) {
 	ka, _ := idemkit.NewKey("alice", "refund", []byte(`{"idempotency_key":"k-1"}`), nil)
 	kb, _ := idemkit.NewKey("bob", "refund", []byte(`{"idempotency_key":"k-1"}`), nil)
 	mustDo(t, g, ka, c.work("alice explicit"))
-	if res := mustDo(t, g, kb, c.work("bob explicit")); res.Replayed() || string(res.Body) != "bob explicit" {
-		t.Fatalf("bob's explicit key returned %q (replayed=%v)", res.Body, res.Replayed())
+	if res := mustDo(t, g, kb, c.work("bob explicit")); (res.Outcome == idemkit.OutcomeReplayed) || string(res.Body) != "bob explicit" {
+		t.Fatalf("bob's explicit key returned %q (replayed=%v)", res.Body, (res.Outcome == idemkit.OutcomeReplayed))
 	}
 	// Same subject, different tool: separate.
-	if res := mustDo(t, g, key(t, "alice", "cancel", args), c.work("cancel")); res.Replayed() {
+	if res := mustDo(t, g, key(t, "alice", "cancel", args), c.work("cancel")); res.Outcome == idemkit.OutcomeReplayed {
 		t.Fatalf("a different tool was answered from another tool's record")
 	}
 	if c.n.Load() != 5 {
@@ -366,7 +366,7 @@ func (s *suite) waitMode(t *testing.T) {
 		t.Fatalf("waiting duplicate: %v", err)
 	}
 	<-first
-	if !got.Replayed() || string(got.Body) != "first body" {
+	if got.Outcome != idemkit.OutcomeReplayed || string(got.Body) != "first body" {
 		t.Fatalf("waiting duplicate got %q (outcome %s), want the first call's body replayed", got.Body, got.Outcome)
 	}
 	if runs.Load() != 1 {
@@ -409,7 +409,7 @@ func (s *suite) takeoverAfterError(t *testing.T) {
 	if res.Outcome != idemkit.OutcomeTakeover || res.Attempt != 2 || string(res.Body) != "refunded" {
 		t.Fatalf("retry after failure: %+v, want takeover attempt 2", res)
 	}
-	if rep := mustDo(t, g, k, mustNotRun(t)); !rep.Replayed() || rep.Attempt != 2 || string(rep.Body) != "refunded" {
+	if rep := mustDo(t, g, k, mustNotRun(t)); rep.Outcome != idemkit.OutcomeReplayed || rep.Attempt != 2 || string(rep.Body) != "refunded" {
 		t.Fatalf("duplicate after takeover: %+v, want replay of attempt 2", rep)
 	}
 	if runs.Load() != 2 {
@@ -435,7 +435,7 @@ func (s *suite) toolErrorPolicy(t *testing.T) {
 	// StoreToolErrors for "charge": replayed.
 	k2 := key(t, "s", "charge", `{}`)
 	mustDo(t, g, k2, toolErr)
-	if r := mustDo(t, g, k2, toolErr); !r.Replayed() || !r.IsError {
+	if r := mustDo(t, g, k2, toolErr); r.Outcome != idemkit.OutcomeReplayed || !r.IsError {
 		t.Fatalf("retry after tool error under StoreToolErrors: %+v, want replayed tool error", r)
 	}
 	if runs.Load() != 3 {
@@ -519,7 +519,7 @@ func (s *suite) heartbeat(t *testing.T) {
 	if res.Outcome != idemkit.OutcomeExecuted {
 		t.Fatalf("outcome %s", res.Outcome)
 	}
-	if rep := mustDo(t, g, k, mustNotRun(t)); !rep.Replayed() {
+	if rep := mustDo(t, g, k, mustNotRun(t)); rep.Outcome != idemkit.OutcomeReplayed {
 		t.Fatalf("after finishing: %s, want replayed", rep.Outcome)
 	}
 	var nilCall *idemkit.Call
@@ -591,8 +591,8 @@ func (s *suite) mismatch(t *testing.T) {
 		t.Fatalf("reuse with different arguments: err = %v, want *MismatchError", err)
 	}
 	// The mismatch changed nothing: the original still replays.
-	if rep := mustDo(t, g, k1, c.work("again")); !rep.Replayed() || string(rep.Body) != "five" {
-		t.Fatalf("original after mismatch: %q replayed=%v", rep.Body, rep.Replayed())
+	if rep := mustDo(t, g, k1, c.work("again")); rep.Outcome != idemkit.OutcomeReplayed || string(rep.Body) != "five" {
+		t.Fatalf("original after mismatch: %q replayed=%v", rep.Body, (rep.Outcome == idemkit.OutcomeReplayed))
 	}
 	if c.n.Load() != 1 {
 		t.Fatalf("work ran %d times, want 1", c.n.Load())
@@ -605,7 +605,7 @@ func (s *suite) windowExpiry(t *testing.T) {
 	var c counter
 	mustDo(t, g, k, c.work("sent"))
 	clock.Advance(9*time.Minute + 59*time.Second)
-	if r := mustDo(t, g, k, c.work("sent")); !r.Replayed() {
+	if r := mustDo(t, g, k, c.work("sent")); r.Outcome != idemkit.OutcomeReplayed {
 		t.Fatalf("inside the window: %s, want replayed", r.Outcome)
 	}
 	clock.Advance(2 * time.Second)
@@ -648,8 +648,8 @@ func (s *suite) largeResponse(t *testing.T) {
 			cr.Status, cr.Storage, len(cr.Response.Body), cr.Size, len(body))
 	}
 	rep := mustDo(t, g, k, mustNotRun(t))
-	if !rep.Replayed() || !bytes.Equal(rep.Body, body) || rep.WriteID != "rep-1" {
-		t.Fatalf("replay of a %d-byte body: replayed=%v equal=%v writeID=%q", len(body), rep.Replayed(), bytes.Equal(rep.Body, body), rep.WriteID)
+	if rep.Outcome != idemkit.OutcomeReplayed || !bytes.Equal(rep.Body, body) || rep.WriteID != "rep-1" {
+		t.Fatalf("replay of a %d-byte body: replayed=%v equal=%v writeID=%q", len(body), (rep.Outcome == idemkit.OutcomeReplayed), bytes.Equal(rep.Body, body), rep.WriteID)
 	}
 	// Exactly at the inline limit stays inline.
 	k2 := key(t, "s", "report", `{"month":"2030-02"}`)
@@ -940,7 +940,7 @@ func (s *suite) stormWith(t *testing.T, cfg idemkit.Config) {
 					t.Errorf("key %d: %v", i, err)
 					return
 				default:
-					if res.Replayed() {
+					if res.Outcome == idemkit.OutcomeReplayed {
 						replayed.Add(1)
 					} else {
 						executed.Add(1)
@@ -974,8 +974,8 @@ func (s *suite) stormWith(t *testing.T, cfg idemkit.Config) {
 	// Afterwards every key replays its one body.
 	for i := range nk {
 		res := mustDo(t, g, keys[i], mustNotRun(t))
-		if want := fmt.Sprintf(`{"refund":"re_%d","run":1}`, i); !res.Replayed() || string(res.Body) != want {
-			t.Fatalf("key %d after the storm: %q replayed=%v, want %q", i, res.Body, res.Replayed(), want)
+		if want := fmt.Sprintf(`{"refund":"re_%d","run":1}`, i); res.Outcome != idemkit.OutcomeReplayed || string(res.Body) != want {
+			t.Fatalf("key %d after the storm: %q replayed=%v, want %q", i, res.Body, (res.Outcome == idemkit.OutcomeReplayed), want)
 		}
 	}
 	t.Logf("storm (wait %s): %d goroutines x %d keys: %d executed, %d replayed, %d in progress", cfg.Wait, ng, nk, executed.Load(), replayed.Load(), inProgress.Load())

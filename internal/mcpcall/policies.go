@@ -23,7 +23,7 @@ const (
 // missingKey returns the refusal text of a call of a tool that requires an
 // explicit key and whose key is derived, or "".
 func (in *Instrumenter) missingKey(tool string, key idemkit.Key) string {
-	if !in.cfg.RequireKey[tool] || key.Explicit() != "" {
+	if !in.cfg.RequireKey[tool] || key.Source() == spancontract.KeySourceExplicit {
 		return ""
 	}
 	return fmt.Sprintf("The %s tool needs an explicit idempotency key, because a person may ask for the same %s twice on purpose. "+
