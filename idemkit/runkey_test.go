@@ -65,7 +65,7 @@ func TestGuard_ConfigDerivesAGuardThatOverridesEveryTool(t *testing.T) {
 	if cfg.Tools["export"].Lease != 2*time.Hour || g.Config().Tools["export"].Lease != 2*time.Hour {
 		t.Fatal("changing Config's copy changed the Guard's configuration")
 	}
-	if gc.FinishTimeout != (10 * time.Second) || gc.SweepBatch != idemkit.DefaultSweepBatch {
+	if gc.FinishTimeout != (10*time.Second) || gc.SweepBatch != idemkit.DefaultSweepBatch {
 		t.Errorf("Config FinishTimeout %s, SweepBatch %d: want the defaults filled in", gc.FinishTimeout, gc.SweepBatch)
 	}
 	short, err := idemkit.NewGuard(g.Store(), &gc)

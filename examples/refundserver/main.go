@@ -39,11 +39,11 @@
 package main
 
 import (
-	"github.com/idemkit-mcp/idemkit/internal/httplimit"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/idemkit-mcp/idemkit/internal/httplimit"
 	"log/slog"
 	"net"
 	"net/http"
