@@ -50,6 +50,7 @@ func Run(t *testing.T, h Harness) {
 		{"Store_AnUnreachableStoreFailsClosed", testStoreDown},
 		{"Metrics_SessionDuration", testSessionDuration},
 		{"ObserveOnly_WithoutAGuard", testObserveOnly},
+		{"Arguments_CaseVariantNamesAreRefused", testCaseVariantNames},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
 	}
