@@ -1,0 +1,113 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// refundUpstream is a real mcp-go server whose refund tool binds its
+// arguments to a struct, as Go handlers do (encoding/json: member names
+// matched case-insensitively, the last one winning, numbers converted), and
+// records every refund it makes.
+type refundUpstream struct {
+	URL     string
+	mu      sync.Mutex // protects refunds
+	refunds []string   // "order_id/amount_cents" of each run
+}
+
+func (u *refundUpstream) made() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]string(nil), u.refunds...)
+}
+
+func newRefundUpstream(t *testing.T) *refundUpstream {
+	t.Helper()
+	u := &refundUpstream{}
+	s := server.NewMCPServer("upstream", "1.0.0")
+	tool := mcp.NewToolWithRawSchema("refund", "Refunds an order.", json.RawMessage(`{"type":"object",
+		"properties":{"order_id":{"type":"string"},"amount_cents":{"type":"integer","minimum":1,"maximum":50}},
+		"required":["order_id","amount_cents"]}`))
+	s.AddTool(tool, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var args struct {
+			OrderID     string `json:"order_id"`
+			AmountCents int64  `json:"amount_cents"`
+		}
+		if err := req.BindArguments(&args); err != nil {
+			return mcp.NewToolResultError(err.Error()), nil
+		}
+		u.mu.Lock()
+		u.refunds = append(u.refunds, args.OrderID+"/"+jsonInt(args.AmountCents))
+		u.mu.Unlock()
+		return mcp.NewToolResultText("refunded " + args.OrderID), nil
+	})
+	hs := httptest.NewServer(server.NewStreamableHTTPServer(s, server.WithStateful(true)))
+	t.Cleanup(hs.Close)
+	u.URL = hs.URL + "/mcp"
+	return u
+}
+
+func jsonInt(n int64) string { b, _ := json.Marshal(n); return string(b) }
+
+// rawCallTool calls tool with raw JSON arguments, sent as they are written.
+func rawCallTool(t *testing.T, c *client.Client, tool, args string) *mcp.CallToolResult {
+	t.Helper()
+	var r mcp.CallToolRequest
+	r.Params.Name = tool
+	r.Params.RawArguments = json.RawMessage(args)
+	res, err := c.CallTool(context.Background(), r)
+	if err != nil {
+		t.Fatalf("%s %s: %v", tool, args, err)
+	}
+	return res
+}
+
+// refusalReason returns the io.idemkit/refusal marker's reason, or "".
+func refusalReason(res *mcp.CallToolResult) string {
+	if res.Meta == nil {
+		return ""
+	}
+	m, _ := res.Meta.AdditionalFields["io.idemkit/refusal"].(map[string]any)
+	s, _ := m["reason"].(string)
+	return s
+}
+
+// Behind the gateway a Go upstream reads case-variant member names as one
+// member, the last: the gateway refuses such calls as invalid_arguments
+// and forwards nothing (before, {"order_id":"ord_1012","Order_Id":"ord_1013"}
+// was keyed and validated for ord_1012 and refunded ord_1013, and the same
+// members swapped were answered with that stored result).
+func TestGateway_CaseVariantNamesAreRefused(t *testing.T) {
+	up := newRefundUpstream(t)
+	_, url := newGatewayServer(t, up.URL, Config{Guard: newGuard(t), Instrumentation: newTelemetryPair().config()})
+	c := mcpClient(t, url, "tok")
+	for _, args := range []string{
+		`{"order_id":"ord_1012","Order_Id":"ord_1013","amount_cents":25}`,
+		`{"Order_Id":"ord_1013","order_id":"ord_1012","amount_cents":25}`,
+		`{"order_id":"o-1","amount_cents":20,"AMOUNT_CENTS":70}`,
+		`{"order_id":"o-1","amount_cents":20,"x":[{"a":1,"A":2}]}`,
+		`{"order_id":"o-1","amount_cents":20,"idempotency_key":"k-1","IDEMPOTENCY_KEY":"k-2"}`,
+	} {
+		res := rawCallTool(t, c, "refund", args)
+		if !res.IsError || refusalReason(res) != "invalid_arguments" || !strings.Contains(text(res), "differ only in letter case") {
+			t.Errorf("%s: %q (%s), want an invalid_arguments refusal", args, text(res), refusalReason(res))
+		}
+	}
+	if got := up.made(); len(got) != 0 {
+		t.Fatalf("the upstream refunded %v", got)
+	}
+	if res := rawCallTool(t, c, "refund", `{"order_id":"ord_1012","amount_cents":25}`); res.IsError {
+		t.Fatalf("%q", text(res))
+	}
+	if got := up.made(); len(got) != 1 || got[0] != "ord_1012/25" {
+		t.Fatalf("refunds %v", got)
+	}
+}
