@@ -55,3 +55,32 @@ func testCaseVariantNames(t *testing.T, h Harness) {
 		t.Errorf("%v, runs %d", res, runs.get())
 	}
 }
+
+// testInexactIntegers: an integer argument is an integer by its exact
+// decimal value, as the key reads it. 16.00000000000000000001 passed the
+// schema's integer check as the float64 16 and got a key of its own: a
+// second 16-cent refund. It is refused, and runs nothing; 16, 16.0 and
+// 1.6e1 are one call.
+func testInexactIntegers(t *testing.T, h Harness) {
+	var runs counter
+	r := start(t, h, setup{transport: HTTP, bearer: true, tools: []Tool{refundTool(&runs)}})
+	c := r.connect(ClientConfig{Token: "token-alice", Protocol: LegacyProtocol})
+	for _, amount := range []string{"16.00000000000000000001", "15.99999999999999999999", "1e-400"} {
+		res := rawCall(t, r, c, "token-alice", "refund", `{"order_id":"o-1","amount_cents":`+amount+`}`)
+		if m := marker(res, instrument.RefusalMetaKey); !isError(res) || m["reason"] != sc.RefusalInvalidArguments {
+			t.Errorf("amount_cents %s: %v (%q), want an invalid_arguments refusal", amount, m, text(res))
+		}
+	}
+	if n := runs.get(); n != 0 {
+		t.Fatalf("the tool ran %d times on non-integers", n)
+	}
+	for i, amount := range []string{"16", "16.0", "1.6e1"} {
+		res := rawCall(t, r, c, "token-alice", "refund", `{"order_id":"o-1","amount_cents":`+amount+`}`)
+		if isError(res) || (i > 0) != (marker(res, instrument.ReplayMetaKey) != nil) {
+			t.Errorf("amount_cents %s: %v", amount, res)
+		}
+	}
+	if n := runs.get(); n != 1 {
+		t.Fatalf("the tool ran %d times, want once for 16 however spelled", n)
+	}
+}

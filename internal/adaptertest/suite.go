@@ -51,6 +51,7 @@ func Run(t *testing.T, h Harness) {
 		{"Metrics_SessionDuration", testSessionDuration},
 		{"ObserveOnly_WithoutAGuard", testObserveOnly},
 		{"Arguments_CaseVariantNamesAreRefused", testCaseVariantNames},
+		{"Arguments_IntegersAreExact", testInexactIntegers},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
 	}

@@ -2,9 +2,15 @@ package mcpcall
 
 import (
 	"encoding/json"
+	"errors"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/idemkit-mcp/idemkit/idemkit"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
@@ -86,5 +92,145 @@ func TestCallTool_CaseVariantNamesAreRefusedBeforeAnythingRuns(t *testing.T) {
 	// The same names in two objects are two members, and a correct call runs.
 	if res := result(t, r.call("refund", `{"order_id":"o-1","amount_cents":20,"a":{"x":1},"b":{"X":2}}`, nil)); isError(res) || tool.count() != 1 {
 		t.Errorf("%v, runs %d", res, tool.count())
+	}
+}
+
+// The schema's integer check reads a number by its exact decimal value, as
+// the key does: 16, 16.0, 1.6e1 and 1600e-2 are integers,
+// 16.00000000000000000001 is not (its float64 is 16: it passed as the
+// integer 16 while its key was not 16's, so a second 16-cent refund ran).
+// Bounds are checked towards the exact value too. On the fast path and in
+// the library alike.
+func TestSchemaValidator_IntegersByExactDecimalValue(t *testing.T) {
+	flat := `{"type":"object","properties":{"n":{"type":"integer"},"x":{"type":"number","maximum":16,"exclusiveMinimum":-16}}}`
+	nested := `{"type":"object","properties":{"o":{"type":"object","properties":{"n":{"type":"integer"},"x":{"type":"number","maximum":16,"exclusiveMinimum":-16}}}}}`
+	for _, c := range []struct {
+		schema string
+		wrap   func(string) string
+	}{
+		{flat, func(m string) string { return "{" + m + "}" }},
+		{nested, func(m string) string { return `{"o":{` + m + `}}` }},
+	} {
+		v, err := NewSchemaValidator(json.RawMessage(c.schema))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (c.schema == flat) != (v.flat != nil) {
+			t.Fatalf("%s: fast path %v", c.schema, v.flat != nil)
+		}
+		for _, ok := range []string{`"n":16`, `"n":16.0`, `"n":1.6e1`, `"n":1600e-2`, `"n":-0.0`, `"n":0e-400`, `"n":9007199254740993`,
+			`"n":9007199254740993.000`, `"n":1e21`, `"x":16`, `"x":15.99999999999999999999`, `"x":-15.9999999999999999999`, `"x":1e-400`} {
+			if err := v.Validate(json.RawMessage(c.wrap(ok))); err != nil {
+				t.Errorf("%s: %s refused: %v", c.schema, ok, err)
+			}
+		}
+		for _, bad := range []string{`"n":16.00000000000000000001`, `"n":-16.00000000000000000001`, `"n":15.99999999999999999999`,
+			`"n":1e-400`, `"n":-1e-400`, `"n":9007199254740993.5`, `"n":16.5`, `"n":1e400`,
+			`"x":16.00000000000000000001`, `"x":-16.00000000000000000001`, `"x":-16`} {
+			if err := v.Validate(json.RawMessage(c.wrap(bad))); !errors.Is(err, idemkit.ErrInvalidArguments) {
+				t.Errorf("%s: %s accepted (%v)", c.schema, bad, err)
+			}
+		}
+	}
+	// The deliberate divergence: the library fed encoding/json's float64s
+	// takes 16.00000000000000000001 for the integer 16.
+	v, _ := NewSchemaValidator(json.RawMessage(flat))
+	var floats any
+	_ = json.Unmarshal([]byte(`{"n":16.00000000000000000001}`), &floats)
+	if err := (&SchemaValidator{resolved: v.resolved}).ValidateValue(floats); err != nil {
+		t.Errorf("the library now refuses the float64 16 as an integer (%v): the divergence documented on SchemaValidator is gone", err)
+	}
+	// An SDK's decoded arguments are checked as decoded, unless the raw
+	// arguments hold such a number.
+	if err := v.ValidateDecoded(floats, []byte(`{"n":16.00000000000000000001}`)); err == nil {
+		t.Error("ValidateDecoded accepted the decoded float64 of an inexact integer")
+	}
+	if err := v.ValidateDecoded(map[string]any{"n": 16.0}, []byte(`{"n":16.0}`)); err != nil {
+		t.Error(err)
+	}
+}
+
+// numberValue moves a number whose double is integral, while its exact
+// value is not, to the next double towards the exact value, and leaves
+// every other number as encoding/json reads it; checked against big.Rat.
+func TestNumberValue_TowardsTheExactValue(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	digits := func(n int) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte('0' + rng.IntN(10))
+		}
+		return string(b)
+	}
+	moved := 0
+	for range 20000 {
+		var text string
+		switch rng.IntN(4) {
+		case 0: // an integer with a tiny fraction
+			text = strconv.Itoa(rng.IntN(1<<20)) + "." + strings.Repeat("0", 15+rng.IntN(10)) + digits(1+rng.IntN(3))
+		case 1: // a large integer with a fraction
+			text = "9007199254740" + digits(3) + "." + digits(1+rng.IntN(3))
+		case 2: // exponents
+			text = digits(1+rng.IntN(25)) + "e" + strconv.Itoa(rng.IntN(40)-30)
+		default:
+			text = strconv.Itoa(rng.IntN(1000)) + "." + digits(rng.IntN(5)+1)
+		}
+		if rng.IntN(2) == 0 {
+			text = "-" + text
+		}
+		want, _ := strconv.ParseFloat(text, 64)
+		got, err := numberValue(text)
+		exact, _ := new(big.Rat).SetString(text)
+		if err != nil {
+			if exact.IsInt() || math.Abs(want) < 1<<52 {
+				t.Fatalf("%s: %v", text, err)
+			}
+			continue // a fraction no double can stand for
+		}
+		isInt := exact.IsInt()
+		if exactInteger(text) != isInt {
+			t.Fatalf("exactInteger(%s) = %v, big.Rat says %v", text, !isInt, isInt)
+		}
+		if isInt || want != math.Trunc(want) {
+			if got != want {
+				t.Fatalf("%s: %v, want encoding/json's %v", text, got, want)
+			}
+			continue
+		}
+		moved++
+		fw := new(big.Rat).SetFloat64(want)
+		fg := new(big.Rat).SetFloat64(got)
+		if got != math.Nextafter(want, got) || got == want || exact.Cmp(fw) != fg.Cmp(fw) {
+			t.Fatalf("%s: %v -> %v, not the next double towards the exact value", text, want, got)
+		}
+	}
+	if moved < 1000 {
+		t.Fatalf("only %d numbers moved: the generator misses the case", moved)
+	}
+}
+
+// A protected call whose integer argument is not an integer by its exact
+// value is refused before anything runs; 16 and 16.0 are one call.
+func TestCallTool_InexactIntegersAreRefused(t *testing.T) {
+	r := newRig(t, rigConfig{cfg: withSubject(subjectAlice)})
+	tool := r.tool("refund", ToolInfo{}, refundResult)
+	tool.schema = json.RawMessage(`{"type":"object","properties":{"order_id":{"type":"string"},"amount_cents":{"type":"integer"}}}`)
+	for _, amount := range []string{"16.00000000000000000001", "15.99999999999999999999", "1.600000000000000000001e1", "1e-400"} {
+		res := result(t, r.call("refund", `{"order_id":"o-1","amount_cents":`+amount+`}`, nil))
+		if m := metaOf(res, RefusalMetaKey); !isError(res) || m["reason"] != sc.RefusalInvalidArguments || !strings.Contains(text(res), "amount_cents") {
+			t.Errorf("amount %s: %v", amount, res)
+		}
+	}
+	if tool.count() != 0 {
+		t.Fatalf("the tool ran %d times", tool.count())
+	}
+	for _, amount := range []string{"16", "16.0", "1.6e1", "1600e-2"} {
+		res := result(t, r.call("refund", `{"order_id":"o-1","amount_cents":`+amount+`}`, nil))
+		if isError(res) || (amount != "16") != (metaOf(res, ReplayMetaKey) != nil) {
+			t.Errorf("amount %s: %v", amount, res)
+		}
+	}
+	if tool.count() != 1 {
+		t.Fatalf("the tool ran %d times, want once for 16 however spelled", tool.count())
 	}
 }

@@ -37,10 +37,13 @@ type ToolCall struct {
 	Validator *SchemaValidator
 	// Decoded, when not nil, is the arguments the handler receives, decoded
 	// already by the SDK (as encoding/json decodes into an any); Validator
-	// checks it instead of decoding ValidatedArguments.
+	// checks it instead of decoding ValidatedArguments, unless they hold a
+	// number whose float64 is integral while its exact value is not (see
+	// SchemaValidator.ValidateDecoded).
 	Decoded any
-	// ValidatedArguments is the raw JSON Validator checks when Decoded is
-	// nil: the arguments the handler receives. Defaults to Arguments.
+	// ValidatedArguments is the raw JSON of the arguments the handler
+	// receives, which Validator checks (or, with Decoded, scans for
+	// numbers). Defaults to Arguments.
 	ValidatedArguments []byte
 	// Tx, when not nil, runs the call in a database transaction: a
 	// protected call's claim, the handler's writes and the outcome commit
@@ -212,13 +215,14 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 	c := &op.call
 	if v := call.Validator; v != nil {
 		var err error
-		switch {
-		case call.Decoded != nil:
-			err = v.ValidateValue(call.Decoded)
-		case call.ValidatedArguments != nil:
-			err = v.Validate(call.ValidatedArguments)
-		default:
-			err = v.Validate(call.Arguments)
+		raw := call.ValidatedArguments
+		if raw == nil {
+			raw = call.Arguments
+		}
+		if call.Decoded != nil {
+			err = v.ValidateDecoded(call.Decoded, raw)
+		} else {
+			err = v.Validate(raw)
 		}
 		if err != nil {
 			return refuse(op, codec, spancontract.RefusalInvalidArguments, rejectedText(call.Tool, err), nil), nil

@@ -15,8 +15,9 @@ import (
 
 // refundUpstream is a real mcp-go server whose refund tool binds its
 // arguments to a struct, as Go handlers do (encoding/json: member names
-// matched case-insensitively, the last one winning, numbers converted), and
-// records every refund it makes.
+// matched case-insensitively, the last one winning; the amount read as a
+// float64 and truncated, as mcp-go's GetInt does), and records every refund
+// it makes.
 type refundUpstream struct {
 	URL     string
 	mu      sync.Mutex // protects refunds
@@ -38,14 +39,14 @@ func newRefundUpstream(t *testing.T) *refundUpstream {
 		"required":["order_id","amount_cents"]}`))
 	s.AddTool(tool, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		var args struct {
-			OrderID     string `json:"order_id"`
-			AmountCents int64  `json:"amount_cents"`
+			OrderID     string  `json:"order_id"`
+			AmountCents float64 `json:"amount_cents"` // as mcp-go's GetInt reads numbers
 		}
 		if err := req.BindArguments(&args); err != nil {
 			return mcp.NewToolResultError(err.Error()), nil
 		}
 		u.mu.Lock()
-		u.refunds = append(u.refunds, args.OrderID+"/"+jsonInt(args.AmountCents))
+		u.refunds = append(u.refunds, args.OrderID+"/"+jsonInt(int64(args.AmountCents)))
 		u.mu.Unlock()
 		return mcp.NewToolResultText("refunded " + args.OrderID), nil
 	})
@@ -109,5 +110,30 @@ func TestGateway_CaseVariantNamesAreRefused(t *testing.T) {
 	}
 	if got := up.made(); len(got) != 1 || got[0] != "ord_1012/25" {
 		t.Fatalf("refunds %v", got)
+	}
+}
+
+// The gateway's schema check reads an integer by its exact value:
+// 16.00000000000000000001 is refused (before, it passed as 16, got a key of
+// its own and the upstream refunded 16 cents a second time); 16 and 16.0
+// are one call.
+func TestGateway_InexactIntegersAreRefused(t *testing.T) {
+	up := newRefundUpstream(t)
+	_, url := newGatewayServer(t, up.URL, Config{Guard: newGuard(t), Instrumentation: newTelemetryPair().config()})
+	c := mcpClient(t, url, "tok")
+	if res := rawCallTool(t, c, "refund", `{"order_id":"o-1","amount_cents":16}`); res.IsError {
+		t.Fatalf("%q", text(res))
+	}
+	for _, amount := range []string{"16.00000000000000000001", "15.99999999999999999999"} {
+		res := rawCallTool(t, c, "refund", `{"order_id":"o-1","amount_cents":`+amount+`}`)
+		if !res.IsError || refusalReason(res) != "invalid_arguments" {
+			t.Errorf("amount_cents %s: %q (%s), want an invalid_arguments refusal", amount, text(res), refusalReason(res))
+		}
+	}
+	if res := rawCallTool(t, c, "refund", `{"order_id":"o-1","amount_cents":16.0}`); res.IsError || res.Meta == nil || res.Meta.AdditionalFields["io.idemkit/replay"] == nil {
+		t.Errorf("16.0 after 16: %q, %+v", text(res), res.Meta)
+	}
+	if got := up.made(); len(got) != 1 || got[0] != "o-1/16" {
+		t.Fatalf("refunds %v, want one of 16 cents", got)
 	}
 }
