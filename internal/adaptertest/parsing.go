@@ -1,10 +1,15 @@
 package adaptertest
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/instrument"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
@@ -82,5 +87,68 @@ func testInexactIntegers(t *testing.T, h Harness) {
 	}
 	if n := runs.get(); n != 1 {
 		t.Fatalf("the tool ran %d times, want once for 16 however spelled", n)
+	}
+}
+
+// keyCandidates are explicit keys on both sides of every bound
+// idemkit.ValidateExplicitKey enforces.
+var keyCandidates = []string{
+	"", "a", " ", "~", "k-1", "3f2a9c1e-0000-4000-8000-000000000000", strings.Repeat("k", idemkit.MaxExplicitKeyLen),
+	strings.Repeat("k", idemkit.MaxExplicitKeyLen+1), strings.Repeat("é", 100), "clé", "a\nb", "a\tb", "\x7f", "\x00", "😀",
+}
+
+// checkKeySchema reports how the JSON Schema prop (an advertised
+// idempotency_key property) disagrees with idemkit.ValidateExplicitKey:
+// compiled with the go-sdk's schema library, it must accept exactly the
+// keys the server accepts.
+func checkKeySchema(t *testing.T, where string, prop any) {
+	t.Helper()
+	b, err := json.Marshal(prop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s jsonschema.Schema
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatalf("%s: %s: %v", where, b, err)
+	}
+	res, err := s.Resolve(nil)
+	if err != nil {
+		t.Fatalf("%s: %s: %v", where, b, err)
+	}
+	for _, k := range keyCandidates {
+		client, server := res.Validate(k) == nil, idemkit.ValidateExplicitKey(k) == nil
+		if client != server {
+			t.Errorf("%s: %s: the key %q: the advertised schema accepts it %v, the server %v", where, b, k, client, server)
+		}
+	}
+}
+
+// testKeyAdvertisedBounds: the idempotency_key property advertised in
+// tools/list declares the bounds the server enforces (before, an empty key
+// passed a client's validator and was refused by the server).
+func testKeyAdvertisedBounds(t *testing.T, h Harness) {
+	var runs counter
+	r := start(t, h, setup{transport: InProcess, tools: []Tool{refundTool(&runs),
+		{Name: "typed", Schema: map[string]any{"type": "object", "properties": map[string]any{"a": map[string]any{"type": "string"}}},
+			Run: func(context.Context, map[string]any) (Result, error) { return Result{Text: []string{"ok"}}, nil }}}})
+	c := r.connect(ClientConfig{Protocol: LegacyProtocol})
+	tools, err := c.ListTools(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, tl := range tools {
+		schema, _ := tl["inputSchema"].(map[string]any)
+		props, _ := schema["properties"].(map[string]any)
+		prop, ok := props[instrument.KeyArgument]
+		if !ok {
+			t.Errorf("%v does not advertise the key", tl["name"])
+			continue
+		}
+		seen++
+		checkKeySchema(t, fmt.Sprint(tl["name"]), prop)
+	}
+	if seen != 2 {
+		t.Fatalf("%d tools advertise the key, want 2", seen)
 	}
 }

@@ -52,6 +52,7 @@ func Run(t *testing.T, h Harness) {
 		{"ObserveOnly_WithoutAGuard", testObserveOnly},
 		{"Arguments_CaseVariantNamesAreRefused", testCaseVariantNames},
 		{"Arguments_IntegersAreExact", testInexactIntegers},
+		{"KeyArgument_AdvertisedWithTheServersBounds", testKeyAdvertisedBounds},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
 	}

@@ -19,12 +19,21 @@ const KeyDescription = "Retries are safe: a repeated identical call returns the 
 const KeyParameterDescription = "Optional. A stable key of up to 255 printable ASCII characters (for example a UUID) for this intended action: " +
 	"the same on every retry, a new one for a new action."
 
+// keyParameterPattern is the pattern of the key argument: printable ASCII
+// (0x20-0x7E), as idemkit.ValidateExplicitKey requires.
+const keyParameterPattern = "^[ -~]*$"
+
 // KeyParameterSchema returns the JSON Schema of the key argument, a fresh
-// map on every call. (An empty key is rejected by the key's own rules.)
+// map on every call. It declares the bounds the server enforces
+// (idemkit.ValidateExplicitKey): 1 to idemkit.MaxExplicitKeyLen characters
+// of printable ASCII (so characters are bytes), so that a client's own
+// validator rejects what the server would.
 func KeyParameterSchema() map[string]any {
 	return map[string]any{
 		"type":        "string",
+		"minLength":   1,
 		"maxLength":   idemkit.MaxExplicitKeyLen,
+		"pattern":     keyParameterPattern,
 		"description": KeyParameterDescription,
 	}
 }

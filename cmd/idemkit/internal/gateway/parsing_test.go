@@ -11,6 +11,9 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 )
 
 // refundUpstream is a real mcp-go server whose refund tool binds its
@@ -135,5 +138,36 @@ func TestGateway_InexactIntegersAreRefused(t *testing.T) {
 	}
 	if got := up.made(); len(got) != 1 || got[0] != "o-1/16" {
 		t.Fatalf("refunds %v, want one of 16 cents", got)
+	}
+}
+
+// The idempotency_key property the gateway advertises in tools/list
+// declares the bounds it enforces: a client's validator, compiled from it,
+// accepts exactly the keys idemkit.ValidateExplicitKey accepts (before, an
+// empty key passed).
+func TestGateway_ToolsListAdvertisesTheKeysBounds(t *testing.T) {
+	up := newRefundUpstream(t)
+	_, url := newGatewayServer(t, up.URL, Config{Guard: newGuard(t), Instrumentation: newTelemetryPair().config()})
+	c := mcpClient(t, url, "tok")
+	tools, err := c.ListTools(context.Background(), mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tools.Tools) != 1 {
+		t.Fatalf("tools %+v", tools.Tools)
+	}
+	prop, err := json.Marshal(tools.Tools[0].InputSchema.Properties["idempotency_key"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := mcpcall.NewSchemaValidator(json.RawMessage(prop))
+	if err != nil {
+		t.Fatalf("%s: %v", prop, err)
+	}
+	for _, k := range []string{"", "a", " ", "~", strings.Repeat("k", idemkit.MaxExplicitKeyLen), strings.Repeat("k", idemkit.MaxExplicitKeyLen+1),
+		"clé", "a\nb", "\x7f", "😀", strings.Repeat("é", 10)} {
+		if client, server := v.ValidateValue(k) == nil, idemkit.ValidateExplicitKey(k) == nil; client != server {
+			t.Errorf("%s: the key %q: the advertised schema accepts it %v, the server %v", prop, k, client, server)
+		}
 	}
 }
