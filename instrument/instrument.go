@@ -44,8 +44,12 @@ const (
 	//
 	//   - "in_progress": the first call with the same key is still running;
 	//     nothing new was started. The object also has "attempt", and
-	//     "status_tool" and "retry_after_ms" (how long the running attempt's
-	//     lease still holds) when known;
+	//     "status_tool" and "retry_after_ms" when known: how long the first
+	//     call is expected to take still, in milliseconds (the tool's
+	//     recent successful calls on this process, an exponentially
+	//     weighted average, minus what the first call has run; at least 250
+	//     ms, at most what remains of the running attempt's lease; 2000 ms
+	//     for a tool without a recorded call);
 	//   - "mismatch": the explicit key was used before with other arguments;
 	//   - "unscoped": the caller cannot be identified (see WithSubject);
 	//   - "invalid_key", "invalid_arguments": the request was malformed;

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -150,5 +151,63 @@ func testKeyAdvertisedBounds(t *testing.T, h Harness) {
 	}
 	if seen != 2 {
 		t.Fatalf("%d tools advertise the key, want 2", seen)
+	}
+}
+
+// testRetryHint: the in-progress answer's retry_after_ms says how long the
+// first call is expected to take still (the tool's recent successful
+// calls, minus what the first call has run), not the lease it holds
+// (119,500 ms for a call that takes 3 s, so an obedient agent waited two
+// minutes). Without history it is the documented default.
+func testRetryHint(t *testing.T, h Harness) {
+	var (
+		mu      sync.Mutex
+		hold    bool
+		started = make(chan struct{}, 1)
+		release = make(chan struct{})
+	)
+	tool := Tool{Name: "export", Run: func(ctx context.Context, args map[string]any) (Result, error) {
+		mu.Lock()
+		held := hold
+		mu.Unlock()
+		if held {
+			started <- struct{}{}
+			<-release
+		}
+		return Result{Text: []string{"exported"}}, nil
+	}}
+	r := start(t, h, setup{transport: HTTP, bearer: true, tools: []Tool{tool}}) // the default 2-minute lease
+	c := r.connect(ClientConfig{Token: "token-alice", Protocol: LegacyProtocol})
+	hint := func(n int) float64 {
+		t.Helper()
+		mu.Lock()
+		hold = true
+		mu.Unlock()
+		first := make(chan map[string]any, 1)
+		go func() { first <- call(t, c, "export", map[string]any{"n": n}, nil) }()
+		<-started
+		dup := call(t, c, "export", map[string]any{"n": n}, nil)
+		mu.Lock()
+		hold = false
+		mu.Unlock()
+		release <- struct{}{}
+		if res := <-first; isError(res) {
+			t.Fatalf("first %v", res)
+		}
+		m := marker(dup, instrument.RefusalMetaKey)
+		if m["reason"] != "in_progress" {
+			t.Fatalf("duplicate %v", dup)
+		}
+		ms, _ := m["retry_after_ms"].(float64)
+		return ms
+	}
+	if got := hint(1); got != 2000 {
+		t.Errorf("no successful call yet: retry_after_ms = %v, want the default 2000", got)
+	}
+	for i := range 10 {
+		call(t, c, "export", map[string]any{"quick": i}, nil)
+	}
+	if got := hint(2); got < 250 || got >= 60000 {
+		t.Errorf("after quick calls: retry_after_ms = %v, want their duration left (at least 250), not the lease", got)
 	}
 }

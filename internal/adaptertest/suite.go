@@ -53,6 +53,7 @@ func Run(t *testing.T, h Harness) {
 		{"Arguments_CaseVariantNamesAreRefused", testCaseVariantNames},
 		{"Arguments_IntegersAreExact", testInexactIntegers},
 		{"KeyArgument_AdvertisedWithTheServersBounds", testKeyAdvertisedBounds},
+		{"InProgress_RetryHintIsTheExpectedRemainingTime", testRetryHint},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
 	}

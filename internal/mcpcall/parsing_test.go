@@ -1,6 +1,7 @@
 package mcpcall
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"math"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
@@ -232,5 +234,96 @@ func TestCallTool_InexactIntegersAreRefused(t *testing.T) {
 	}
 	if tool.count() != 1 {
 		t.Fatalf("the tool ran %d times, want once for 16 however spelled", tool.count())
+	}
+}
+
+// The retry hint is how long the first call is expected to take still:
+// the tool's running estimate (an EWMA of its successful calls) minus what
+// the first call has run, at least MinRetryAfter, at most the lease left;
+// DefaultRetryAfter without history.
+func TestDurationEstimate_RetryAfter(t *testing.T) {
+	now := time.Date(2026, 1, 5, 9, 0, 0, 0, time.UTC)
+	lease := 119500 * time.Millisecond
+	ip := func(ran time.Duration) *idemkit.InProgressError {
+		return &idemkit.InProgressError{Tool: "refund", Attempt: 1, Started: now.Add(-ran), RetryAfter: lease}
+	}
+	var d durationEstimate
+	if got := d.retryAfter(ip(500*time.Millisecond), now); got != DefaultRetryAfter {
+		t.Errorf("no history: %v, want %v", got, DefaultRetryAfter)
+	}
+	if got := d.retryAfter(&idemkit.InProgressError{RetryAfter: time.Second}, now); got != time.Second {
+		t.Errorf("no history, 1s of lease left: %v", got)
+	}
+	d.observe(3 * time.Second)
+	for _, c := range []struct {
+		ran, want time.Duration
+	}{
+		{500 * time.Millisecond, 2500 * time.Millisecond},
+		{0, 3 * time.Second},
+		{2900 * time.Millisecond, MinRetryAfter},
+		{time.Minute, MinRetryAfter},
+	} {
+		if got := d.retryAfter(ip(c.ran), now); got != c.want {
+			t.Errorf("a 3s tool that ran %v: %v, want %v", c.ran, got, c.want)
+		}
+	}
+	d.observe(time.Second) // 3s + (1s-3s)/4
+	if est, _ := d.estimate(); est != 2500*time.Millisecond {
+		t.Errorf("estimate %v", est)
+	}
+	if got := d.retryAfter(&idemkit.InProgressError{RetryAfter: 800 * time.Millisecond}, now); got != 800*time.Millisecond {
+		t.Errorf("bounded by the lease: %v", got)
+	}
+	if got := d.retryAfter(&idemkit.InProgressError{RetryAfter: lease}, now); got != 2500*time.Millisecond {
+		t.Errorf("no start time: %v", got)
+	}
+}
+
+// The in-progress answer's retry_after_ms is the hint, not the lease
+// (119,500 ms for a call that takes 3 s).
+func TestCallTool_InProgressRetryHintIsTheExpectedRemainingTime(t *testing.T) {
+	r := newRig(t, rigConfig{local: true}) // the default 2-minute lease
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	tool := r.tool("export", ToolInfo{}, "")
+	block := false
+	tool.run = func(context.Context, json.RawMessage) (json.RawMessage, error) {
+		if block {
+			started <- struct{}{}
+			<-release
+		}
+		return json.RawMessage(`{"content":[]}`), nil
+	}
+	hint := func(args string) float64 {
+		t.Helper()
+		block = true
+		done := make(chan map[string]any, 1)
+		go func() { done <- r.call("export", args, nil) }()
+		<-started
+		res := result(t, r.call("export", args, nil))
+		release <- struct{}{}
+		if first := result(t, <-done); isError(first) {
+			t.Fatalf("first call %v", first)
+		}
+		m := metaOf(res, RefusalMetaKey)
+		if m["reason"] != "in_progress" {
+			t.Fatalf("duplicate %v", res)
+		}
+		ms, _ := m["retry_after_ms"].(float64)
+		return ms
+	}
+	// No successful call of the tool yet: the default.
+	if got := hint(`{"n":1}`); got != float64(DefaultRetryAfter.Milliseconds()) {
+		t.Errorf("without history retry_after_ms = %v, want %d", got, DefaultRetryAfter.Milliseconds())
+	}
+	// The call above took as long as the test held it; a quick one pulls
+	// the estimate down. The hint then is the estimate minus what the
+	// running call has run, far below the lease.
+	block = false
+	for i := range 20 {
+		r.call("export", `{"quick":`+strconv.Itoa(i)+`}`, nil)
+	}
+	if got := hint(`{"n":2}`); got < float64(MinRetryAfter.Milliseconds()) || got >= 60000 {
+		t.Errorf("with history retry_after_ms = %v, want the estimate left (at least %d), not the lease", got, MinRetryAfter.Milliseconds())
 	}
 }

@@ -15,7 +15,8 @@ const (
 	ReplayMetaKey = "io.idemkit/replay"
 	// RefusalMetaKey marks an isError result idemkit produced instead of
 	// running the tool: {"reason": "…"} plus, for "in_progress",
-	// "attempt", "status_tool" and "retry_after_ms" when known.
+	// "attempt", "status_tool" and "retry_after_ms" when known (how long
+	// the first call is expected to take still: see DefaultRetryAfter).
 	RefusalMetaKey = "io.idemkit/refusal"
 	// JobMetaKey marks a job status answer: {"job_id": "…", "state": "…"}.
 	JobMetaKey = "io.idemkit/job"
@@ -29,13 +30,16 @@ func replayMarker(attempt int, writeID string) map[string]any {
 	return m
 }
 
-func inProgressMarker(e *idemkit.InProgressError) map[string]any {
+// inProgressMarker returns the refusal marker's extra entries of an
+// in-progress answer; retryAfter is the hint (see DefaultRetryAfter), given
+// when the running attempt's lease is known.
+func inProgressMarker(e *idemkit.InProgressError, retryAfter time.Duration) map[string]any {
 	m := map[string]any{"attempt": e.Attempt}
 	if e.StatusTool != "" {
 		m["status_tool"] = e.StatusTool
 	}
 	if e.RetryAfter > 0 {
-		m["retry_after_ms"] = e.RetryAfter.Round(time.Millisecond).Milliseconds()
+		m["retry_after_ms"] = max(retryAfter.Round(time.Millisecond).Milliseconds(), 1)
 	}
 	return m
 }

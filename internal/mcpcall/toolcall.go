@@ -269,6 +269,9 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 	case derr == nil:
 		c.outcome, c.attempt, c.writeID = ranOutcome(r.Outcome), r.Attempt, r.WriteID
 		c.recorded = true
+		if ran && !r.IsError {
+			op.ta.duration.observe(w.took)
+		}
 		return answer(op, codec, handlerRes, nil, body)
 	case ran && errors.Is(derr, ErrRolledBack) && (handlerErr == nil || !errors.Is(derr, handlerErr)):
 		// The work ran in a transaction that did not commit: neither its
@@ -306,7 +309,8 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 		if e.StatusTool == "" {
 			e.StatusTool = in.statusToolOf(call.Tool, call.Info)
 		}
-		return refuse(op, codec, spancontract.RefusalInProgress, e.Error(), inProgressMarker(&e)), nil
+		hint := op.ta.duration.retryAfter(&e, time.Now())
+		return refuse(op, codec, spancontract.RefusalInProgress, e.Error(), inProgressMarker(&e, hint)), nil
 	}
 	if mismatch, ok := errors.AsType[*idemkit.MismatchError](derr); ok {
 		c.outcome = outcomeMismatch
@@ -332,6 +336,7 @@ type work[R any] struct {
 	ran        bool
 	attempt    int
 	start      time.Time
+	took       time.Duration // how long the handler ran
 	handlerRes R
 	handlerErr error
 	body       []byte
@@ -348,6 +353,7 @@ func (w *work[R]) run(wctx context.Context) (idemkit.Response, error) {
 		c.outcome = outcomeTakeover
 	}
 	w.handlerRes, w.handlerErr = w.next(wctx)
+	w.took = time.Since(w.start)
 	if w.handlerErr != nil {
 		return idemkit.Response{}, w.handlerErr
 	}
