@@ -40,6 +40,12 @@ type Response struct {
 	// IsError marks a tool-level error result (MCP isError). Whether such a
 	// response is stored and replayed is Config.FailurePolicy's choice.
 	IsError bool
+	// NotKept says the work ran but its response cannot be stored (an MCP
+	// result that does not encode): the call is recorded as done without a
+	// body, as one over MaxResponseBytes is. Do returns the Result with a
+	// *ResponseTooLargeError, every duplicate gets one, and the work does
+	// not run again within the window.
+	NotKept bool
 }
 
 // Outcome is what the Guard did with a call. The values are the
@@ -561,9 +567,12 @@ func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, c
 	fin.Size = int64(len(resp.Body))
 	var tooLarge error
 	switch {
-	case len(resp.Body) > g.maxResp:
+	case resp.NotKept || len(resp.Body) > g.maxResp:
 		fin.Storage = StorageDropped
-		fin.Response.Body = nil
+		fin.Response.Body, fin.Response.NotKept = nil, false
+		if resp.NotKept {
+			fin.Size = 0 // a body that could not be kept at all (see ResponseTooLargeError)
+		}
 		tooLarge = &ResponseTooLargeError{Tool: key.tool, Size: fin.Size, Limit: int64(g.maxResp), Result: res}
 	case len(resp.Body) > g.maxInline:
 		fin.Storage = StorageExternal

@@ -56,7 +56,10 @@ const (
 	//   - "store_unavailable": the idempotency store could not be reached;
 	//     nothing was done, a retry is safe;
 	//   - "response_not_kept", "result_unreadable": the call already ran,
-	//     but its result cannot be replayed.
+	//     but its result cannot be replayed. The first call of a tool whose
+	//     result could not be encoded (a NaN in structuredContent) is
+	//     answered with response_not_kept too: its work ran and is recorded
+	//     as done, so that no retry runs it again.
 	//
 	// In every case but in_progress nothing ran for this request.
 	RefusalMetaKey = "io.idemkit/refusal"

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 
@@ -209,5 +211,52 @@ func testRetryHint(t *testing.T, h Harness) {
 	}
 	if got := hint(2); got < 250 || got >= 60000 {
 		t.Errorf("after quick calls: retry_after_ms = %v, want their duration left (at least 250), not the lease", got)
+	}
+}
+
+// testUnencodableResult: a tool whose result cannot be encoded (a NaN in
+// structuredContent) after its side effect ran is recorded as done, like a
+// result too large to keep. Before, the claim was released
+// (idemkit.finish.error=unencodable), the caller got a transport error, and
+// an immediate retry refunded again. Now the first caller gets a readable
+// isError answer and every retry is answered response_not_kept; the side
+// effect runs once.
+func testUnencodableResult(t *testing.T, h Harness) {
+	var runs counter
+	tool := Tool{Name: "refund", Run: func(ctx context.Context, args map[string]any) (Result, error) {
+		n := runs.inc()
+		instrument.RecordWrite(ctx, fmt.Sprintf("re_%d", n))
+		return Result{Text: []string{"refunded"}, Structured: map[string]any{"ratio": math.NaN()}}, nil
+	}}
+	r := start(t, h, setup{transport: HTTP, bearer: true, tools: []Tool{tool}})
+	c := r.connect(ClientConfig{Token: "token-alice", Protocol: LegacyProtocol})
+	args := map[string]any{"order_id": "o-1", "amount_cents": 100}
+	// Without an answer the go-sdk's client would wait forever.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := c.CallTool(ctx, "refund", args, nil)
+	if err != nil {
+		t.Fatalf("the first caller got no answer: %v", err)
+	}
+	if m := marker(res, instrument.RefusalMetaKey); !isError(res) || m["reason"] != sc.RefusalResponseNotKept ||
+		!strings.Contains(text(res), "its work is done") || !strings.Contains(text(res), "could not be encoded") {
+		t.Errorf("first answer %v (%q)", m, text(res))
+	}
+	for range 3 {
+		res := call(t, c, "refund", args, nil)
+		if m := marker(res, instrument.RefusalMetaKey); !isError(res) || m["reason"] != sc.RefusalResponseNotKept ||
+			!strings.Contains(text(res), "Do not call it again") {
+			t.Errorf("retry %v (%q)", m, text(res))
+		}
+	}
+	if n := runs.get(); n != 1 {
+		t.Fatalf("the refund ran %d times, want once", n)
+	}
+	spans := r.waitSpans("tools/call refund", 4)
+	if d := hasAttrs(spans[0], map[string]any{sc.Outcome: "executed", sc.FinishError: sc.FinishUnencodable, sc.WriteID: "re_1", sc.RefusalReason: absent}); d != "" {
+		t.Errorf("first span: %s", d)
+	}
+	if d := hasAttrs(spans[1], map[string]any{sc.Outcome: "replayed", sc.RefusalReason: sc.RefusalResponseNotKept}); d != "" {
+		t.Errorf("retry span: %s", d)
 	}
 }

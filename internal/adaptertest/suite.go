@@ -54,6 +54,7 @@ func Run(t *testing.T, h Harness) {
 		{"Arguments_IntegersAreExact", testInexactIntegers},
 		{"KeyArgument_AdvertisedWithTheServersBounds", testKeyAdvertisedBounds},
 		{"InProgress_RetryHintIsTheExpectedRemainingTime", testRetryHint},
+		{"Results_AnUnencodableResultIsRecordedAndNeverRerun", testUnencodableResult},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
 	}

@@ -327,3 +327,79 @@ func TestCallTool_InProgressRetryHintIsTheExpectedRemainingTime(t *testing.T) {
 		t.Errorf("with history retry_after_ms = %v, want the estimate left (at least %d), not the lease", got, MinRetryAfter.Milliseconds())
 	}
 }
+
+// nanCodec is RawCodec for results that hold the placeholder NaN (which
+// JSON cannot carry): encoding them fails, as an SDK's does for a NaN in
+// structuredContent.
+type nanCodec struct{ RawCodec }
+
+func (c nanCodec) Marshal(r json.RawMessage) ([]byte, error) {
+	if strings.Contains(string(r), `"NaN"`) {
+		return nil, errors.New("json: unsupported value: NaN")
+	}
+	return c.RawCodec.Marshal(r)
+}
+
+// A result that cannot be encoded after the work ran is recorded as done:
+// the first caller gets a readable isError answer, every retry
+// response_not_kept, and the work runs once. A tool error that cannot be
+// encoded is released, as tool errors are: its answer says it was not
+// recorded.
+func TestCallTool_AnUnencodableResultIsRecordedAndNeverRerun(t *testing.T) {
+	r := newRig(t, rigConfig{cfg: withSubject(subjectAlice)})
+	runs := 0
+	result := `{"content":[{"type":"text","text":"refunded"}],"structuredContent":{"ratio":"NaN"}}`
+	call := func(args string) json.RawMessage {
+		t.Helper()
+		_, op := r.srv.in.Start(context.Background(), &Request{Method: "tools/call", Target: "refund", ID: "1", HasID: true, Transport: r.srv.transport})
+		defer op.End(Response{})
+		out, err := CallTool(op, &ToolCall{Tool: "refund", Arguments: []byte(args)}, nanCodec{}, func(ctx context.Context) (json.RawMessage, error) {
+			runs++
+			RecordWrite(ctx, "re_1")
+			return json.RawMessage(result), nil
+		})
+		if err != nil {
+			t.Fatalf("the caller got an error, not an answer: %v", err)
+		}
+		return out
+	}
+	decode := func(b json.RawMessage) map[string]any {
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	first := decode(call(`{"order_id":"o-1"}`))
+	if !isError(first) || metaOf(first, RefusalMetaKey)["reason"] != sc.RefusalResponseNotKept || !strings.Contains(text(first), "its work is done") ||
+		!strings.Contains(text(first), "unsupported value: NaN") {
+		t.Errorf("first answer %v", first)
+	}
+	for range 2 {
+		res := decode(call(`{"order_id":"o-1"}`))
+		if !isError(res) || metaOf(res, RefusalMetaKey)["reason"] != sc.RefusalResponseNotKept {
+			t.Errorf("retry %v", res)
+		}
+	}
+	if runs != 1 {
+		t.Fatalf("the work ran %d times", runs)
+	}
+	spans := r.spans("tools/call refund")
+	if a := attrMap(spans[0]); a[sc.Outcome] != "executed" || a[sc.FinishError] != sc.FinishUnencodable || a[sc.WriteID] != "re_1" || a[sc.RefusalReason] != nil {
+		t.Errorf("first span %v", dump(a))
+	}
+	if a := attrMap(spans[1]); a[sc.Outcome] != "replayed" || a[sc.RefusalReason] != sc.RefusalResponseNotKept {
+		t.Errorf("retry span %v", dump(a))
+	}
+
+	result = `{"content":[{"type":"text","text":"declined"}],"isError":true,"structuredContent":{"ratio":"NaN"}}`
+	for range 2 {
+		res := decode(call(`{"order_id":"o-2"}`))
+		if !isError(res) || metaOf(res, RefusalMetaKey) != nil || !strings.Contains(text(res), "it was not recorded") {
+			t.Errorf("unencodable tool error %v", res)
+		}
+	}
+	if runs != 3 {
+		t.Fatalf("runs %d, want the released tool error to run again", runs)
+	}
+}

@@ -256,6 +256,9 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 	} else {
 		c.claimTime = time.Since(claimStart)
 	}
+	if ran && w.unencodable != nil {
+		return unencodable(op, call, codec, &w, derr), nil
+	}
 
 	switch {
 	case derr == nil && r.Outcome == idemkit.OutcomeReplayed:
@@ -326,6 +329,46 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 	return refuse(op, codec, spancontract.RefusalStoreUnavailable, unavailableText(call.Tool), nil), nil
 }
 
+// unencodable answers a protected call whose work ran and whose result
+// could not be encoded (a NaN in structuredContent): neither the SDK nor the
+// store can carry it. The call is recorded as done without its result
+// (idemkit.Response.NotKept), so every retry within the window is answered
+// response_not_kept and nothing runs again; the caller gets an isError
+// answer saying that the work is done, with the same RefusalMetaKey
+// reason. A tool-error result that does not encode is released, as tool
+// errors are by default (its retry runs again), and a transactional call's
+// transaction rolls back (nothing of it remains); their answers say so.
+func unencodable[R any](op *Op, call *ToolCall, codec Codec[R], w *work[R], derr error) R {
+	c := &op.call
+	c.attempt, c.outcome = w.attempt, outcomeExecuted
+	if w.attempt > 1 {
+		c.outcome = outcomeTakeover
+	}
+	c.writeID = op.state.recordedWrite()
+	c.finishErr, c.finishReason = w.unencodable, spancontract.FinishUnencodable
+	c.isError = true
+	var kind unencodableKind
+	switch {
+	case errors.Is(derr, ErrRolledBack):
+		kind = unencodableRolledBack
+		c.outcome, c.attempt, c.writeID = outcomeNone, 0, ""
+		c.finishErr = errors.Join(w.unencodable, derr)
+	case errors.Is(derr, idemkit.ErrResponseTooLarge):
+		kind = unencodableKept
+		c.recorded = true
+	default: // a tool error, released; or recording the call failed
+		kind = unencodableReleased
+		if derr != nil {
+			c.finishErr = errors.Join(w.unencodable, derr)
+		}
+	}
+	res := codec.ErrorResult(unencodableText(call.Tool, w.unencodable, kind))
+	if kind == unencodableKept {
+		res = codec.WithMeta(res, RefusalMetaKey, map[string]any{"reason": spancontract.RefusalResponseNotKept})
+	}
+	return res
+}
+
 // work is a protected call's work for the Guard, and what it learned. It
 // lives on protect's stack: the Guard does not keep the function it runs.
 type work[R any] struct {
@@ -333,13 +376,14 @@ type work[R any] struct {
 	codec Codec[R]
 	next  func(context.Context) (R, error)
 
-	ran        bool
-	attempt    int
-	start      time.Time
-	took       time.Duration // how long the handler ran
-	handlerRes R
-	handlerErr error
-	body       []byte
+	ran         bool
+	attempt     int
+	start       time.Time
+	took        time.Duration // how long the handler ran
+	unencodable error         // the handler's result could not be encoded
+	handlerRes  R
+	handlerErr  error
+	body        []byte
 }
 
 func (w *work[R]) run(wctx context.Context) (idemkit.Response, error) {
@@ -362,7 +406,12 @@ func (w *work[R]) run(wctx context.Context) (idemkit.Response, error) {
 	}
 	b, merr := codec.Marshal(w.handlerRes)
 	if merr != nil {
-		return idemkit.Response{}, &unencodableError{merr}
+		// The work ran, and its result cannot be stored (nor sent): it is
+		// recorded as done without a body, as a result too large to keep
+		// is, so that a retry is answered response_not_kept instead of
+		// running the work again.
+		w.unencodable = &unencodableError{merr}
+		return idemkit.Response{NotKept: true, WriteID: op.state.recordedWrite(), IsError: codec.IsError(w.handlerRes)}, nil
 	}
 	w.body = b
 	return idemkit.Response{Body: b, WriteID: op.state.recordedWrite(), IsError: codec.IsError(w.handlerRes)}, nil
