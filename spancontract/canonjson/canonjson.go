@@ -107,7 +107,7 @@ func Write(w io.Writer, doc []byte, opts Options) (taken []byte, err error) {
 
 // initialMembers is the capacity of the member stack, allocated with the
 // first object: most documents never grow it.
-const initialMembers = 16
+const initialMembers = 8
 
 // canonWriter receives canonical bytes: into w, through buf, when w is set;
 // else into buf.
