@@ -95,12 +95,16 @@ type Options struct {
 // with the members opts names left out of a top-level object, through a
 // buffer of at most 4 KiB. It returns the raw value of the member
 // opts.Take names (a sub-slice of doc, valid JSON), or nil when there is
-// none. On an error, part of the canonical form may have been written.
+// none. It returns the document's error, or else w's first error; on an
+// error, part of the canonical form may have been written.
 func Write(w io.Writer, doc []byte, opts Options) (taken []byte, err error) {
 	c := canonicalizer{doc: doc, field: opts.Take, exclude: opts.Omit}
 	c.w = canonWriter{w: w, buf: make([]byte, 0, min(4096, len(doc)+64))}
 	if err := c.run(); err != nil {
 		return nil, err
+	}
+	if c.w.err != nil {
+		return nil, c.w.err
 	}
 	return c.taken, nil
 }
@@ -113,6 +117,7 @@ const initialMembers = 8
 // else into buf.
 type canonWriter struct {
 	w    io.Writer
+	err  error // w's first error
 	buf  []byte
 	mute int // > 0: validate only, write nothing
 }
@@ -124,7 +129,7 @@ func (w *canonWriter) write(b []byte) {
 	if w.w != nil && len(w.buf)+len(b) > cap(w.buf) {
 		w.flush()
 		if len(b) > cap(w.buf) {
-			w.w.Write(b)
+			w.send(b)
 			return
 		}
 	}
@@ -153,8 +158,15 @@ func (w *canonWriter) writeString(s string) {
 
 func (w *canonWriter) flush() {
 	if w.w != nil && len(w.buf) > 0 {
-		w.w.Write(w.buf)
+		w.send(w.buf)
 		w.buf = w.buf[:0]
+	}
+}
+
+// send writes b to w.w, keeping the first error.
+func (w *canonWriter) send(b []byte) {
+	if w.err == nil {
+		_, w.err = w.w.Write(b)
 	}
 }
 

@@ -163,3 +163,20 @@ func TestWrite_OmitAndTake(t *testing.T) {
 		t.Fatalf("Write and Transform differ (%d and %d bytes), %v", buf.Len(), len(whole), err)
 	}
 }
+
+type failingWriter struct{ n int }
+
+func (w *failingWriter) Write(p []byte) (int, error) {
+	w.n++
+	return 0, errors.New("disk full")
+}
+
+func TestWrite_ReportsTheWritersError(t *testing.T) {
+	w := &failingWriter{}
+	if _, err := canonjson.Write(w, []byte(`{"a":[1,2,3]}`), canonjson.Options{}); err == nil || err.Error() != "disk full" {
+		t.Fatalf("err = %v", err)
+	}
+	if w.n != 1 {
+		t.Errorf("written %d times after the first error", w.n)
+	}
+}
