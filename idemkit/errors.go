@@ -117,9 +117,10 @@ func (e *MismatchError) Error() string {
 func (e *MismatchError) Is(target error) bool { return target == ErrKeyMismatch }
 
 // ResponseTooLargeError is returned when a response exceeds
-// Config.MaxResponseBytes. The work has run and is recorded as done, so it
-// is not run again; its response was not kept. The first caller finds the
-// response in Result; duplicates get the error with an empty Result.
+// Config.MaxResponseBytes, or could not be kept at all (Response.NotKept;
+// Size is then 0). The work has run and is recorded as done, so it is not
+// run again; its response was not kept. The first caller finds the response
+// in Result; duplicates get the error with an empty Result.
 // It matches ErrResponseTooLarge.
 type ResponseTooLargeError struct {
 	Tool  string
@@ -131,6 +132,10 @@ type ResponseTooLargeError struct {
 }
 
 func (e *ResponseTooLargeError) Error() string {
+	if e.Size <= 0 || e.Size <= e.Limit {
+		return fmt.Sprintf("The %s call completed, but its response could not be kept. "+
+			"Do not call it again: the work is done.", e.Tool)
+	}
 	return fmt.Sprintf("The %s call completed, but its %d-byte response exceeded the %d-byte limit and was not kept. "+
 		"Do not call it again: the work is done. Raise the response limit or return a smaller result.", e.Tool, e.Size, e.Limit)
 }

@@ -721,9 +721,12 @@ func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, c
 	fin.Size = int64(len(resp.Body))
 	var tooLarge error
 	switch {
-	case len(resp.Body) > g.maxResp:
+	case resp.NotKept || len(resp.Body) > g.maxResp:
 		fin.Storage = idemstore.StorageDropped
-		fin.Response.Body = nil
+		fin.Response.Body, fin.Response.NotKept = nil, false
+		if resp.NotKept {
+			fin.Size = 0 // a body that could not be kept at all (see ResponseTooLargeError)
+		}
 		tooLarge = &ResponseTooLargeError{Tool: key.tool, Size: fin.Size, Limit: int64(g.maxResp), Result: res}
 	case len(resp.Body) > g.maxInline:
 		fin.Storage = idemstore.StorageExternal

@@ -86,7 +86,10 @@
 //
 // A tool is protected unless its MCP annotations say readOnlyHint or
 // idempotentHint (WithProtect and WithBypass override, per tool). A
-// protected call's arguments are validated against the tool's inputSchema;
+// protected call's arguments are validated against the tool's inputSchema
+// (an integer by its exact decimal value: 16.0 is one, 16.00000000000000000001
+// is not) and refused when two member names of one object differ only in
+// letter case (Go's encoding/json reads them as one member, the last);
 // its key is derived from its scope (the caller: see WithSubject), the tool
 // name and the canonical arguments, or from an explicit key sent as the
 // idempotency_key argument (advertised in the tool's schema and

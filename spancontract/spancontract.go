@@ -217,7 +217,9 @@ const (
 	// nothing was done.
 	RefusalConfirmationUnavailable = "confirmation_unavailable"
 	// RefusalResponseNotKept: a duplicate of a call that completed but whose
-	// response was too large to keep.
+	// response was too large to keep, or could not be encoded. (The first
+	// call whose result could not be encoded carries the reason in its
+	// answer's _meta, not on its span: it ran.)
 	RefusalResponseNotKept = "response_not_kept"
 	// RefusalResultUnreadable: a duplicate whose stored result could not be
 	// decoded.
@@ -233,7 +235,10 @@ const (
 	// FinishResponseTooLarge: the response exceeded the store's limit and
 	// was not kept; the work is recorded as done.
 	FinishResponseTooLarge = "response_too_large"
-	// FinishUnencodable: the result could not be encoded for storage.
+	// FinishUnencodable: the result could not be encoded, for storage nor
+	// for the client; the work is recorded as done without it, so that
+	// duplicates are answered response_not_kept (a tool error result is
+	// released instead).
 	FinishUnencodable = "unencodable"
 )
 

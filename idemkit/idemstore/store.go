@@ -190,6 +190,14 @@ type Response struct {
 	// response is stored and replayed is idemkit.Config.FailurePolicy's
 	// choice.
 	IsError bool
+	// NotKept, in what a call returns to idemkit.Guard.Do, says the work
+	// ran but its response cannot be stored (an MCP result that does not
+	// encode): the call is recorded as done without a body, as one over
+	// MaxResponseBytes is (StorageDropped). Do returns the Result with an
+	// *idemkit.ResponseTooLargeError, every duplicate gets one, and the
+	// work does not run again within the window. A store never sees it
+	// set.
+	NotKept bool
 }
 
 // ClaimResult is the output of Store.Claim.

@@ -595,10 +595,9 @@ func (m *Instrumentation) serve(op *mcpcall.Op, req mcp.CallToolRequest, next se
 		// Validate what the handler will receive (decoded by mcp-go
 		// already); CallTool does so only for a protected call.
 		call.Validator = m.validatorOf(tool)
+		call.ValidatedArguments = r.Params.RawArguments
 		if args, ok := r.Params.Arguments.(map[string]any); ok {
 			call.Decoded = args
-		} else {
-			call.ValidatedArguments = r.Params.RawArguments
 		}
 	}
 	if m.hasTx.Load() {

@@ -184,7 +184,8 @@ type targetAttrs struct {
 	refuseOpts [len(refusalReasons)][]metric.AddOption
 	toolAdd    []metric.AddOption
 	toolRecord []metric.RecordOption
-	finishOpts sync.Map // reason -> []metric.AddOption
+	finishOpts sync.Map         // reason -> []metric.AddOption
+	duration   durationEstimate // the tool's successful calls, for the retry hint
 
 	opOpts sync.Map                // opKey -> []metric.RecordOption
 	opLast atomic.Pointer[opEntry] // the last opOpts entry used: most requests of a target repeat it

@@ -16,13 +16,16 @@ func replayMarker(attempt int, writeID string) map[string]any {
 	return m
 }
 
-func inProgressMarker(e *idemkit.InProgressError) map[string]any {
+// inProgressMarker returns the refusal marker's extra entries of an
+// in-progress answer; retryAfter is the hint (see DefaultRetryAfter), given
+// when the running attempt's lease is known.
+func inProgressMarker(e *idemkit.InProgressError, retryAfter time.Duration) map[string]any {
 	m := map[string]any{"attempt": e.Attempt}
 	if e.StatusTool != "" {
 		m["status_tool"] = e.StatusTool
 	}
 	if e.RetryAfter > 0 {
-		m["retry_after_ms"] = e.RetryAfter.Round(time.Millisecond).Milliseconds()
+		m["retry_after_ms"] = max(retryAfter.Round(time.Millisecond).Milliseconds(), 1)
 	}
 	return m
 }
@@ -58,6 +61,30 @@ func rolledBackText(tool string) string {
 func unreadableText(tool string) string {
 	return "The " + tool + " call with these arguments already ran, but its stored result could not be read. " +
 		"Do not call it again: the work is done."
+}
+
+// How a call whose result could not be encoded ended (see unencodable).
+type unencodableKind uint8
+
+const (
+	unencodableKept       unencodableKind = iota // recorded as done, without its result
+	unencodableReleased                          // not recorded: a tool error, or the store failed
+	unencodableRolledBack                        // its transaction rolled back
+)
+
+func unencodableText(tool string, err error, kind unencodableKind) string {
+	why := strings.TrimPrefix(err.Error(), "the result could not be encoded: ")
+	switch kind {
+	case unencodableKept:
+		return "The " + tool + " call ran and its work is done, but its result could not be encoded (" + why + "), so it cannot be shown. " +
+			"Do not call it again: a repeat of this call is answered that it already ran, and does nothing. " +
+			"Tell the user the action completed but its result could not be returned."
+	case unencodableRolledBack:
+		return "The " + tool + " call's result could not be encoded (" + why + "), so its database transaction was rolled back and nothing it did was kept. " +
+			"Nothing was done. Calling it again will fail the same way until the tool is fixed: tell the user."
+	}
+	return "The " + tool + " call ran, but its result could not be encoded (" + why + "), so it cannot be shown, and it was not recorded. " +
+		"Check whether the action happened before calling it again."
 }
 
 func unscopedText(tool string, advice func(string) string) string {

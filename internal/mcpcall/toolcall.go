@@ -38,10 +38,13 @@ type ToolCall struct {
 	Validator *SchemaValidator
 	// Decoded, when not nil, is the arguments the handler receives, decoded
 	// already by the SDK (as encoding/json decodes into an any); Validator
-	// checks it instead of decoding ValidatedArguments.
+	// checks it instead of decoding ValidatedArguments, unless they hold a
+	// number whose float64 is integral while its exact value is not (see
+	// SchemaValidator.ValidateDecoded).
 	Decoded any
-	// ValidatedArguments is the raw JSON Validator checks when Decoded is
-	// nil: the arguments the handler receives. Defaults to Arguments.
+	// ValidatedArguments is the raw JSON of the arguments the handler
+	// receives, which Validator checks (or, with Decoded, scans for
+	// numbers). Defaults to Arguments.
 	ValidatedArguments []byte
 	// Elicit asks the client's user (a tool's Config.Confirm question), or
 	// is nil when the front end cannot.
@@ -220,13 +223,14 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 	c := &op.call
 	if v := call.Validator; v != nil {
 		var err error
-		switch {
-		case call.Decoded != nil:
-			err = v.ValidateValue(call.Decoded)
-		case call.ValidatedArguments != nil:
-			err = v.Validate(call.ValidatedArguments)
-		default:
-			err = v.Validate(call.Arguments)
+		raw := call.ValidatedArguments
+		if raw == nil {
+			raw = call.Arguments
+		}
+		if call.Decoded != nil {
+			err = v.ValidateDecoded(call.Decoded, raw)
+		} else {
+			err = v.Validate(raw)
 		}
 		if err != nil {
 			return refuse(op, codec, spancontract.RefusalInvalidArguments, rejectedText(call.Tool, err), nil), nil
@@ -267,6 +271,9 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 	} else {
 		c.claimTime = time.Since(claimStart)
 	}
+	if ran && w.unencodable != nil {
+		return unencodable(op, call, codec, &w, derr), nil
+	}
 
 	switch {
 	case derr == nil && r.Outcome == idemkit.OutcomeReplayed:
@@ -280,6 +287,9 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 	case derr == nil:
 		c.outcome, c.attempt, c.writeID = ranOutcome(r.Outcome), r.Attempt, r.WriteID
 		c.recorded = true
+		if ran && !r.IsError {
+			op.ta.duration.observe(w.took)
+		}
 		return answer(op, codec, handlerRes, nil, body)
 	case ran && w.gated(derr):
 		// The user was asked and did not accept (or could not be asked):
@@ -323,7 +333,8 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 		if e.StatusTool == "" {
 			e.StatusTool = in.statusToolOf(call.Tool, call.Info)
 		}
-		return refuse(op, codec, spancontract.RefusalInProgress, e.Error(), inProgressMarker(&e)), nil
+		hint := op.ta.duration.retryAfter(&e, time.Now())
+		return refuse(op, codec, spancontract.RefusalInProgress, e.Error(), inProgressMarker(&e, hint)), nil
 	}
 	if mismatch, ok := errors.AsType[*idemkit.MismatchError](derr); ok {
 		c.outcome = outcomeMismatch
@@ -354,6 +365,46 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 	return refuse(op, codec, spancontract.RefusalStoreUnavailable, unavailableText(call.Tool), nil), nil
 }
 
+// unencodable answers a protected call whose work ran and whose result
+// could not be encoded (a NaN in structuredContent): neither the SDK nor the
+// store can carry it. The call is recorded as done without its result
+// (idemkit.Response.NotKept), so every retry within the window is answered
+// response_not_kept and nothing runs again; the caller gets an isError
+// answer saying that the work is done, with the same RefusalMetaKey
+// reason. A tool-error result that does not encode is released, as tool
+// errors are by default (its retry runs again), and a transactional call's
+// transaction rolls back (nothing of it remains); their answers say so.
+func unencodable[R any](op *Op, call *ToolCall, codec Codec[R], w *work[R], derr error) R {
+	c := &op.call
+	c.attempt, c.outcome = w.attempt, outcomeExecuted
+	if w.attempt > 1 {
+		c.outcome = outcomeTakeover
+	}
+	c.writeID = op.state.recordedWrite()
+	c.finishErr, c.finishReason = w.unencodable, spancontract.FinishUnencodable
+	c.isError = true
+	var kind unencodableKind
+	switch {
+	case errors.Is(derr, ErrRolledBack):
+		kind = unencodableRolledBack
+		c.outcome, c.attempt, c.writeID = outcomeNone, 0, ""
+		c.finishErr = errors.Join(w.unencodable, derr)
+	case errors.Is(derr, idemkit.ErrResponseTooLarge):
+		kind = unencodableKept
+		c.recorded = true
+	default: // a tool error, released; or recording the call failed
+		kind = unencodableReleased
+		if derr != nil {
+			c.finishErr = errors.Join(w.unencodable, derr)
+		}
+	}
+	res := codec.ErrorResult(unencodableText(call.Tool, w.unencodable, kind))
+	if kind == unencodableKept {
+		res = codec.WithMeta(res, spancontract.RefusalMetaKey, map[string]any{"reason": spancontract.RefusalResponseNotKept})
+	}
+	return res
+}
+
 // work is a protected call's work for the Guard, and what it learned. It
 // lives on protect's stack: the Guard does not keep the function it runs.
 type work[R any] struct {
@@ -362,13 +413,15 @@ type work[R any] struct {
 	next  func(context.Context) (R, error)
 	gate  *gate // the question to ask first, or nil
 
-	ran        bool
-	attempt    int
-	start      time.Time
-	handlerRes R
-	handlerErr error
-	gateErr    error // the gate's refusal, when the question ended the work
-	body       []byte
+	ran         bool
+	attempt     int
+	start       time.Time
+	took        time.Duration // how long the handler ran
+	unencodable error         // the handler's result could not be encoded
+	handlerRes  R
+	handlerErr  error
+	gateErr     error // the gate's refusal, when the question ended the work
+	body        []byte
 }
 
 // gated reports whether derr is the gate's refusal of the work.
@@ -393,6 +446,7 @@ func (w *work[R]) run(wctx context.Context) (idemkit.Response, error) {
 		}
 	}
 	w.handlerRes, w.handlerErr = w.next(wctx)
+	w.took = time.Since(w.start)
 	if w.handlerErr != nil {
 		return idemkit.Response{}, w.handlerErr
 	}
@@ -401,7 +455,12 @@ func (w *work[R]) run(wctx context.Context) (idemkit.Response, error) {
 	}
 	b, merr := codec.Marshal(w.handlerRes)
 	if merr != nil {
-		return idemkit.Response{}, &unencodableError{merr}
+		// The work ran, and its result cannot be stored (nor sent): it is
+		// recorded as done without a body, as a result too large to keep
+		// is, so that a retry is answered response_not_kept instead of
+		// running the work again.
+		w.unencodable = &unencodableError{merr}
+		return idemkit.Response{NotKept: true, WriteID: op.state.recordedWrite(), IsError: codec.IsError(w.handlerRes)}, nil
 	}
 	w.body = b
 	return idemkit.Response{Body: b, WriteID: op.state.recordedWrite(), IsError: codec.IsError(w.handlerRes)}, nil

@@ -64,6 +64,11 @@ func Run(t *testing.T, h Harness) {
 		{"Elicitation_TheClaimOutlivesItsLeaseWhileTheUserAnswers", testElicitationKeepsTheLease},
 		{"HumanGate_AsksOnceInsideTheClaimAndDeclineRunsNothing", testHumanGate},
 		{"Policies_RequiredKeyToolVersionAndPoisonCalls", testPolicies},
+		{"Arguments_CaseVariantNamesAreRefused", testCaseVariantNames},
+		{"Arguments_IntegersAreExact", testInexactIntegers},
+		{"KeyArgument_AdvertisedWithTheServersBounds", testKeyAdvertisedBounds},
+		{"InProgress_RetryHintIsTheExpectedRemainingTime", testRetryHint},
+		{"Results_AnUnencodableResultIsRecordedAndNeverRerun", testUnencodableResult},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
 	}

@@ -1,19 +1,13 @@
-package idemkit
-
-import (
-	"bytes"
-	"errors"
-	"fmt"
-	"hash"
-	"slices"
-	"strconv"
-	"unicode/utf16"
-	"unicode/utf8"
-)
-
-// The canonical form NewKey hashes is RFC 8785 (JCS) with one deliberate
-// deviation: numbers are canonicalised by their exact decimal value, not by
-// the IEEE-754 double nearest to it.
+// Package canonjson writes the canonical form of a JSON document: the
+// bytes idemkit hashes into a call's key (idemkit.NewKey) and the bytes the
+// Collector's dup processor compares the arguments of other
+// instrumentations' tool spans by. Both sides import this one package, so
+// that a call the middleware keys as two different calls is never grouped
+// as one by the processor. It depends on the standard library only.
+//
+// The canonical form is RFC 8785 (JCS) with one deliberate deviation:
+// numbers are canonicalised by their exact decimal value, not by the
+// IEEE-754 double nearest to it.
 //
 // RFC 8785 reads every number as a double, so 9007199254740992 and
 // 9007199254740993, 12345678901234567890 and 12345678901234567891, or 0
@@ -26,27 +20,104 @@ import (
 // as in JCS, while different exact values stay different. For every number
 // whose exact value is a double's shortest form (all integers up to 2^53,
 // and what JSON encoders print for doubles), the output is RFC 8785's byte
-// for byte; FuzzCanonicalJSON checks that against a JCS library.
+// for byte; idemkit's FuzzCanonicalJSON checks that against a JCS library.
 //
-// The canonicaliser streams: it writes canonical bytes straight into the
-// hash (or a buffer, for CanonicalJSON), sorting an object's members by
+// It refuses what would make two different documents canonicalise alike,
+// or one document mean two things: invalid UTF-8, unpaired surrogate
+// escapes, duplicate member names, and two member names of one object that
+// are equal under Unicode case folding (ErrCaseVariantNames). Go's
+// encoding/json matches member names to struct fields case-insensitively,
+// the last one winning, so {"order_id":"a","Order_Id":"b"} is validated by
+// its exact names and read by a Go handler as order_id "b": one document
+// that a schema check and the code behind it read differently. Folding is
+// encoding/json's (bytes.EqualFold on the decoded names). Names are compared
+// within one object, at any depth.
+//
+// The canonicaliser streams: it writes canonical bytes straight into its
+// writer (or a buffer, for Transform), sorting an object's members by
 // their names, then canonicalising each value from the input in that
-// order. Its memory is the members of the objects being written (16 bytes
+// order. Its memory is the members of the objects being written (24 bytes
 // each) and the decoded names that hold escapes, not a tree of the
-// document.
+// document. It bounds nesting at MaxDepth levels and a number's decimal
+// exponent at ±MaxExponent.
+package canonjson
 
-// maxCanonDepth bounds the nesting of arrays and objects. An object's
-// members are scanned once per enclosing object, so the bound also bounds
-// the work.
-const maxCanonDepth = 128
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
+)
 
-// maxCanonExponent bounds a number's decimal exponent.
-const maxCanonExponent = 1_000_000_000
+// MaxDepth bounds the nesting of arrays and objects. An object's members
+// are scanned once per enclosing object, so the bound also bounds the work.
+const MaxDepth = 128
 
-// canonWriter receives canonical bytes: into h, through buf, when h is set;
+// MaxExponent bounds a number's decimal exponent: a number beyond it is
+// refused, since writing it out would take that many digits' work.
+const MaxExponent = 1_000_000_000
+
+// ErrCaseVariantNames is matched by the error for an object with two member
+// names equal under Unicode case folding but not byte for byte
+// ({"order_id":…,"Order_Id":…}).
+var ErrCaseVariantNames = errors.New("canonjson: two member names differ only in letter case")
+
+// Transform returns the canonical form of the JSON document doc (RFC 8785,
+// numbers by exact decimal value). It is the form Write writes with no
+// Options.
+func Transform(doc []byte) ([]byte, error) {
+	c := canonicalizer{doc: doc}
+	c.w.buf = make([]byte, 0, len(doc))
+	if err := c.run(); err != nil {
+		return nil, err
+	}
+	return c.w.buf, nil
+}
+
+// Options tune Write.
+type Options struct {
+	// Omit names members of a top-level object left out of the output.
+	// They are still validated (and their names still count for the case
+	// folding check).
+	Omit []string
+	// Take names one member of a top-level object left out of the output
+	// whose value Write returns: "" for none. (idemkit takes the explicit
+	// idempotency key out of the arguments this way.)
+	Take string
+}
+
+// Write writes the canonical form of doc to w, as Transform returns it,
+// with the members opts names left out of a top-level object, through a
+// buffer of at most 4 KiB. It returns the raw value of the member
+// opts.Take names (a sub-slice of doc, valid JSON), or nil when there is
+// none. It returns the document's error, or else w's first error; on an
+// error, part of the canonical form may have been written.
+func Write(w io.Writer, doc []byte, opts Options) (taken []byte, err error) {
+	c := canonicalizer{doc: doc, field: opts.Take, exclude: opts.Omit}
+	c.w = canonWriter{w: w, buf: make([]byte, 0, min(4096, len(doc)+64))}
+	if err := c.run(); err != nil {
+		return nil, err
+	}
+	if c.w.err != nil {
+		return nil, c.w.err
+	}
+	return c.taken, nil
+}
+
+// initialMembers is the capacity of the member stack, allocated with the
+// first object: most documents never grow it.
+const initialMembers = 8
+
+// canonWriter receives canonical bytes: into w, through buf, when w is set;
 // else into buf.
 type canonWriter struct {
-	h    hash.Hash
+	w    io.Writer
+	err  error // w's first error
 	buf  []byte
 	mute int // > 0: validate only, write nothing
 }
@@ -55,10 +126,10 @@ func (w *canonWriter) write(b []byte) {
 	if w.mute > 0 {
 		return
 	}
-	if w.h != nil && len(w.buf)+len(b) > cap(w.buf) {
+	if w.w != nil && len(w.buf)+len(b) > cap(w.buf) {
 		w.flush()
 		if len(b) > cap(w.buf) {
-			w.h.Write(b)
+			w.send(b)
 			return
 		}
 	}
@@ -69,7 +140,7 @@ func (w *canonWriter) writeByte(c byte) {
 	if w.mute > 0 {
 		return
 	}
-	if w.h != nil && len(w.buf) == cap(w.buf) {
+	if w.w != nil && len(w.buf) == cap(w.buf) {
 		w.flush()
 	}
 	w.buf = append(w.buf, c)
@@ -79,16 +150,23 @@ func (w *canonWriter) writeString(s string) {
 	if w.mute > 0 {
 		return
 	}
-	if w.h != nil && len(w.buf)+len(s) > cap(w.buf) {
+	if w.w != nil && len(w.buf)+len(s) > cap(w.buf) {
 		w.flush()
 	}
 	w.buf = append(w.buf, s...)
 }
 
 func (w *canonWriter) flush() {
-	if w.h != nil && len(w.buf) > 0 {
-		w.h.Write(w.buf)
+	if w.w != nil && len(w.buf) > 0 {
+		w.send(w.buf)
 		w.buf = w.buf[:0]
+	}
+}
+
+// send writes b to w.w, keeping the first error.
+func (w *canonWriter) send(b []byte) {
+	if w.err == nil {
+		_, w.err = w.w.Write(b)
 	}
 }
 
@@ -112,21 +190,26 @@ type canonicalizer struct {
 	w       canonWriter
 	members []member // a stack: the members of the objects being written
 	names   []byte   // decoded names that had escapes, a stack too
+	folds   []foldEntry
 	depth   int
 
-	// Top-level stripping (NewKey): field is the explicit-key member, ""
-	// for none; exclude are members left out.
-	field    string
-	exclude  []string
-	explicit *string
+	// Top-level stripping (Write): field is the member taken out, "" for
+	// none; exclude are members left out.
+	field   string
+	exclude []string
+	taken   []byte
 }
 
 type canonError struct {
-	msg string
-	off int
+	msg  string
+	off  int
+	kind error // ErrCaseVariantNames, or nil
 }
 
 func (e *canonError) Error() string { return fmt.Sprintf("%s at offset %d", e.msg, e.off) }
+
+// Is reports whether target is the error's kind.
+func (e *canonError) Is(target error) bool { return e.kind != nil && target == e.kind }
 
 func (c *canonicalizer) fail(off int, format string, args ...any) error {
 	return &canonError{msg: fmt.Sprintf(format, args...), off: off}
@@ -214,8 +297,8 @@ func (c *canonicalizer) literal(i int, lit string) (int, error) {
 }
 
 func (c *canonicalizer) array(i int) (int, error) {
-	if c.depth++; c.depth > maxCanonDepth {
-		return 0, c.fail(i, "arrays and objects nested deeper than %d levels", maxCanonDepth)
+	if c.depth++; c.depth > MaxDepth {
+		return 0, c.fail(i, "arrays and objects nested deeper than %d levels", MaxDepth)
 	}
 	c.w.writeByte('[')
 	i = c.ws(i + 1)
@@ -248,10 +331,13 @@ func (c *canonicalizer) array(i int) (int, error) {
 }
 
 func (c *canonicalizer) object(i int) (int, error) {
-	if c.depth++; c.depth > maxCanonDepth {
-		return 0, c.fail(i, "arrays and objects nested deeper than %d levels", maxCanonDepth)
+	if c.depth++; c.depth > MaxDepth {
+		return 0, c.fail(i, "arrays and objects nested deeper than %d levels", MaxDepth)
 	}
 	top := c.depth == 1 && (c.field != "" || len(c.exclude) > 0)
+	if c.members == nil {
+		c.members = make([]member, 0, initialMembers)
+	}
 	base, namesBase := len(c.members), len(c.names)
 	i = c.ws(i + 1)
 	if i < len(c.doc) && c.doc[i] == '}' {
@@ -312,6 +398,11 @@ func (c *canonicalizer) object(i int) (int, error) {
 			return 0, c.fail(int(c.members[j].quoted), "duplicate member name %q", a)
 		}
 	}
+	if last-base > 1 {
+		if err := c.checkFolds(base, last); err != nil {
+			return 0, err
+		}
+	}
 	// Second pass: the members in order, each value canonicalised from the
 	// document. (Values of nested objects push members above last.)
 	c.w.writeByte('{')
@@ -344,9 +435,7 @@ func (c *canonicalizer) object(i int) (int, error) {
 			return 0, c.fail(end, "unexpected %s after a member value", quoteByte(c.doc[end]))
 		}
 		if stripped && c.field != "" && string(c.nameOf(&m)) == c.field {
-			if err := c.takeExplicit(&m); err != nil {
-				return 0, err
-			}
+			c.taken = c.doc[m.val:m.end]
 		}
 	}
 	c.w.writeByte('}')
@@ -370,26 +459,169 @@ func (c *canonicalizer) strip(m *member) bool {
 	return false
 }
 
-// takeExplicit reads the explicit key from the field member m: a string,
-// or null for none.
-func (c *canonicalizer) takeExplicit(m *member) error {
-	v := c.doc[m.val:m.end]
-	if string(v) == "null" {
-		return nil
-	}
-	if v[0] != '"' {
-		return fmt.Errorf("the %q argument must be a string, got %s", c.field, truncate(v, 40))
-	}
-	s := string(c.decodeString(int(m.val), int(m.end), nil))
-	c.explicit = &s
-	return nil
-}
-
 func (c *canonicalizer) nameOf(m *member) []byte {
 	if m.flags&memberEscaped != 0 {
 		return c.names[m.name : m.name+m.nameLen]
 	}
 	return c.doc[m.name : m.name+m.nameLen]
+}
+
+// foldEntry is a member's name folded to a hash, for checkFolds.
+type foldEntry struct {
+	h uint64
+	i int32 // the member's index in canonicalizer.members
+}
+
+// checkFolds refuses an object, its members c.members[base:last] (sorted,
+// without exact duplicates), in which two names are equal under Unicode
+// case folding. Two different names can be equal so only if one holds an
+// ASCII upper-case letter or a non-ASCII character, so an object of
+// lower-case ASCII names (most) costs one look at each name. An ASCII
+// object compares the names of equal length pairwise; one with non-ASCII
+// names hashes each name in its folded form, compares the hashes
+// (pairwise, or sorted for a large object) and confirms equal ones with
+// bytes.EqualFold.
+func (c *canonicalizer) checkFolds(base, last int) error {
+	n := last - base
+	if n <= smallObject {
+		var kinds [smallObject]uint8
+		all := uint8(0)
+		for j := range n {
+			k := nameKind(c.nameOf(&c.members[base+j]))
+			kinds[j] = k
+			all |= k
+		}
+		switch {
+		case all == 0:
+			return nil // lower-case ASCII only
+		case all&kindNonASCII == 0:
+			for j := 1; j < n; j++ {
+				for k := range j {
+					if kinds[j]|kinds[k] != 0 && c.members[base+j].nameLen == c.members[base+k].nameLen {
+						if err := c.foldCollision(int32(base+k), int32(base+j)); err != nil {
+							return err
+						}
+					}
+				}
+			}
+			return nil
+		}
+		var h [smallObject]uint64
+		for j := range n {
+			h[j] = foldHash(c.nameOf(&c.members[base+j]))
+			for k := range j {
+				if h[j] == h[k] {
+					if err := c.foldCollision(int32(base+k), int32(base+j)); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		return nil
+	}
+	f := c.folds[:0]
+	for j := base; j < last; j++ {
+		f = append(f, foldEntry{h: foldHash(c.nameOf(&c.members[j])), i: int32(j)})
+	}
+	c.folds = f
+	slices.SortFunc(f, func(a, b foldEntry) int {
+		switch {
+		case a.h < b.h:
+			return -1
+		case a.h > b.h:
+			return 1
+		}
+		return 0
+	})
+	for j := 1; j < len(f); j++ {
+		for k := j - 1; k >= 0 && f[k].h == f[j].h; k-- {
+			if err := c.foldCollision(f[k].i, f[j].i); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// smallObject is the most members checkFolds compares pairwise.
+const smallObject = 16
+
+// Kinds of member names, for checkFolds.
+const (
+	kindUpper    uint8 = 1 << iota // holds an ASCII upper-case letter
+	kindNonASCII                   // holds a non-ASCII character
+)
+
+// nameKind returns the kinds of name.
+func nameKind(name []byte) uint8 {
+	k := uint8(0)
+	for _, b := range name {
+		switch {
+		case b >= utf8.RuneSelf:
+			return k | kindNonASCII
+		case b-'A' < 26:
+			k = kindUpper
+		}
+	}
+	return k
+}
+
+// foldCollision returns the error for members a and b when their names
+// are equal under case folding (not a hash collision).
+func (c *canonicalizer) foldCollision(a, b int32) error {
+	ma, mb := &c.members[a], &c.members[b]
+	na, nb := c.nameOf(ma), c.nameOf(mb)
+	if !bytes.EqualFold(na, nb) {
+		return nil
+	}
+	if ma.quoted > mb.quoted {
+		ma, mb, na, nb = mb, ma, nb, na
+	}
+	return &canonError{
+		msg: fmt.Sprintf("member names %q and %q differ only in letter case (a Go decoder reads them as one member)",
+			na, nb),
+		off:  int(mb.quoted),
+		kind: ErrCaseVariantNames,
+	}
+}
+
+// foldHash hashes name (valid UTF-8) folded as encoding/json folds member
+// names: ASCII letters upper-cased, every other rune mapped to the
+// smallest rune of its case folding orbit (so that K, k and U+212A KELVIN
+// SIGN hash alike). Names equal under bytes.EqualFold hash alike.
+func foldHash(name []byte) uint64 {
+	const (
+		offset = 14695981039346656037
+		prime  = 1099511628211
+	)
+	h := uint64(offset)
+	for i := 0; i < len(name); {
+		b := name[i]
+		if b < utf8.RuneSelf {
+			if 'a' <= b && b <= 'z' {
+				b -= 'a' - 'A'
+			}
+			h = (h ^ uint64(b)) * prime
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(name[i:])
+		h = (h ^ uint64(foldRune(r))) * prime
+		i += size
+	}
+	return h
+}
+
+// foldRune returns the smallest rune of r's case folding orbit, as
+// encoding/json's name folding does.
+func foldRune(r rune) rune {
+	for {
+		r2 := unicode.SimpleFold(r)
+		if r2 <= r {
+			return r2
+		}
+		r = r2
+	}
 }
 
 // compareUTF16 orders two valid UTF-8 strings by their UTF-16 code units,
@@ -781,8 +1013,8 @@ func (c *canonicalizer) number(i int) (int, error) {
 	k := int64(last - first + 1)
 	// value = 0.D × 10^n, so 10^(n-1) <= |value| < 10^n.
 	n := int64(nInt-first) + exp
-	if n > maxCanonExponent || n < -maxCanonExponent {
-		return 0, c.fail(start, "number out of range: its decimal exponent is beyond ±%d", maxCanonExponent)
+	if n > MaxExponent || n < -MaxExponent {
+		return 0, c.fail(start, "number out of range: its decimal exponent is beyond ±%d", MaxExponent)
 	}
 	// writeDigits writes significant digits a..b-1 (0-based from first).
 	writeDigits := func(a, b int64) {
