@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/idemkit-mcp/idemkit/cmd/idemkit/internal/gateway"
+	"github.com/idemkit-mcp/idemkit/cmd/idemkit/internal/gatewayconfig"
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 )
@@ -44,6 +45,9 @@ type gatewayFlags struct {
 	sessionIdle   time.Duration
 	readTimeout   time.Duration
 	idleTimeout   time.Duration
+	config        string
+
+	file *gatewayconfig.File // --config, once loaded
 }
 
 // DefaultIdleTimeout is how long the gateway keeps an idle keep-alive
@@ -94,6 +98,21 @@ the gateway's own session instead (its IDs are random and only those it
 issued are accepted), which catches retries within a session but not a
 call replayed on a new session.
 
+Per-tool settings: --config FILE reads a YAML file with, per tool, the
+settings idemkit's Go middleware has (window, lease, wait, failure_policy,
+status_tool, exclude, protect) and defaults for every tool:
+
+  defaults: {window: 10m, lease: 2m, failure_policy: release}
+  tools:
+    issue_refund: {window: 30m, exclude: [requested_at]}
+    charge_card:  {failure_policy: store}
+    search:       {protect: false}
+
+The file is checked whole at start: an unknown setting, a bad value or a
+contradiction stops the gateway with the file, line and setting. A setting
+that a flag gives too (--window and defaults.window, --protect X and
+tools.X.protect) is an error; the flags stay for the simple cases.
+
 Authentication is the upstream's: its HTTP 401 and 403 reach the client as
 they are, WWW-Authenticate included (MCP's OAuth discovery). An answer from
 the gateway's records (a replay, an in-progress answer) is given only after
@@ -114,7 +133,8 @@ connection, --max-message-bytes (16 MiB) one message.`,
   idemkit gateway --listen 127.0.0.1:8787 --store sqlite:idemkit.db -- node build/server.js
   idemkit gateway --stdio --store sqlite:idemkit.db -- python -m my_server
   idemkit gateway --upstream http://api:3000/mcp --store postgres://idemkit@db/idemkit \
-      --otlp-endpoint 127.0.0.1:4317 --window 15m --protect send_email --bypass search`,
+      --otlp-endpoint 127.0.0.1:4317 --window 15m --protect send_email --bypass search
+  idemkit gateway --upstream http://127.0.0.1:3000/mcp --store sqlite:idemkit.db --config gateway.yaml`,
 		RunE: func(c *cobra.Command, args []string) error {
 			var command []string
 			if at := c.ArgsLenAtDash(); at >= 0 {
@@ -125,7 +145,7 @@ connection, --max-message-bytes (16 MiB) one message.`,
 			} else if len(args) > 0 {
 				return usagef("unexpected arguments %q: to run a stdio server, put its command after --, as in: idemkit gateway --store memory -- node server.js", args)
 			}
-			return runGateway(c.Context(), c.ErrOrStderr(), c.InOrStdin(), c.OutOrStdout(), c.Flags().Changed("listen"), f, command)
+			return runGateway(c.Context(), c.ErrOrStderr(), c.InOrStdin(), c.OutOrStdout(), c.Flags().Changed, f, command)
 		},
 	}
 	fl := c.Flags()
@@ -151,6 +171,7 @@ connection, --max-message-bytes (16 MiB) one message.`,
 	fl.DurationVar(&f.readTimeout, "read-timeout", gateway.DefaultReadTimeout, "how long a client may take to send a request's headers, and again its body (slower: the connection is closed, or HTTP 408)")
 	fl.DurationVar(&f.idleTimeout, "idle-timeout", DefaultIdleTimeout, "how long an idle keep-alive connection is kept open between requests")
 	fl.DurationVar(&f.sweepEvery, "sweep-interval", time.Minute, "how often the gateway deletes the store's expired records (0: never, for a SQLite or Postgres store swept by 'idemkit sweep' from cron; a memory store is always swept)")
+	fl.StringVar(&f.config, "config", "", configHelp)
 	fl.StringVar(&f.readyFile, "ready-file", "", "once serving, write the MCP endpoint's URL to this file (for scripts that start the gateway on --listen 127.0.0.1:0)")
 	return c
 }
@@ -208,8 +229,13 @@ func parseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout io.Writer, listenSet bool, f gatewayFlags, command []string) error {
-	if err := f.validate(listenSet, command); err != nil {
+func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout io.Writer, changed func(flag string) bool, f gatewayFlags, command []string) error {
+	// The file first: its defaults are the window and lease validate
+	// checks.
+	if err := f.loadConfig(changed); err != nil {
+		return err
+	}
+	if err := f.validate(changed("listen"), command); err != nil {
 		return err
 	}
 	su, err := parseStoreURL(f.store)
@@ -224,6 +250,9 @@ func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout i
 	}
 	level, _ := parseLevel(f.logLevel)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if f.file != nil {
+		log.Info("per-tool settings loaded", "config", f.describeConfig())
+	}
 
 	var up gateway.Upstream
 	if f.upstream != "" {
@@ -254,7 +283,7 @@ func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout i
 			log.Warn("flushing telemetry failed", "error", err)
 		}
 	}()
-	guard, err := idemkit.NewGuard(st.Store, &idemkit.Config{Window: f.window, Lease: f.lease, MaxResponseBytes: f.maxMessage})
+	guard, err := idemkit.NewGuard(st.Store, f.guardConfig())
 	if err != nil {
 		return err
 	}
@@ -361,18 +390,7 @@ func instrumentation(tel *telemetry, f gatewayFlags) *mcpcall.Config {
 	cfg.TracerProvider, cfg.MeterProvider = tel.tp, tel.mp
 	// The trace context clients send in params._meta (traceparent).
 	cfg.Propagator = propagation.TraceContext{}
-	for _, t := range f.protect {
-		if cfg.Protect == nil {
-			cfg.Protect = map[string]bool{}
-		}
-		cfg.Protect[t] = true
-	}
-	for _, t := range f.bypass {
-		if cfg.Protect == nil {
-			cfg.Protect = map[string]bool{}
-		}
-		cfg.Protect[t] = false
-	}
+	f.applyProtection(&cfg)
 	return &cfg
 }
 
