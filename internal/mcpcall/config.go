@@ -85,6 +85,10 @@ type Config struct {
 	// Exclude lists, per tool, top-level argument fields left out of the
 	// argument hash.
 	Exclude map[string][]string
+	// CallStatusTool names the call status tool the front end serves (see
+	// CallStatus), which is never protected and which in-progress answers
+	// name for tools without a status tool of their own; "" serves none.
+	CallStatusTool string
 	// Unscoped is the policy for calls whose caller cannot be identified.
 	Unscoped UnscopedPolicy
 	// UnscopedAdvice, when set, returns what the refusal of an unscoped

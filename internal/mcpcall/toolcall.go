@@ -302,7 +302,11 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 		if e.StatusTool == "" {
 			e.StatusTool = in.statusToolOf(call.Tool, call.Info)
 		}
-		return refuse(op, codec, spancontract.RefusalInProgress, e.Error(), inProgressMarker(&e)), nil
+		text := e.Error()
+		if e.StatusTool != "" && e.StatusTool == in.CallStatusTool() {
+			text += " " + callStatusHint(e.StatusTool, call.Tool)
+		}
+		return refuse(op, codec, spancontract.RefusalInProgress, text, inProgressMarker(&e)), nil
 	}
 	if mismatch, ok := errors.AsType[*idemkit.MismatchError](derr); ok {
 		c.outcome = outcomeMismatch
