@@ -46,6 +46,10 @@ type gatewayFlags struct {
 	readTimeout   time.Duration
 	idleTimeout   time.Duration
 	config        string
+	// callStatusFlag is --call-status-tool; callStatus the name resolved
+	// with the file ("" for none).
+	callStatusFlag string
+	callStatus     string
 
 	file *gatewayconfig.File // --config, once loaded
 }
@@ -82,6 +86,14 @@ readOnlyHint or idempotentHint (MCP's defaults make an unannotated tool a
 write tool); --protect and --bypass override. Protected tools advertise an
 optional idempotency_key argument, which the gateway strips before
 forwarding.
+
+A status tool for every slow call: the gateway adds a read-only tool,
+idemkit_call_status (--call-status-tool NAME renames it, - switches it
+off), to the server's tools. Given a tool and the same arguments (or the
+idempotency_key), it answers the caller's own record of that call without
+running anything: in progress (with the last progress and when to ask
+again), completed (the stored result, replayed), released, or unknown.
+In-progress answers name it for tools without a status tool of their own.
 
 Who the caller is: the --subject-header value (default Authorization: the
 scheme and the SHA-256 of the credential after it, "bearer:<hex>", never
@@ -172,6 +184,7 @@ connection, --max-message-bytes (16 MiB) one message.`,
 	fl.DurationVar(&f.idleTimeout, "idle-timeout", DefaultIdleTimeout, "how long an idle keep-alive connection is kept open between requests")
 	fl.DurationVar(&f.sweepEvery, "sweep-interval", time.Minute, "how often the gateway deletes the store's expired records (0: never, for a SQLite or Postgres store swept by 'idemkit sweep' from cron; a memory store is always swept)")
 	fl.StringVar(&f.config, "config", "", configHelp)
+	fl.StringVar(&f.callStatusFlag, "call-status-tool", gatewayconfig.DefaultCallStatusTool, "the name of the gateway's read-only call status tool, which answers a caller's own record of a call (in progress, completed with its result, released, unknown) and which in-progress answers name (-: none)")
 	fl.StringVar(&f.readyFile, "ready-file", "", "once serving, write the MCP endpoint's URL to this file (for scripts that start the gateway on --listen 127.0.0.1:0)")
 	return c
 }
@@ -390,7 +403,7 @@ func instrumentation(tel *telemetry, f gatewayFlags) *mcpcall.Config {
 	cfg.TracerProvider, cfg.MeterProvider = tel.tp, tel.mp
 	// The trace context clients send in params._meta (traceparent).
 	cfg.Propagator = propagation.TraceContext{}
-	f.applyProtection(&cfg)
+	f.applyToolSettings(&cfg)
 	return &cfg
 }
 

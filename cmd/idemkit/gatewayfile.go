@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"slices"
+	"strings"
+	"unicode"
 
 	"github.com/idemkit-mcp/idemkit/cmd/idemkit/internal/gatewayconfig"
 	"github.com/idemkit-mcp/idemkit/idemkit"
@@ -18,6 +20,9 @@ const configHelp = "a YAML file of per-tool settings (window, lease, wait, failu
 // on the command line. A setting that a flag and the file both give is an
 // error naming both, never a silent precedence.
 func (f *gatewayFlags) loadConfig(changed func(name string) bool) error {
+	if err := f.resolveCallStatusTool(nil, changed); err != nil {
+		return err
+	}
 	if f.config == "" {
 		return nil
 	}
@@ -46,6 +51,9 @@ func (f *gatewayFlags) loadConfig(changed func(name string) bool) error {
 			return both("--bypass "+name, "tools."+name+".protect")
 		}
 	}
+	if err := f.resolveCallStatusTool(file, changed); err != nil {
+		return err
+	}
 	if d.Window > 0 {
 		f.window = d.Window
 	}
@@ -62,6 +70,38 @@ func (f *gatewayFlags) loadConfig(changed func(name string) bool) error {
 	return nil
 }
 
+// resolveCallStatusTool decides the call status tool's name (f.callStatus,
+// "" for none) from --call-status-tool and the file's call_status_tool
+// section (file may be nil), which must not both be given.
+func (f *gatewayFlags) resolveCallStatusTool(file *gatewayconfig.File, changed func(string) bool) error {
+	name := f.callStatusFlag
+	switch {
+	case name == "-":
+		name = ""
+	case name == "" || strings.TrimSpace(name) != name || strings.ContainsFunc(name, unicode.IsControl):
+		return usagef("--call-status-tool %q is not a tool name (give a name, or - for none)", name)
+	}
+	if file != nil && file.CallStatusTool != nil {
+		if changed("call-status-tool") {
+			return usagef("--call-status-tool and call_status_tool (%s:%d) both set the same thing; keep one of the two", file.Path, file.Line("call_status_tool"))
+		}
+		name = file.CallStatusToolName(name)
+	}
+	if name != "" {
+		if slices.Contains(f.protect, name) {
+			return usagef("--protect %s: %s is the gateway's call status tool, which is read-only and never protected", name, name)
+		}
+		if file != nil {
+			if t, ok := file.Tools[name]; ok {
+				return usagef("%s:%d: tools.%s: %s is the gateway's call status tool, which the gateway answers itself; it takes no per-tool settings (name it otherwise with call_status_tool.name)",
+					file.Path, file.Line("tools."+name), name, t.Name)
+			}
+		}
+	}
+	f.callStatus = name
+	return nil
+}
+
 // guardConfig is the Guard's configuration: the gateway-wide window and
 // lease, and the file's defaults and per-tool overrides.
 func (f *gatewayFlags) guardConfig() *idemkit.Config {
@@ -73,9 +113,10 @@ func (f *gatewayFlags) guardConfig() *idemkit.Config {
 	return c
 }
 
-// applyProtection sets the flags' and the file's protect and bypass
-// overrides and excluded fields in c.
-func (f *gatewayFlags) applyProtection(c *mcpcall.Config) {
+// applyToolSettings sets the flags' and the file's protect and bypass
+// overrides, excluded fields and call status tool in c.
+func (f *gatewayFlags) applyToolSettings(c *mcpcall.Config) {
+	c.CallStatusTool = f.callStatus
 	for _, t := range f.protect {
 		if c.Protect == nil {
 			c.Protect = map[string]bool{}

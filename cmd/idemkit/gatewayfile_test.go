@@ -23,6 +23,8 @@ func TestGatewayConfig_MistakesAreUsageErrors(t *testing.T) {
 	defaults := write("defaults.yaml", "defaults:\n  window: 20m\n  lease: 1m\n")
 	protect := write("protect.yaml", "tools:\n  search:\n    protect: false\n")
 	leases := write("leases.yaml", "tools:\n  export:\n    lease: 30m\n")
+	status := write("status.yaml", "call_status_tool:\n  name: check_call\n")
+	statusTool := write("statustool.yaml", "tools:\n  idemkit_call_status:\n    window: 1m\n")
 	up := []string{"gateway", "--store", "memory", "--upstream", "http://127.0.0.1:1/mcp"}
 	cases := []struct {
 		args []string
@@ -36,6 +38,10 @@ func TestGatewayConfig_MistakesAreUsageErrors(t *testing.T) {
 		{[]string{"--config", protect, "--bypass", "search"}, "--bypass search and tools.search.protect"},
 		{[]string{"--config", leases}, leases + ":3: tools.export.lease: export's lease (30m0s) is longer than its window (10m0s)"},
 		{[]string{"--config", defaults, "--lease", "30m"}, "both set the same thing"},
+		{[]string{"--config", status, "--call-status-tool", "other"}, "--call-status-tool and call_status_tool (" + status + ":2) both set the same thing"},
+		{[]string{"--config", statusTool}, statusTool + ":2: tools.idemkit_call_status: idemkit_call_status is the gateway's call status tool"},
+		{[]string{"--protect", "idemkit_call_status"}, "is the gateway's call status tool, which is read-only and never protected"},
+		{[]string{"--call-status-tool", ""}, "is not a tool name"},
 	}
 	for _, c := range cases {
 		code, _, errOut := runCLI(t, append(up[:len(up):len(up)], c.args...)...)

@@ -86,7 +86,9 @@ type Config struct {
 	// tools' spans carry the key hashes (bypass reason no_guard).
 	Guard *idemkit.Guard
 	// Instrumentation configures the spans, the metrics and which tools are
-	// protected (providers, Protect overrides, Exclude, AdvertiseKey). Its
+	// protected (providers, Protect overrides, Exclude, AdvertiseKey), and
+	// the call status tool the gateway serves itself (CallStatusTool; off
+	// when "", and without a Guard). Its
 	// Subject, unscoped-call texts and (when nil) Logger are the gateway's
 	// own. Defaults to mcpcall.DefaultConfig().
 	Instrumentation *mcpcall.Config
@@ -552,6 +554,10 @@ func (s *session) handle(ctx context.Context, req *Message, h http.Header, t *mc
 			resp = newErrorResponse(req.ID, codeInvalidParams, "Invalid params: tools/call needs params.name (the tool) and params.arguments (an object).")
 			break
 		}
+		if name := s.g.in.CallStatusTool(); name != "" && p.Name == name {
+			resp, err = s.callStatus(op, req, &p, h)
+			break
+		}
 		resp, err = s.toolsCall(op, req, &p, h, out)
 	case req.Method == spancontract.MethodToolsList:
 		resp, err = s.toolsList(op, req, h, out)
@@ -613,6 +619,9 @@ func (s *session) toolsList(op *mcpcall.Op, req *Message, h http.Header, out sin
 		return resp, nil
 	}
 	s.tools.observe(listCursor(req.Params), tools, nextCursor(resp.Result))
+	if name := s.g.in.CallStatusTool(); name != "" {
+		result = s.withCallStatusTool(result, name)
+	}
 	if !bytes.Equal(result, resp.Result) {
 		resp = resp.withResult(result)
 	}
@@ -624,14 +633,7 @@ func (s *session) toolsList(op *mcpcall.Op, req *Message, h http.Header, out sin
 // forward runs at most once per key while a result is kept.
 func (s *session) toolsCall(op *mcpcall.Op, req *Message, p *requestParams, h http.Header, out sink) (*Message, error) {
 	in := s.g.in
-	tool := s.tools.lookup(op, p.Name, func(ctx context.Context) error {
-		err := s.fetchTools(ctx, h)
-		if err != nil {
-			s.g.log.Warn("listing the upstream's tools failed; the call is handled as a write tool's (MCP's default annotations)",
-				"session", s.id, "tool", p.Name, "error", err)
-		}
-		return err
-	})
+	tool := s.tools.lookup(op, p.Name, s.fetchFor(h, p.Name))
 	call := &mcpcall.ToolCall{
 		Tool:         p.Name,
 		Arguments:    p.Arguments,
@@ -671,7 +673,7 @@ func (s *session) toolsCall(op *mcpcall.Op, req *Message, p *requestParams, h ht
 				return
 			}
 			lastBeat = time.Now()
-			if err := c.Heartbeat(ctx); err != nil {
+			if err := c.HeartbeatNote(ctx, progressNote(m)); err != nil {
 				s.g.log.Warn("extending a call's lease failed", "tool", p.Name, "error", err)
 			}
 		})

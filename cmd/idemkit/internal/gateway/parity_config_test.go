@@ -28,6 +28,8 @@ import (
 const configParityYAML = `
 defaults:
   failure_policy: release
+call_status_tool:
+  enabled: true
 tools:
   issue_refund:
     window: 1m
@@ -51,6 +53,7 @@ func configParityMiddleware() []instrument.Option {
 		instrument.WithProtect("lookup"),
 		instrument.WithBypass("send"),
 		instrument.WithStatusTool("hold", "hold_status"),
+		instrument.WithCallStatusTool(""),
 	}
 }
 
@@ -143,22 +146,47 @@ func exerciseConfig(t *testing.T, url string, p *configParityServer, st *busySig
 		if err != nil {
 			t.Fatalf("%s: %v", label, err)
 		}
-		answers[label] = resultJSON(t, res)
+		a := resultJSON(t, res)
+		if meta, ok := a["_meta"].(map[string]any); ok {
+			if st, ok := meta[instrument.CallStatusMetaKey].(map[string]any); ok {
+				delete(st, "started") // the shared clock moved on between the sides
+			}
+		}
+		answers[label] = a
 	}
-	if _, err := c.ListTools(ctx, mcp.ListToolsRequest{}); err != nil {
+	lr, err := c.ListTools(ctx, mcp.ListToolsRequest{})
+	if err != nil {
 		t.Fatal(err)
 	}
+	listed, _ := json.Marshal(lr.Tools)
+	var tools []map[string]any
+	if err := json.Unmarshal(listed, &tools); err != nil {
+		t.Fatal(err)
+	}
+	for _, tl := range tools {
+		answers["listed "+tl["name"].(string)] = tl
+	}
+	status := func(label string, args map[string]any) {
+		t.Helper()
+		call(label, instrument.DefaultCallStatusTool, args)
+	}
+	status("status before the refund", map[string]any{"tool": "issue_refund", "arguments": map[string]any{"order_id": "o-1", "nonce": "z"}})
 	// exclude: a retry with another nonce is the same call.
 	call("refund", "issue_refund", map[string]any{"order_id": "o-1", "nonce": "a"})
 	call("refund, another nonce", "issue_refund", map[string]any{"order_id": "o-1", "nonce": "b"})
+	// The call status tool finds it by its arguments, nonce excluded.
+	status("status of the refund", map[string]any{"tool": "issue_refund", "arguments": map[string]any{"order_id": "o-1", "nonce": "z"}})
 	// failure_policy store: the isError answer is kept and replayed.
 	call("declined", "declined", map[string]any{"x": "1"})
 	call("declined again", "declined", map[string]any{"x": "1"})
+	status("status of declined", map[string]any{"tool": "declined", "arguments": map[string]any{"x": "1"}})
 	// protect: a read-only tool protected, a write tool bypassed.
 	call("lookup", "lookup", map[string]any{"x": "1"})
 	call("lookup again", "lookup", map[string]any{"x": "1"})
 	call("send", "send", map[string]any{"x": "1"})
 	call("send again", "send", map[string]any{"x": "1"})
+	status("status of send", map[string]any{"tool": "send", "arguments": map[string]any{"x": "1"}})
+	status("status of lookup", map[string]any{"tool": "lookup", "arguments": map[string]any{"x": "1"}})
 	// lease and status_tool: the in-progress answer of a duplicate names
 	// the status tool and the lease left (the clock stands still).
 	done := make(chan struct{})
@@ -172,6 +200,7 @@ func exerciseConfig(t *testing.T, url string, p *configParityServer, st *busySig
 	}()
 	<-p.holding
 	call("hold, in progress", "hold", map[string]any{"x": "1"})
+	status("status of hold, in progress", map[string]any{"tool": "hold", "arguments": map[string]any{"x": "1"}})
 	close(p.release)
 	<-done
 	// wait: a duplicate of a running call waits for its result.
@@ -271,6 +300,7 @@ func TestProtector_ConfigFileBehavesAsTheMiddlewaresOptions(t *testing.T) {
 	defer hs2.Close()
 	ic := gw.config()
 	file.ApplyInstrumentation(ic)
+	ic.CallStatusTool = file.CallStatusToolName("")
 	_, gwURL := newGatewayServer(t, hs2.URL+"/mcp", Config{Guard: g2, Instrumentation: ic})
 
 	a1 := exerciseConfig(t, hs1.URL+"/mcp", p1, st1, clock)
@@ -292,6 +322,23 @@ func TestProtector_ConfigFileBehavesAsTheMiddlewaresOptions(t *testing.T) {
 		if !replayed(a2[label]) {
 			t.Errorf("%s: not replayed behind the gateway: %v", label, a2[label])
 		}
+	}
+	states := map[string]string{"status before the refund": "unknown", "status of send": "not_recorded", "status of lookup": "", "status of hold, in progress": "in_progress",
+		"status of the refund": "", "status of declined": ""}
+	for label, want := range states {
+		meta, _ := a2[label]["_meta"].(map[string]any)
+		st, _ := meta[instrument.CallStatusMetaKey].(map[string]any)
+		if got, _ := st["state"].(string); got != want {
+			t.Errorf("%s: state %q behind the gateway, want %q: %v", label, got, want, a2[label])
+		}
+	}
+	for _, label := range []string{"status of the refund", "status of declined", "status of lookup"} {
+		if !replayed(a2[label]) {
+			t.Errorf("%s: not the stored result, replayed: %v", label, a2[label])
+		}
+	}
+	if a2["listed "+instrument.DefaultCallStatusTool] == nil {
+		t.Errorf("the gateway does not list %s", instrument.DefaultCallStatusTool)
 	}
 	for _, label := range []string{"send again", "refund after its window"} {
 		if replayed(a2[label]) {

@@ -51,7 +51,7 @@ import (
 
 // DefaultCallStatusTool is the name of the gateway's call status tool when
 // the file does not name it.
-const DefaultCallStatusTool = "idemkit_call_status"
+const DefaultCallStatusTool = mcpcall.DefaultCallStatusTool
 
 // MaxFileBytes bounds the size of a configuration file.
 const MaxFileBytes = 1 << 20
@@ -407,6 +407,23 @@ func (p *parser) exclude(v *yaml.Node, where string) []string {
 		}
 	}
 	return out
+}
+
+// CallStatusToolName returns the call status tool's name as the file's
+// call_status_tool section decides it: "" when it switches the tool off,
+// its name, DefaultCallStatusTool when it names none; def when the file
+// has no such section.
+func (f *File) CallStatusToolName(def string) string {
+	cs := f.CallStatusTool
+	switch {
+	case cs == nil:
+		return def
+	case cs.EnabledSet && !cs.Enabled:
+		return ""
+	case cs.Name != "":
+		return cs.Name
+	}
+	return DefaultCallStatusTool
 }
 
 // Line returns the line a setting ("tools.issue_refund.window") was set on,
