@@ -18,8 +18,8 @@ const CallStatusMetaKey = mcpcall.CallStatusMetaKey
 
 // WithCallStatusTool makes the adapter serve a call status tool named name
 // (DefaultCallStatusTool when name is ""): a read-only tool, listed in
-// tools/list, that takes {"tool", "arguments"} (or {"tool",
-// "idempotency_key"}) and answers the caller's own record of that call, as
+// tools/list, that takes {"tool", "arguments"} (or {"tool", "key"}, the
+// call's idempotency_key) and answers the caller's own record of that call, as
 // a duplicate of it would find it, without claiming or running anything:
 // in progress (with the attempt, the last progress note and when to ask
 // again), completed (the stored result, replayed with ReplayMetaKey),

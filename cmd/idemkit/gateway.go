@@ -90,7 +90,7 @@ forwarding.
 A status tool for every slow call: the gateway adds a read-only tool,
 idemkit_call_status (--call-status-tool NAME renames it, - switches it
 off), to the server's tools. Given a tool and the same arguments (or the
-idempotency_key), it answers the caller's own record of that call without
+call's idempotency_key as key), it answers the caller's own record of that call without
 running anything: in progress (with the last progress and when to ask
 again), completed (the stored result, replayed), released, or unknown.
 In-progress answers name it for tools without a status tool of their own.

@@ -100,16 +100,16 @@ func testCallStatus(t *testing.T, h Harness) {
 	// arguments it is a mismatch.
 	keyed := map[string]any{"order_id": "o-2", "amount_cents": 200, "idempotency_key": "k-2"}
 	call(t, alice, "refund", keyed, nil)
-	if res, _ := callStatus(t, alice, map[string]any{"tool": "refund", "idempotency_key": "k-2"}); marker(res, instrument.ReplayMetaKey) == nil {
+	if res, _ := callStatus(t, alice, map[string]any{"tool": "refund", "key": "k-2"}); marker(res, instrument.ReplayMetaKey) == nil {
 		t.Errorf("by the key alone: %v", res)
 	}
 	if res, _ := callStatus(t, alice, map[string]any{"tool": "refund", "arguments": keyed}); marker(res, instrument.ReplayMetaKey) == nil {
 		t.Errorf("by the arguments with the key: %v", res)
 	}
-	if res, state := callStatus(t, alice, map[string]any{"tool": "refund", "idempotency_key": "k-2", "arguments": map[string]any{"order_id": "o-3"}}); state != "mismatch" {
+	if res, state := callStatus(t, alice, map[string]any{"tool": "refund", "key": "k-2", "arguments": map[string]any{"order_id": "o-3"}}); state != "mismatch" {
 		t.Errorf("the key with other arguments: %v", res)
 	}
-	if res, state := callStatus(t, bob, map[string]any{"tool": "refund", "idempotency_key": "k-2"}); state != "unknown" {
+	if res, state := callStatus(t, bob, map[string]any{"tool": "refund", "key": "k-2"}); state != "unknown" {
 		t.Errorf("bob read alice's keyed record: %v", res)
 	}
 
@@ -162,7 +162,7 @@ func testCallStatus(t *testing.T, h Harness) {
 	if _, state := callStatus(t, alice, map[string]any{"tool": "no_such_tool", "arguments": map[string]any{}}); state != "not_recorded" {
 		t.Errorf("no such tool: %s", state)
 	}
-	for _, bad := range []map[string]any{{}, {"tool": "refund"}, {"tool": "refund", "arguments": "o-1"}, {"tool": "refund", "idempotency_key": ""}} {
+	for _, bad := range []map[string]any{{}, {"tool": "refund"}, {"tool": "refund", "arguments": "o-1"}, {"tool": "refund", "key": ""}} {
 		if res, state := callStatus(t, alice, bad); state != "rejected" || !isError(res) {
 			t.Errorf("%v: %v", bad, res)
 		}

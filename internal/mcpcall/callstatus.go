@@ -57,7 +57,7 @@ var CallStatusToolInfo = ToolInfo{ReadOnlyHint: true, IdempotentHint: true}
 // CallStatusDescription is the call status tool's description.
 const CallStatusDescription = "Reports what became of your own earlier call of another tool, without running anything: " +
 	"still in progress (with when to ask again), completed (then it returns that call's stored result), failed and released (a new call runs again), or unknown. " +
-	"Give the tool's name and the same arguments you called it with (or the idempotency_key you sent). " +
+	"Give the tool's name and the same arguments you called it with (or, as key, the idempotency_key you sent). " +
 	"Call this instead of repeating a call you were told is in progress."
 
 // CallStatusSchema returns the call status tool's input schema, a fresh
@@ -68,8 +68,8 @@ func CallStatusSchema() map[string]any {
 		"properties": map[string]any{
 			"tool": map[string]any{"type": "string", "description": "The name of the tool whose call to report on."},
 			"arguments": map[string]any{"type": "object",
-				"description": "The arguments of that call, as you sent them. Leave them out only when you give its idempotency_key."},
-			KeyArgument: map[string]any{"type": "string", "maxLength": idemkit.MaxExplicitKeyLen,
+				"description": "The arguments of that call, as you sent them. Leave them out only when you give its key."},
+			"key": map[string]any{"type": "string", "maxLength": idemkit.MaxExplicitKeyLen,
 				"description": "The idempotency_key the call was sent with, if any."},
 		},
 		"required": []any{"tool"},
@@ -106,7 +106,7 @@ func (in *Instrumenter) CallStatusTool() string {
 type callStatusArgs struct {
 	Tool      string          `json:"tool"`
 	Arguments json.RawMessage `json:"arguments"`
-	Key       json.RawMessage `json:"idempotency_key"`
+	Key       json.RawMessage `json:"key"`
 }
 
 // CallStatus answers a call of the call status tool served on op, with
@@ -126,7 +126,7 @@ func CallStatus[R any](op *Op, codec Codec[R], args json.RawMessage, toolInfo fu
 	var a callStatusArgs
 	if len(bytes.TrimSpace(args)) > 0 {
 		if err := json.Unmarshal(args, &a); err != nil {
-			return fail("The " + self + " call was rejected: its arguments must be an object with \"tool\" (a string), \"arguments\" (an object) and \"idempotency_key\" (a string). Fix them and call " + self + " again.")
+			return fail("The " + self + " call was rejected: its arguments must be an object with \"tool\" (a string), \"arguments\" (an object) and \"key\" (a string). Fix them and call " + self + " again.")
 		}
 	}
 	if a.Tool == "" {
@@ -135,7 +135,7 @@ func CallStatus[R any](op *Op, codec Codec[R], args json.RawMessage, toolInfo fu
 	hasArgs := nonEmptyJSON(a.Arguments)
 	hasKey := nonEmptyJSON(a.Key)
 	if !hasArgs && !hasKey {
-		return fail("The " + self + " call was rejected: give the " + a.Tool + " call's \"arguments\" (as you sent them), or the \"idempotency_key\" you sent it with.")
+		return fail("The " + self + " call was rejected: give the " + a.Tool + " call's \"arguments\" (as you sent them), or, as \"key\", the idempotency_key you sent it with.")
 	}
 	if hasArgs && bytes.TrimSpace(a.Arguments)[0] != '{' {
 		return fail("The " + self + " call was rejected: \"arguments\" must be an object, the " + a.Tool + " call's arguments as you sent them.")
@@ -183,7 +183,7 @@ func CallStatus[R any](op *Op, codec Codec[R], args json.RawMessage, toolInfo fu
 		rec, err = g.Store().Lookup(op, idemkit.LookupRequest{Key: key.ID(), Body: true, Now: g.Now()})
 	}
 	if _, ok := errors.AsType[*idemkit.MismatchError](err); ok {
-		return status(CallMismatch, "The idempotency_key you gave was used for a "+a.Tool+" call with other arguments than these. "+
+		return status(CallMismatch, "The key you gave was used for a "+a.Tool+" call with other arguments than these. "+
 			"Ask again with that call's arguments, or with the key alone.", nil)
 	}
 	if errors.Is(err, idemkit.ErrNotFound) || (err == nil && rec.Expired()) {
@@ -279,5 +279,5 @@ func seconds(d time.Duration) string {
 // callStatusHint is the sentence an in-progress answer adds when the
 // status tool it names is the call status tool: what to give it.
 func callStatusHint(self, tool string) string {
-	return "Give " + self + " \"tool\": \"" + tool + "\" and this call's \"arguments\" (or its \"idempotency_key\")."
+	return "Give " + self + " \"tool\": \"" + tool + "\" and this call's \"arguments\" (or its idempotency_key as \"key\")."
 }

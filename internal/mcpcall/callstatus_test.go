@@ -143,7 +143,7 @@ func TestCallStatus_RefusesWhatItCannotAnswer(t *testing.T) {
 	if m := r.ask(t, "", q); m["isError"] != true || statusOf(m)["state"] != "unscoped" {
 		t.Errorf("no caller: %v", m)
 	}
-	for _, bad := range []string{`[]`, `{"tool":""}`, `{"tool":"export"}`, `{"tool":"export","arguments":[1]}`, `{"tool":"export","idempotency_key":3}`} {
+	for _, bad := range []string{`[]`, `{"tool":""}`, `{"tool":"export"}`, `{"tool":"export","arguments":[1]}`, `{"tool":"export","key":3}`} {
 		if m := r.ask(t, "alice", bad); m["isError"] != true || statusOf(m)["state"] != "rejected" {
 			t.Errorf("%s: %v", bad, m)
 		}
