@@ -95,6 +95,13 @@ running anything: in progress (with the last progress and when to ask
 again), completed (the stored result, replayed), released, or unknown.
 In-progress answers name it for tools without a status tool of their own.
 
+Tasks: when the server advertises MCP tasks, a task-augmented call of a
+protected tool is a task the gateway keeps in its store (the server's own
+task is followed to its end on its session): its duplicate on a new
+session gets the same task back, and tasks/get, tasks/result,
+tasks/cancel and tasks/list answer for it on any session of the same
+caller, and after a restart on a durable store.
+
 Who the caller is: the --subject-header value (default Authorization: the
 scheme and the SHA-256 of the credential after it, "bearer:<hex>", never
 the credential itself; Basic and any other scheme alike, each its own

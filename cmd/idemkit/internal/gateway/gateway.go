@@ -156,6 +156,7 @@ type Gateway struct {
 	maxUpSubj int  // 0: no per-subject bound
 	stdio     bool // the upstream runs a process per session
 	log       *slog.Logger
+	tasks     *mcpcall.Tasks // the gateway's own tasks; nil without a Guard
 
 	mu        sync.Mutex // protects the fields below
 	sessions  map[string]*session
@@ -253,6 +254,13 @@ func New(cfg Config) (*Gateway, error) {
 		"or --bypass the tool to forward its calls unprotected, " +
 		"or run with --subject-header - to scope calls by the gateway's own sessions"
 	g.in = mcpcall.New(cfg.Guard, ic)
+	if cfg.Guard != nil {
+		tasks, err := g.in.NewTasks(ic.Tasks)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: Config.Instrumentation.Tasks: %w", err)
+		}
+		g.tasks = tasks
+	}
 	g.streams, g.stopStreams = context.WithCancel(context.Background())
 	go g.reap()
 	return g, nil
@@ -285,6 +293,11 @@ func (g *Gateway) Close(ctx context.Context) error {
 	close(g.stopReaper)
 	<-g.reaperDone
 	g.stopStreams()
+	if g.tasks != nil {
+		// Running tasks finish within ctx, or are cancelled (and reported
+		// failed): their upstream sessions close next.
+		_ = g.tasks.Close(ctx)
+	}
 	var wg sync.WaitGroup
 	for _, s := range sessions {
 		wg.Go(func() { _ = s.close(ctx, "") })
@@ -393,6 +406,7 @@ type session struct {
 	protocol  string
 	transport mcpcall.Transport          // of the request that started the session
 	inflight  map[string]json.RawMessage // client request ID (idKey) -> upstream ID
+	taskCaps  taskCapabilities           // the upstream's, from its initialize answer
 
 	endOnce sync.Once
 
@@ -561,6 +575,8 @@ func (s *session) handle(ctx context.Context, req *Message, h http.Header, t *mc
 		resp, err = s.toolsCall(op, req, &p, h, out)
 	case req.Method == spancontract.MethodToolsList:
 		resp, err = s.toolsList(op, req, h, out)
+	case isTaskMethod(req.Method) && s.servesTasks():
+		resp, err = s.taskRequest(op, req, &p, h, out)
 	default:
 		resp, err = s.roundTrip(op, req, h, out, nil)
 		if err == nil && req.Method == spancontract.MethodInitialize && resp.Error == nil {
@@ -653,6 +669,9 @@ func (s *session) toolsCall(op *mcpcall.Op, req *Message, p *requestParams, h ht
 	}
 	if in.WriteTool(p.Name, tool.info) {
 		call.Validator = tool.validator()
+		if nonNull(p.Task) && s.keepsTasks() {
+			return s.taskCall(op, req, call, fwd, h)
+		}
 	}
 	var (
 		tooLarge *answerTooLargeError

@@ -376,8 +376,9 @@ func (s *session) initialized(resp *Message, t *mcpcall.Transport) {
 		ProtocolVersion string `json:"protocolVersion"`
 	}
 	_ = json.Unmarshal(resp.Result, &r)
+	caps := parseTaskCapabilities(resp.Result)
 	s.mu.Lock()
-	s.protocol, s.transport = r.ProtocolVersion, *t
+	s.protocol, s.transport, s.taskCaps = r.ProtocolVersion, *t, caps
 	s.mu.Unlock()
 }
 
