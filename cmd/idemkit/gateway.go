@@ -50,6 +50,7 @@ type gatewayFlags struct {
 	// with the file ("" for none).
 	callStatusFlag string
 	callStatus     string
+	shareUpstream  string
 
 	file *gatewayconfig.File // --config, once loaded
 }
@@ -145,7 +146,12 @@ an initialize without one gets HTTP 401 and starts nothing), at most
 one; beyond: 503) and --max-upstreams-per-subject per caller (default 4,
 or 64; beyond: 429). A session unused for --session-idle-timeout (default
 5m; no request, no open stream) is closed with its process: the TypeScript
-SDK's Client.close() sends no DELETE. --read-timeout (10s) bounds reading
+SDK's Client.close() sends no DELETE. --share-upstream subject runs one
+process per caller instead, shared by the caller's sessions (then
+--max-upstreams counts processes, --max-upstreams-per-subject sessions):
+only for a server that keeps no per-session state, since it sees one
+client (the first session's capabilities; a logging level, subscriptions,
+roots or state one session sets are every session's). --read-timeout (10s) bounds reading
 a request's headers and its body, --idle-timeout (2m) an idle keep-alive
 connection, --max-message-bytes (16 MiB) one message.`,
 		Example: `  idemkit gateway --listen 127.0.0.1:8787 --upstream http://127.0.0.1:3000/mcp --store sqlite:idemkit.db
@@ -191,6 +197,7 @@ connection, --max-message-bytes (16 MiB) one message.`,
 	fl.DurationVar(&f.idleTimeout, "idle-timeout", DefaultIdleTimeout, "how long an idle keep-alive connection is kept open between requests")
 	fl.DurationVar(&f.sweepEvery, "sweep-interval", time.Minute, "how often the gateway deletes the store's expired records (0: never, for a SQLite or Postgres store swept by 'idemkit sweep' from cron; a memory store is always swept)")
 	fl.StringVar(&f.config, "config", "", configHelp)
+	fl.StringVar(&f.shareUpstream, "share-upstream", "session", "how a stdio server's processes are shared: session (one per session) or subject (one per caller, shared by the caller's sessions: only for a server that keeps no per-session state)")
 	fl.StringVar(&f.callStatusFlag, "call-status-tool", gatewayconfig.DefaultCallStatusTool, "the name of the gateway's read-only call status tool, which answers a caller's own record of a call (in progress, completed with its result, released, unknown) and which in-progress answers name (-: none)")
 	fl.StringVar(&f.readyFile, "ready-file", "", "once serving, write the MCP endpoint's URL to this file (for scripts that start the gateway on --listen 127.0.0.1:0)")
 	return c
@@ -219,6 +226,12 @@ func (f *gatewayFlags) validate(listenSet bool, command []string) error {
 		return usagef("--session-idle-timeout, --read-timeout and --idle-timeout must be positive")
 	case f.lease > f.window:
 		return usagef("--lease (%s) must not be longer than --window (%s): a completed call must outlive its claim", f.lease, f.window)
+	case f.shareUpstream != "session" && f.shareUpstream != "subject":
+		return usagef("--share-upstream must be session or subject, got %q", f.shareUpstream)
+	case f.shareUpstream == "subject" && (len(command) == 0 || f.stdio):
+		return usagef("--share-upstream subject shares a stdio server's processes between the HTTP sessions of one caller: it needs a command after -- and no --stdio")
+	case f.shareUpstream == "subject" && f.subjectHeader == "-":
+		return usagef("--share-upstream subject needs a subject header: with --subject-header - every caller would share one process")
 	}
 	for _, t := range f.protect {
 		if slices.Contains(f.bypass, t) {
@@ -278,7 +291,12 @@ func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout i
 	if f.upstream != "" {
 		up, err = gateway.NewHTTPUpstream(f.upstream, nil)
 	} else {
-		up, err = gateway.NewStdioUpstream(command, nil, stderr, log)
+		var base *gateway.StdioUpstream
+		base, err = gateway.NewStdioUpstream(command, nil, stderr, log)
+		up = base
+		if err == nil && f.shareUpstream == "subject" {
+			up = gateway.NewSharedStdioUpstream(base)
+		}
 	}
 	if err != nil {
 		return &usageError{err}

@@ -109,15 +109,17 @@ type Config struct {
 	// stream. Defaults to DefaultSessionIdleTimeout.
 	SessionIdleTimeout time.Duration
 	// MaxUpstreams bounds the upstream sessions open at once over HTTP (for
-	// a stdio upstream, its processes): an initialize beyond it gets HTTP
-	// 503 and starts nothing. Defaults to DefaultMaxStdioUpstreams or
-	// DefaultMaxHTTPUpstreams, by the upstream's transport.
+	// a stdio upstream, its processes; for a SharedStdioUpstream, its
+	// processes, one per subject with a session): an initialize beyond it
+	// gets HTTP 503 and starts nothing. Defaults to DefaultMaxStdioUpstreams
+	// or DefaultMaxHTTPUpstreams, by the upstream's transport.
 	MaxUpstreams int
 	// MaxUpstreamsPerSubject bounds the upstream sessions of one subject
 	// (the callers without one, over an HTTP upstream, count as one): an
 	// initialize beyond it gets HTTP 429. It does not apply when
-	// SubjectHeader is "-". Defaults to DefaultMaxStdioUpstreamsPerSubject
-	// or DefaultMaxHTTPUpstreamsPerSubject.
+	// SubjectHeader is "-". Defaults to DefaultMaxStdioUpstreamsPerSubject,
+	// or DefaultMaxHTTPUpstreamsPerSubject for an HTTP upstream and for a
+	// SharedStdioUpstream (whose sessions share one process).
 	MaxUpstreamsPerSubject int
 	// ReadTimeout bounds reading one request's body: a client slower than
 	// that gets HTTP 408 and its connection is closed (the http.Server's
@@ -155,6 +157,7 @@ type Gateway struct {
 	maxUp     int
 	maxUpSubj int  // 0: no per-subject bound
 	stdio     bool // the upstream runs a process per session
+	shared    bool // ... or per subject (SharedStdioUpstream)
 	log       *slog.Logger
 	tasks     *mcpcall.Tasks // the gateway's own tasks; nil without a Guard
 
@@ -192,6 +195,7 @@ func New(cfg Config) (*Gateway, error) {
 		maxUp:      cfg.MaxUpstreams,
 		maxUpSubj:  cfg.MaxUpstreamsPerSubject,
 		stdio:      cfg.Upstream.Transport() == "stdio",
+		shared:     isShared(cfg.Upstream),
 		bySubject:  map[string]int{},
 		log:        cfg.Logger,
 		sessions:   map[string]*session{},
@@ -224,9 +228,14 @@ func New(cfg Config) (*Gateway, error) {
 			g.maxUp = DefaultMaxStdioUpstreams
 		}
 	}
+	if g.shared && g.subjectH == "" {
+		return nil, errors.New("gateway: an upstream shared by subject needs a SubjectHeader: without one every caller would share one process")
+	}
 	switch {
 	case g.subjectH == "":
 		g.maxUpSubj = 0 // every caller is anonymous: only the total counts
+	case g.maxUpSubj == 0 && g.shared:
+		g.maxUpSubj = DefaultMaxHTTPUpstreamsPerSubject // sessions of one process: cheap
 	case g.maxUpSubj == 0 && g.stdio:
 		g.maxUpSubj = DefaultMaxStdioUpstreamsPerSubject
 	case g.maxUpSubj == 0:
