@@ -205,6 +205,7 @@ func exerciseConfig(t *testing.T, url string, p *configParityServer, st *busySig
 	<-done
 	// wait: a duplicate of a running call waits for its result.
 	waited := make(chan struct{})
+	var waitedFor map[string]any // the duplicate's answer, read after waited
 	go func() {
 		defer close(waited)
 		<-p.waitHolding
@@ -215,7 +216,7 @@ func exerciseConfig(t *testing.T, url string, p *configParityServer, st *busySig
 			t.Errorf("hold_wait duplicate: %v", err)
 			return
 		}
-		answers["hold_wait, waited"] = resultJSON(t, res)
+		waitedFor = resultJSON(t, res)
 	}()
 	go func() {
 		<-st.busy // the duplicate found the call running, and waits
@@ -223,6 +224,7 @@ func exerciseConfig(t *testing.T, url string, p *configParityServer, st *busySig
 	}()
 	call("hold_wait", "hold_wait", map[string]any{"x": "1"})
 	<-waited
+	answers["hold_wait, waited"] = waitedFor
 	// window: past issue_refund's 1m (the default is 10m), it runs again;
 	// declined's stored answer (10m) still holds.
 	clock.advance(2 * time.Minute)
