@@ -7,10 +7,15 @@
 #               into your Grafana) until Ctrl-C
 #   make test   runs every test (installs PostgreSQL and the Collector builder
 #               when missing)
-.PHONY: test demo demo-up dashboards-test bench collector
+#   make lint   gofmt, go vet and staticcheck over every module (installs
+#               staticcheck when missing)
+.PHONY: test lint demo demo-up dashboards-test bench collector
 
 test:
 	scripts/test.sh
+
+lint:
+	scripts/lint.sh
 
 demo:
 	scripts/demo.sh

@@ -55,9 +55,6 @@ type Job struct {
 	Created, Updated, Expires time.Time
 }
 
-// Done reports whether the job has ended.
-func (j *Job) Done() bool { return j.State != JobRunning }
-
 // ErrJobNotFound is returned for an unknown job ID, an expired job, or a job
 // that belongs to another caller.
 var ErrJobNotFound = errors.New("instrument: job not found")
@@ -128,10 +125,6 @@ func NewJobs(guard *idemkit.Guard, cfg *JobsConfig) (*Jobs, error) {
 	}
 	return &Jobs{e: e}, nil
 }
-
-// StatusToolName returns the name of the status tool of a job tool: tool
-// with "_status" appended.
-func StatusToolName(tool string) string { return tool + "_status" }
 
 // Start records a new running job of tool, owned by the caller of the tool
 // call running in ctx (its scope: see WithSubject), and returns it. The

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 )
 
 func waitJob(t *testing.T, j *Jobs, ctx context.Context, id string, done func(*Job) bool) *Job {
@@ -25,7 +26,7 @@ func waitJob(t *testing.T, j *Jobs, ctx context.Context, id string, done func(*J
 	}
 }
 
-func newJobs(t *testing.T, store idemkit.Store, cfg *JobsConfig) *Jobs {
+func newJobs(t *testing.T, store idemstore.Store, cfg *JobsConfig) *Jobs {
 	t.Helper()
 	g, err := idemkit.NewGuard(store, nil)
 	if err != nil {
@@ -69,7 +70,7 @@ func TestJobs_RecordsResultsErrorsAndPanics(t *testing.T) {
 			if err != nil || job.State != JobRunning || !strings.HasPrefix(job.ID, "job_") || job.Expires.Sub(job.Created) != idemkit.DefaultWindow {
 				t.Fatalf("%#v %v", job, err)
 			}
-			got := waitJob(t, j, ctx, job.ID, (*Job).Done)
+			got := waitJob(t, j, ctx, job.ID, jobEnded)
 			if got.State != tc.state || !tc.check(got) {
 				t.Errorf("job %#v", got)
 			}
@@ -133,7 +134,7 @@ func TestJobs_TimeoutCancelsTheWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := waitJob(t, j, context.Background(), job.ID, (*Job).Done)
+	got := waitJob(t, j, context.Background(), job.ID, jobEnded)
 	if got.State != JobFailed || got.Error != context.DeadlineExceeded.Error() {
 		t.Errorf("%#v", got)
 	}
@@ -150,7 +151,7 @@ func TestJobs_OutliveTheRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancel() // the request ends at once
-	if got := waitJob(t, j, context.Background(), job.ID, (*Job).Done); got.State != JobSucceeded {
+	if got := waitJob(t, j, context.Background(), job.ID, jobEnded); got.State != JobSucceeded {
 		t.Errorf("%#v", got)
 	}
 }
@@ -164,3 +165,6 @@ func TestNewJobs_RejectsBadConfig(t *testing.T) {
 		t.Errorf("a heartbeat longer than the lease: %v", err)
 	}
 }
+
+// jobEnded reports whether the job has ended.
+func jobEnded(j *Job) bool { return j.State != JobRunning }

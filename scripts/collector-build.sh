@@ -31,9 +31,10 @@ fi
 
 # Publishing removes this version of the idemkit modules from the shared Go
 # module cache: one publish-and-build at a time per machine (checkouts and
-# worktrees share the cache).
-exec 9>"${TMPDIR:-/tmp}/idemkit-modcache.lock"
-flock 9
+# worktrees share the cache). scripts/lib-lock.sh says who holds the lock
+# while this waits for it.
+. scripts/lib-lock.sh
+modcache_lock collector-build
 mkdir -p collector/_build
 proxy="$root/collector/_build/proxy"
 echo "collector-build: publishing the idemkit modules to $proxy" >&2

@@ -34,9 +34,10 @@ version="$(sed -n 's/^const ReleaseVersion = "\(.*\)"$/\1/p' internal/devtools/m
 [[ -n "$version" ]] || fail "cannot read ReleaseVersion from internal/devtools/modules.go"
 # Publishing removes this version of the idemkit modules from the shared Go
 # module cache: one publish-and-build at a time per machine (checkouts and
-# worktrees share the cache).
-exec 9>"${TMPDIR:-/tmp}/idemkit-modcache.lock"
-flock 9
+# worktrees share the cache). scripts/lib-lock.sh says who holds the lock
+# while this waits for it.
+. scripts/lib-lock.sh
+modcache_lock consumer-test
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/idemkit-consumer.XXXXXX")"
 trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
 

@@ -9,11 +9,13 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/cmd/idemkit/internal/tsfixture"
 	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // callStatusOf returns the call status marker of a result, or nil.
 func callStatusOf(r toolResult) map[string]any {
-	m, _ := r.Meta[instrument.CallStatusMetaKey].(map[string]any)
+	m, _ := r.Meta[spancontract.CallStatusMetaKey].(map[string]any)
 	return m
 }
 
@@ -31,10 +33,10 @@ func TestCallStatusTool_TypeScriptUpstreamAndClient(t *testing.T) {
 		c.MustDo(map[string]any{"op": "connect", "conn": "b", "url": gw.URL, "token": "bob"})
 		status := func(conn string, args map[string]any) toolResult {
 			t.Helper()
-			return decodeResult(t, call(c, conn, instrument.DefaultCallStatusTool, args))
+			return decodeResult(t, call(c, conn, mcpcall.DefaultCallStatusTool, args))
 		}
 		tools := listTools(t, c, "a")
-		st, ok := tools[instrument.DefaultCallStatusTool]
+		st, ok := tools[mcpcall.DefaultCallStatusTool]
 		if !ok || st.Annotations["readOnlyHint"] != true {
 			t.Fatalf("the call status tool is not listed read-only: %+v", st)
 		}
@@ -70,8 +72,8 @@ func TestCallStatusTool_TypeScriptUpstreamAndClient(t *testing.T) {
 		}
 		dup := decodeResult(t, call(c, "a", "export_report", args))
 		refusal, _ := dup.Meta[instrument.RefusalMetaKey].(map[string]any)
-		if refusal["reason"] != "in_progress" || refusal["status_tool"] != instrument.DefaultCallStatusTool ||
-			!strings.Contains(dup.text(), "Call "+instrument.DefaultCallStatusTool) {
+		if refusal["reason"] != "in_progress" || refusal["status_tool"] != mcpcall.DefaultCallStatusTool ||
+			!strings.Contains(dup.text(), "Call "+mcpcall.DefaultCallStatusTool) {
 			t.Errorf("the duplicate's answer does not name the call status tool: %+v", dup)
 		}
 		if r := status("b", q); callStatusOf(r)["state"] != "unknown" {
@@ -100,11 +102,11 @@ func TestCallStatusTool_SwitchedOff(t *testing.T) {
 	gw := startGateway(t, "--upstream", srv.URL, "--store", "memory", "--call-status-tool", "-")
 	c := tsfixture.StartClient(t)
 	c.MustDo(map[string]any{"op": "connect", "conn": "a", "url": gw.URL, "token": "alice"})
-	if _, ok := listTools(t, c, "a")[instrument.DefaultCallStatusTool]; ok {
+	if _, ok := listTools(t, c, "a")[mcpcall.DefaultCallStatusTool]; ok {
 		t.Error("listed, switched off")
 	}
 	// Forwarded to the server, which has no such tool.
-	a := call(c, "a", instrument.DefaultCallStatusTool, map[string]any{"tool": "issue_refund", "arguments": map[string]any{}})
+	a := call(c, "a", mcpcall.DefaultCallStatusTool, map[string]any{"tool": "issue_refund", "arguments": map[string]any{}})
 	if a.OK {
 		if r := decodeResult(t, a); !r.IsError || callStatusOf(r) != nil {
 			t.Errorf("switched off, answered: %+v", r)

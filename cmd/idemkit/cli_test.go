@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -15,9 +16,10 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
-	"github.com/idemkit-mcp/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
@@ -48,6 +50,18 @@ func TestRun_HelpOnEveryCommand(t *testing.T) {
 	for _, flag := range []string{"--listen", "--upstream", "--stdio", "--store", "--subject-header", "--otlp-endpoint", "--window", "--lease", "--protect", "--bypass"} {
 		if !strings.Contains(out, flag) {
 			t.Errorf("gateway --help does not document %s", flag)
+		}
+	}
+}
+
+// The root help lists each command once (cobra's command list), not again
+// in its description.
+func TestRun_HelpListsEachCommandOnce(t *testing.T) {
+	_, out, _ := runCLI(t, "--help")
+	for _, name := range []string{"gateway", "migrate", "sweep", "inspect", "inflight", "attribute", "version"} {
+		listed := regexp.MustCompile(`(?m)^\s+(idemkit\s+)?` + name + `\s`)
+		if n := len(listed.FindAllString(out, -1)); n != 1 {
+			t.Errorf("idemkit --help lists %s %d times, want once:\n%s", name, n, out)
 		}
 	}
 }
@@ -120,7 +134,7 @@ func TestParseStoreURL(t *testing.T) {
 }
 
 // expiredRecord writes a completed record whose window ended an hour ago.
-func expiredRecord(t *testing.T, st idemkit.Store, tool string) {
+func expiredRecord(t *testing.T, st idemstore.Store, tool string) {
 	t.Helper()
 	ctx := context.Background()
 	past := time.Now().Add(-2 * time.Hour)
@@ -128,10 +142,10 @@ func expiredRecord(t *testing.T, st idemkit.Store, tool string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Claim(ctx, idemkit.ClaimRequest{Key: key.ID(), Tool: tool, Token: 7, Lease: time.Minute, Window: time.Hour, Now: past}); err != nil {
+	if _, err := st.Claim(ctx, idemstore.ClaimRequest{Key: key.ID(), Tool: tool, Token: 7, Lease: time.Minute, Window: time.Hour, Now: past}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Finish(ctx, idemkit.FinishRequest{Key: key.ID(), Token: 7, Succeeded: true, Response: idemkit.Response{Body: []byte(`{}`)}, Now: past}); err != nil {
+	if err := st.Finish(ctx, idemstore.FinishRequest{Key: key.ID(), Token: 7, Succeeded: true, Response: idemkit.Response{Body: []byte(`{}`)}, Now: past}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -316,3 +330,23 @@ func TestAttribute_ReadsTheFileExporterFormat(t *testing.T) {
 }
 
 func pcommonTime(t time.Time) pcommon.Timestamp { return pcommon.NewTimestampFromTime(t) }
+
+// inspect --help and README.md name the states with the words inspect
+// prints: the store's state (in_progress, completed, released) and what an
+// in_progress record is now (running, abandoned), or any record past its
+// window (expired).
+func TestInspect_HelpAndREADMENameTheStatesItPrints(t *testing.T) {
+	_, help, _ := runCLI(t, "inspect", "--help")
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, state := range []string{"in_progress", "running", "abandoned", "completed", "released", "expired"} {
+		if !strings.Contains(help, state) {
+			t.Errorf("inspect --help does not name the state %q", state)
+		}
+		if !strings.Contains(string(readme), state) {
+			t.Errorf("cmd/idemkit/README.md does not name the state %q", state)
+		}
+	}
+}

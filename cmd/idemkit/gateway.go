@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -45,6 +46,7 @@ type gatewayFlags struct {
 	sessionIdle   time.Duration
 	readTimeout   time.Duration
 	idleTimeout   time.Duration
+	hashKeyFile   string
 	config        string
 	// callStatusFlag is --call-status-tool; callStatus the name resolved
 	// with the file ("" for none).
@@ -153,7 +155,18 @@ only for a server that keeps no per-session state, since it sees one
 client (the first session's capabilities; a logging level, subscriptions,
 roots or state one session sets are every session's). --read-timeout (10s) bounds reading
 a request's headers and its body, --idle-timeout (2m) an idle keep-alive
-connection, --max-message-bytes (16 MiB) one message.`,
+connection, --max-message-bytes (16 MiB) one message.
+
+What the spans reveal: no arguments, results, subjects or credentials;
+idemkit.args.hash, idemkit.key.hash and idemkit.subject.hash are hashes of
+them, and mcp.session.id is a hash of the gateway's session ID (which, with
+--subject-header -, is the credential that reaches a session's results).
+Without --hash-key-file those hashes are plain SHA-256: anyone who reads the
+spans can hash guessed arguments (an order ID and an amount) and confirm
+them. --hash-key-file makes every one an HMAC-SHA-256 under a deployment
+key; give every replica the same file, so that the Collector still groups
+their duplicates. The key never changes what the store keeps. An upstream
+answer the gateway cannot read is reported by its size, never its bytes.`,
 		Example: `  idemkit gateway --listen 127.0.0.1:8787 --upstream http://127.0.0.1:3000/mcp --store sqlite:idemkit.db
   idemkit gateway --listen 127.0.0.1:8787 --store sqlite:idemkit.db -- node build/server.js
   idemkit gateway --stdio --store sqlite:idemkit.db -- python -m my_server
@@ -200,6 +213,7 @@ connection, --max-message-bytes (16 MiB) one message.`,
 	fl.StringVar(&f.shareUpstream, "share-upstream", "session", "how a stdio server's processes are shared: session (one per session) or subject (one per caller, shared by the caller's sessions: only for a server that keeps no per-session state)")
 	fl.StringVar(&f.callStatusFlag, "call-status-tool", gatewayconfig.DefaultCallStatusTool, "the name of the gateway's read-only call status tool, which answers a caller's own record of a call (in progress, completed with its result, released, unknown) and which in-progress answers name (-: none)")
 	fl.StringVar(&f.readyFile, "ready-file", "", "once serving, write the MCP endpoint's URL to this file (for scripts that start the gateway on --listen 127.0.0.1:0)")
+	fl.StringVar(&f.hashKeyFile, "hash-key-file", "", "a file holding the deployment's hash key (at least 16 bytes; surrounding whitespace is ignored): every exported hash becomes an HMAC under it; the same file on every replica (make one: head -c 32 /dev/urandom | base64 > FILE)")
 	return c
 }
 
@@ -281,6 +295,10 @@ func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout i
 	case f.sweepEvery == 0 && su.kind == kindMemory:
 		return usagef("--sweep-interval 0 with --store memory: a memory store is only emptied by sweeping, and would grow with every distinct call; give an interval (default 1m)")
 	}
+	hashKey, err := readHashKey(f.hashKeyFile)
+	if err != nil {
+		return err
+	}
 	level, _ := parseLevel(f.logLevel)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if f.file != nil {
@@ -321,7 +339,9 @@ func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout i
 			log.Warn("flushing telemetry failed", "error", err)
 		}
 	}()
-	guard, err := idemkit.NewGuard(st.Store, f.guardConfig())
+	gcfg := f.guardConfig()
+	gcfg.HashKey = hashKey
+	guard, err := idemkit.NewGuard(st.Store, gcfg)
 	if err != nil {
 		return err
 	}
@@ -340,7 +360,7 @@ func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout i
 	gw, err := gateway.New(gateway.Config{
 		Upstream:               up,
 		Guard:                  guard,
-		Instrumentation:        instrumentation(tel, f),
+		Instrumentation:        instrumentation(tel, f, hashKey),
 		SubjectHeader:          f.subjectHeader,
 		MaxMessageBytes:        f.maxMessage,
 		SessionIdleTimeout:     f.sessionIdle,
@@ -423,13 +443,44 @@ func sweep(ctx context.Context, g *idemkit.Guard, every time.Duration, log *slog
 
 // instrumentation configures the spans and metrics of every request and
 // which tools are protected.
-func instrumentation(tel *telemetry, f gatewayFlags) *mcpcall.Config {
+func instrumentation(tel *telemetry, f gatewayFlags, hashKey []byte) *mcpcall.Config {
 	cfg := mcpcall.DefaultConfig()
 	cfg.TracerProvider, cfg.MeterProvider = tel.tp, tel.mp
+	cfg.HashKey = hashKey
 	// The trace context clients send in params._meta (traceparent).
 	cfg.Propagator = propagation.TraceContext{}
 	f.applyToolSettings(&cfg)
 	return &cfg
+}
+
+// maxHashKeyFile bounds what --hash-key-file reads: a key is a few dozen
+// bytes, and a larger file is the wrong file.
+const maxHashKeyFile = 4096
+
+// readHashKey returns the hash key in the file at path (none for ""): its
+// bytes with surrounding whitespace (a trailing newline) removed.
+func readHashKey(path string) ([]byte, error) {
+	if path == "" {
+		return nil, nil
+	}
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, usagef("--hash-key-file: %v", err)
+	}
+	defer fh.Close()
+	b, err := io.ReadAll(io.LimitReader(fh, maxHashKeyFile+1))
+	if err != nil {
+		return nil, usagef("--hash-key-file %s: %v", path, err)
+	}
+	if len(b) > maxHashKeyFile {
+		return nil, usagef("--hash-key-file %s is over %d bytes: it should hold only the key (make one with: head -c 32 /dev/urandom | base64 > %s)", path, maxHashKeyFile, path)
+	}
+	key := bytes.TrimSpace(b)
+	if len(key) < idemkit.MinHashKeyLen {
+		return nil, usagef("--hash-key-file %s holds a %d-byte key; it needs at least %d bytes, so that nobody can guess it (make one with: head -c 32 /dev/urandom | base64 > %s)",
+			path, len(key), idemkit.MinHashKeyLen, path)
+	}
+	return key, nil
 }
 
 // writeFileAtomic writes b to path through a temporary file and a rename,

@@ -1,7 +1,8 @@
 // Command idemkit is idemkit's one binary: the gateway that protects any MCP
 // server, whatever its language, and the operator's tools.
 //
-//	go install github.com/idemkit-mcp/idemkit/cmd/idemkit@latest
+//	go install github.com/idemkit-mcp/idemkit/cmd/idemkit@v0.1.0   (once published; until then
+//	go install ./cmd/idemkit from the root of a clone, see the README's Install)
 //
 //	idemkit gateway --listen 127.0.0.1:8787 --upstream http://127.0.0.1:3000/mcp --store sqlite:idemkit.db
 //	idemkit gateway --stdio --store sqlite:idemkit.db -- node server.js
@@ -89,17 +90,10 @@ func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 		Use:   "idemkit",
 		Short: "Exactly-once tool calls for MCP servers, and the tools to see their duplicates",
 		Long: `idemkit makes MCP servers' write tools safe to retry and makes duplicate tool
-calls visible.
-
-  idemkit gateway   protect any MCP server (HTTP or stdio, any language): a
-                    repeated identical call is answered with the first one's
-                    result instead of running twice; spans and metrics for
-                    every call
-  idemkit migrate   create or upgrade a store's schema
-  idemkit sweep     delete expired records from a store
-  idemkit inspect   show one key's record (by key hash, or by the call)
-  idemkit inflight  list the claims in flight
-  idemkit attribute classify the duplicates in an OTLP JSON file, offline
+calls visible. Its gateway protects any MCP server, HTTP or stdio, in any
+language: a repeated identical call is answered with the first one's result
+instead of running twice, with spans and metrics for every call. The other
+commands are the operator's tools for a store and for spans.
 
 Stores are named by URL: memory, sqlite:PATH, postgres:DSN (or a
 postgres:// URL).`,

@@ -13,7 +13,7 @@ import (
 	"github.com/idemkit-mcp/idemkit/examples/internal/agent"
 	"github.com/idemkit-mcp/idemkit/examples/internal/refunds"
 	"github.com/idemkit-mcp/idemkit/examples/internal/report"
-	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
+	"github.com/idemkit-mcp/idemkit/internal/testing/harness"
 )
 
 // Topology names a Collector deployment the demo can run through.
@@ -62,6 +62,11 @@ type Options struct {
 	DecisionWait time.Duration
 	// Out receives the narrative. Defaults to os.Stdout.
 	Out io.Writer
+	// Started is when the command running the demo started, its own
+	// compilation included (scripts/demo.sh passes it to
+	// examples/demo/cmd/demo as IDEMKIT_DEMO_STARTED): the closing line of
+	// Run counts from it. Defaults to when Run starts.
+	Started time.Time
 	// NoGateway leaves out the third target, idemkit gateway in front of
 	// an unprotected refund server, for checks written for one protected
 	// server (the dashboards' live test). Defaults to running it.

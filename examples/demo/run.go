@@ -85,11 +85,24 @@ func (p *Pipeline) Run(ctx context.Context, hooks Hooks) (*Result, error) {
 	if err := errors.Join(os.WriteFile(res.Text, text.Bytes(), 0o644), os.WriteFile(res.HTML, html.Bytes(), 0o644)); err != nil {
 		return nil, err
 	}
-	p.say("Demo took %.0fs (%.0fs after the builds).", time.Since(started).Seconds(), time.Since(built).Seconds())
+	p.say("%s", tookLine(p.Opts.Started, started, built, time.Now()))
 	if hooks.AfterReport != nil {
 		if err := hooks.AfterReport(ctx, p); err != nil {
 			return res, fmt.Errorf("after-report hook: %w", err)
 		}
 	}
 	return res, nil
+}
+
+// tookLine says how long the demo took and what the time went to: the
+// command's own compilation (from began, when known), the builds of the
+// Collector and the demo programs, and the run with its report.
+func tookLine(began, started, built, now time.Time) string {
+	secs := func(a, b time.Time) float64 { return b.Sub(a).Seconds() }
+	if began.IsZero() || began.After(started) {
+		return fmt.Sprintf("Demo took %.0fs: %.0fs building the Collector and the demo programs, %.0fs running the scenarios and writing the report (the compilation of the demo command itself not included).",
+			secs(started, now), secs(started, built), secs(built, now))
+	}
+	return fmt.Sprintf("Demo took %.0fs in all: %.0fs compiling the demo command, %.0fs building the Collector and the demo programs, %.0fs running the scenarios and writing the report.",
+		secs(began, now), secs(began, started), secs(started, built), secs(built, now))
 }

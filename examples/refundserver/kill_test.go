@@ -11,10 +11,11 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/examples/internal/refunds"
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
-	"github.com/idemkit-mcp/idemkit/instrument"
-	"github.com/idemkit-mcp/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // counts reads, in the files a killed server left, the refund rows and the
@@ -127,7 +128,7 @@ func TestKill_TaskThenRestart(t *testing.T) {
 	}
 	// The duplicate is answered with the same task, replayed: nothing new runs.
 	dup := result(t, c.call("tools/call", args))
-	if dup["task"].(map[string]any)["taskId"] != id || metaOf(dup, instrument.ReplayMetaKey)["replayed"] != true {
+	if dup["task"].(map[string]any)["taskId"] != id || metaOf(dup, spancontract.ReplayMetaKey)["replayed"] != true {
 		t.Fatalf("the duplicate after the restart: %v", dup)
 	}
 	if list := result(t, c.call("tasks/list", map[string]any{})); len(list["tasks"].([]any)) != 1 {
@@ -155,7 +156,7 @@ func TestKill_JobThenRestart(t *testing.T) {
 		t.Fatalf("start answer %v", started)
 	}
 	status := map[string]any{"name": refunds.ToolExportRefunds + "_status", "arguments": map[string]any{"job_id": jobID}}
-	if st := result(t, c.call("tools/call", status)); metaOf(st, instrument.JobMetaKey)["state"] != "running" {
+	if st := result(t, c.call("tools/call", status)); metaOf(st, spancontract.JobMetaKey)["state"] != "running" {
 		t.Fatalf("before the kill: %v", st)
 	}
 	p.kill()
@@ -165,7 +166,7 @@ func TestKill_JobThenRestart(t *testing.T) {
 	var st map[string]any
 	eventually(t, 10*time.Second, "the killed job is reported lost", func() bool {
 		st = result(t, c.call("tools/call", status))
-		switch metaOf(st, instrument.JobMetaKey)["state"] {
+		switch metaOf(st, spancontract.JobMetaKey)["state"] {
 		case "running":
 			return false
 		case "lost":
@@ -178,7 +179,7 @@ func TestKill_JobThenRestart(t *testing.T) {
 		t.Errorf("the lost job's status %v", st)
 	}
 	dup := result(t, c.call("tools/call", start))
-	if dsc, _ := dup["structuredContent"].(map[string]any); dsc["job_id"] != jobID || metaOf(dup, instrument.ReplayMetaKey) == nil {
+	if dsc, _ := dup["structuredContent"].(map[string]any); dsc["job_id"] != jobID || metaOf(dup, spancontract.ReplayMetaKey) == nil {
 		t.Fatalf("the duplicate start after the restart: %v", dup)
 	}
 	p.kill()
@@ -215,7 +216,7 @@ func TestKill_TxToolBetweenWriteAndCommit(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var store idemkit.Store
+				var store idemstore.Store
 				if backend == "postgres" {
 					if store, err = pgstore.New(pgtest.Pool(t), nil); err != nil {
 						t.Fatal(err)
@@ -228,7 +229,7 @@ func TestKill_TxToolBetweenWriteAndCommit(t *testing.T) {
 					defer s.Close()
 					store = s
 				}
-				_, err = store.Lookup(context.Background(), idemkit.LookupRequest{Key: k.ID()})
+				_, err = store.Lookup(context.Background(), idemstore.LookupRequest{Key: k.ID()})
 				return err
 			}
 
@@ -259,12 +260,12 @@ func TestKill_TxToolBetweenWriteAndCommit(t *testing.T) {
 			p = startProcess(t, dir, args(dir)...)
 			c = connect(t, p.url, "demo-token-alice")
 			again := result(t, c.call("tools/call", call))
-			if again["isError"] == true || metaOf(again, instrument.ReplayMetaKey) != nil ||
+			if again["isError"] == true || metaOf(again, spancontract.ReplayMetaKey) != nil ||
 				!strings.Contains(text(again), "recognised the idempotency key") {
 				t.Fatalf("the duplicate after the restart: %v, want it to run, and the gateway to return its refund", again)
 			}
 			replay := result(t, c.call("tools/call", call))
-			if metaOf(replay, instrument.ReplayMetaKey)["replayed"] != true {
+			if metaOf(replay, spancontract.ReplayMetaKey)["replayed"] != true {
 				t.Fatalf("the next duplicate: %v, want a replay", replay)
 			}
 			p.kill()

@@ -15,7 +15,7 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
-	"github.com/idemkit-mcp/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )

@@ -14,8 +14,9 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
-	"github.com/idemkit-mcp/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -302,7 +303,7 @@ func killOnce(t *testing.T, store *pgstore.Store, pool *pgxpool.Pool, schema str
 	case step.marker != "" && step.forward != res.Replayed():
 		return raw, res.Replayed(), fmt.Errorf("the retry's outcome is %s, but the finish reached the server: %v", res.Outcome, step.forward)
 	}
-	if rec, err := g.Lookup(ctx, key); err != nil || rec.State != idemkit.StateCompleted {
+	if rec, err := g.Lookup(ctx, key); err != nil || rec.State != idemstore.StateCompleted {
 		return raw, false, fmt.Errorf("record after the retry: %+v %v, want completed", rec, err)
 	}
 	return raw, res.Replayed(), nil

@@ -25,7 +25,7 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
-	"github.com/idemkit-mcp/idemkit/internal/benchpair"
+	"github.com/idemkit-mcp/idemkit/internal/testing/benchpair"
 )
 
 const benchKeys = 1 << 17

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
 )
 
@@ -105,7 +106,7 @@ type killingStore struct {
 	step string
 }
 
-func (s *killingStore) Finish(ctx context.Context, req idemkit.FinishRequest) error {
+func (s *killingStore) Finish(ctx context.Context, req idemstore.FinishRequest) error {
 	return around(s.step, func() error { return s.Store.Finish(ctx, req) })
 }
 
@@ -267,7 +268,7 @@ func killOnce(t *testing.T, store *sqlitestore.Store, path string, step killStep
 		case res.Replayed() && raw != 1:
 			return raw, false, fmt.Errorf("replayed, yet the side effect ran %d times", raw)
 		}
-		if rec, err := g.Lookup(ctx, key); err != nil || rec.State != idemkit.StateCompleted {
+		if rec, err := g.Lookup(ctx, key); err != nil || rec.State != idemstore.StateCompleted {
 			return raw, false, fmt.Errorf("record after the retry: %+v %v, want completed", rec, err)
 		}
 	}

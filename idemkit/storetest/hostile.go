@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
+	"github.com/idemkit-mcp/idemkit/internal/clip"
 )
 
 // hostile holds bytes a text column of PostgreSQL refuses (NUL, invalid
@@ -58,7 +60,7 @@ func (s *suite) hostileValues(t *testing.T) {
 	}); !errors.Is(err, boom) || errors.Is(err, idemkit.ErrStore) {
 		t.Fatalf("failing work: err = %v, want only the work's error (the release must succeed)", err)
 	}
-	if rec, err := g.Lookup(ctx(t), kf); err != nil || rec.State != idemkit.StateReleased || rec.Error != hostile {
+	if rec, err := g.Lookup(ctx(t), kf); err != nil || rec.State != idemstore.StateReleased || rec.Error != hostile {
 		t.Fatalf("released record: state %s error %q, %v; want released with %q", rec.State, rec.Error, err, hostile)
 	}
 	res := mustDo(t, g, kf, runs.work("second try"))
@@ -68,10 +70,10 @@ func (s *suite) hostileValues(t *testing.T) {
 
 	// An error text cut at the limit keeps its bytes up to the cut.
 	kl := key(t, "s", "refund", `{"order":"o-h3"}`)
-	long := strings.Repeat(hostile, idemkit.MaxErrorBytes)
+	long := strings.Repeat(hostile, idemstore.MaxErrorBytes)
 	_, _ = g.Do(ctx(t), kl, func(context.Context) (idemkit.Response, error) { return idemkit.Response{}, errors.New(long) })
 	rec, err := g.Lookup(ctx(t), kl)
-	if want := idemkit.TruncateText(long, idemkit.MaxErrorBytes); err != nil || rec.Error != want || len(want) > idemkit.MaxErrorBytes || len(want) < idemkit.MaxErrorBytes-3 {
+	if want := clip.Text(long, idemstore.MaxErrorBytes); err != nil || rec.Error != want || len(want) > idemstore.MaxErrorBytes || len(want) < idemstore.MaxErrorBytes-3 {
 		t.Fatalf("long error text: stored %d bytes (%v), want %d", len(rec.Error), err, len(want))
 	}
 

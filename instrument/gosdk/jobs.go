@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/instrument"
 	"github.com/idemkit-mcp/idemkit/instrument/internal/jobtool"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // AddJobTool registers tool on s in the job-and-poll shape; see
@@ -19,7 +20,7 @@ import (
 // reads its arguments from req.Params.Arguments.
 func AddJobTool(s *mcp.Server, jobs *instrument.Jobs, tool *mcp.Tool, work mcp.ToolHandler) {
 	name := tool.Name
-	status := instrument.StatusToolName(name)
+	status := jobtool.StatusToolName(name)
 	t := *tool
 	t.Description = jobtool.Description(t.Description, name)
 	if t.InputSchema == nil {
@@ -29,7 +30,7 @@ func AddJobTool(s *mcp.Server, jobs *instrument.Jobs, tool *mcp.Tool, work mcp.T
 	if t.Meta == nil {
 		t.Meta = mcp.Meta{}
 	}
-	t.Meta[instrument.StatusToolMetaKey] = status
+	t.Meta[spancontract.StatusToolMetaKey] = status
 	s.AddTool(&t, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return jobtool.Start(ctx, jobs, codec{}, name, func(ctx context.Context) (*mcp.CallToolResult, error) {
 			return work(ctx, req)

@@ -9,6 +9,7 @@ import (
 	"github.com/idemkit-mcp/idemkit/instrument"
 	"github.com/idemkit-mcp/idemkit/instrument/internal/jobtool"
 	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // AddJobTool registers tool on s in the job-and-poll shape, for work that
@@ -19,11 +20,11 @@ import (
 //     "state", "status_tool"}. Keep it unannotated (or add WithProtect): it is
 //     then protected, its answer is stored, and a duplicate start call gets
 //     the same job ID instead of starting the work twice. Its _meta names
-//     its status tool (instrument.StatusToolMetaKey), which the in-progress
+//     its status tool (spancontract.StatusToolMetaKey), which the in-progress
 //     answer to a concurrent duplicate then names.
 //   - tool.Name+"_status" (read-only, so never protected) takes {"job_id"}
 //     and answers with the work's own result once it has finished (plus an
-//     instrument.JobMetaKey marker), or with the job's state and progress
+//     spancontract.JobMetaKey marker), or with the job's state and progress
 //     while it runs. Only the subject that started a job can read it.
 //
 // work runs with a context detached from the request's cancellation and
@@ -37,7 +38,7 @@ import (
 // stays the answer to every other client.
 func AddJobTool(s *server.MCPServer, jobs *instrument.Jobs, tool mcp.Tool, work server.ToolHandlerFunc) {
 	name := tool.Name
-	status := instrument.StatusToolName(name)
+	status := jobtool.StatusToolName(name)
 	tool.Description = jobtool.Description(tool.Description, name)
 	tool.Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}
 	meta := &mcp.Meta{AdditionalFields: map[string]any{}}
@@ -47,7 +48,7 @@ func AddJobTool(s *server.MCPServer, jobs *instrument.Jobs, tool mcp.Tool, work 
 			meta.AdditionalFields[k] = v
 		}
 	}
-	meta.AdditionalFields[instrument.StatusToolMetaKey] = status
+	meta.AdditionalFields[spancontract.StatusToolMetaKey] = status
 	tool.Meta = meta
 	s.AddTool(tool, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		if mcpcall.InRun(ctx) {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
+	"github.com/idemkit-mcp/idemkit/internal/clip"
 	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
@@ -26,7 +28,7 @@ const DefaultCallStatusTool = "idemkit_call_status"
 // "…"} plus, in progress, "attempt", "started", "retry_after_ms" (when to
 // ask again) and "lease_expires_in_ms"; the states are the CallState
 // values.
-const CallStatusMetaKey = "io.idemkit/call_status"
+const CallStatusMetaKey = spancontract.CallStatusMetaKey
 
 // The states a call status answer reports.
 const (
@@ -173,14 +175,18 @@ func CallStatus[R any](op *Op, codec Codec[R], args json.RawMessage, toolInfo fu
 	if err != nil {
 		return fail("The " + self + " call was rejected: " + strings.TrimPrefix(err.Error(), "idemkit: ") + ". Fix it and call " + self + " again.")
 	}
-	var rec idemkit.Record
+	var rec idemstore.Record
 	if hasArgs || key.Source() != spancontract.KeySourceExplicit {
 		rec, err = in.guard.Lookup(op, key)
 	} else {
 		// An explicit key alone: the record of that key, whatever the
 		// arguments it was made with (the key is in this caller's scope).
 		g := in.guard
-		rec, err = g.Store().Lookup(op, idemkit.LookupRequest{Key: key.ID(), Body: true, Now: g.Now()})
+		var now time.Time
+		if c := g.Config(); c.Now != nil {
+			now = c.Now()
+		}
+		rec, err = g.Store().Lookup(op, idemstore.LookupRequest{Key: key.ID(), Body: true, Now: now})
 	}
 	if _, ok := errors.AsType[*idemkit.MismatchError](err); ok {
 		return status(CallMismatch, "The key you gave was used for a "+a.Tool+" call with other arguments than these. "+
@@ -199,25 +205,25 @@ func CallStatus[R any](op *Op, codec Codec[R], args json.RawMessage, toolInfo fu
 		now = time.Now()
 	}
 	switch rec.State {
-	case idemkit.StateCompleted:
+	case idemstore.StateCompleted:
 		switch {
-		case rec.Storage == idemkit.StorageDropped || (rec.Body == nil && rec.Size > 0):
+		case rec.Storage == idemstore.StorageDropped || (rec.Body == nil && rec.Size > 0):
 			return codec.WithMeta(codec.WithMeta(codec.ErrorResult("The "+a.Tool+" call with these arguments already ran, but its result was too large to keep. "+
-				"Do not call it again: the work is done."), RefusalMetaKey, map[string]any{"reason": spancontract.RefusalResponseNotKept}),
+				"Do not call it again: the work is done."), spancontract.RefusalMetaKey, map[string]any{"reason": spancontract.RefusalResponseNotKept}),
 				CallStatusMetaKey, map[string]any{"state": CallCompleted, "tool": a.Tool, "attempt": rec.Attempt})
 		}
 		stored, uerr := codec.Unmarshal(rec.Body)
 		if uerr != nil {
 			return codec.WithMeta(codec.ErrorResult(unreadableText(a.Tool)), CallStatusMetaKey, map[string]any{"state": CallCompleted, "tool": a.Tool, "attempt": rec.Attempt})
 		}
-		return codec.WithMeta(stored, ReplayMetaKey, replayMarker(rec.Attempt, rec.WriteID))
-	case idemkit.StateReleased:
+		return codec.WithMeta(stored, spancontract.ReplayMetaKey, replayMarker(rec.Attempt, rec.WriteID))
+	case idemstore.StateReleased:
 		why := "it failed"
 		if rec.Cancelled {
 			why = "it was cancelled"
 		}
 		if rec.Error != "" {
-			why += " (" + idemkit.TruncateText(rec.Error, 300) + ")"
+			why += " (" + clip.Text(rec.Error, 300) + ")"
 		}
 		return status(CallReleased, "The last "+a.Tool+" call with these arguments ended without a kept result: "+why+", attempt "+strconv.Itoa(rec.Attempt)+". "+
 			"Nothing is running for it; calling "+a.Tool+" with these arguments runs it again.", map[string]any{"attempt": rec.Attempt})

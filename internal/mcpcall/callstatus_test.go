@@ -10,17 +10,19 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // statusRig is an Instrumenter serving the call status tool, on a Guard
 // whose clock the test moves, with the caller "alice" (or none).
 type statusRig struct {
 	in    *Instrumenter
-	store idemkit.Store
+	store idemstore.Store
 	now   atomic.Int64
 }
 
-func newStatusRig(t *testing.T, store idemkit.Store) *statusRig {
+func newStatusRig(t *testing.T, store idemstore.Store) *statusRig {
 	t.Helper()
 	r := &statusRig{store: store}
 	r.now.Store(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC).UnixNano())
@@ -38,6 +40,8 @@ func newStatusRig(t *testing.T, store idemkit.Store) *statusRig {
 type subjectCtx struct{}
 
 func (r *statusRig) advance(d time.Duration) { r.now.Add(int64(d)) }
+
+func (r *statusRig) clock() time.Time { return time.Unix(0, r.now.Load()).UTC() }
 
 // ask answers a call status request of subject (none when "") and returns
 // the decoded answer.
@@ -78,8 +82,7 @@ func (r *statusRig) claim(t *testing.T, tool, args string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := r.in.Guard()
-	if _, err := r.store.Claim(context.Background(), idemkit.ClaimRequest{Key: k.ID(), Tool: tool, Token: 7, Lease: time.Minute, Window: 10 * time.Minute, Now: g.Now()}); err != nil {
+	if _, err := r.store.Claim(context.Background(), idemstore.ClaimRequest{Key: k.ID(), Tool: tool, Token: 7, Lease: time.Minute, Window: 10 * time.Minute, Now: r.clock()}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -118,7 +121,7 @@ func TestCallStatus_InProgressThenAbandoned(t *testing.T) {
 	// Still abandoned: asking released nothing and took nothing over.
 	k, _ := idemkit.NewKey("alice", "export", []byte(`{"what":"orders"}`), nil)
 	rec, err := r.in.Guard().Lookup(context.Background(), k)
-	if err != nil || rec.State != idemkit.StateInProgress || rec.Attempt != 1 {
+	if err != nil || rec.State != idemstore.StateInProgress || rec.Attempt != 1 {
 		t.Errorf("the record after asking: %+v, %v", rec, err)
 	}
 	// Another caller sees nothing of it.
@@ -130,8 +133,8 @@ func TestCallStatus_InProgressThenAbandoned(t *testing.T) {
 // failingLookup is a store whose Lookup fails as an unreachable database.
 type failingLookup struct{ idemkit.MemoryStore }
 
-func (*failingLookup) Lookup(context.Context, idemkit.LookupRequest) (idemkit.Record, error) {
-	return idemkit.Record{}, errors.New("connection refused")
+func (*failingLookup) Lookup(context.Context, idemstore.LookupRequest) (idemstore.Record, error) {
+	return idemstore.Record{}, errors.New("connection refused")
 }
 
 func TestCallStatus_RefusesWhatItCannotAnswer(t *testing.T) {
@@ -159,16 +162,15 @@ func TestCallStatus_AResultTooLargeToKeep(t *testing.T) {
 	store := &idemkit.MemoryStore{}
 	r := newStatusRig(t, store)
 	k, _ := idemkit.NewKey("alice", "export", []byte(`{}`), nil)
-	g := r.in.Guard()
-	if _, err := store.Claim(context.Background(), idemkit.ClaimRequest{Key: k.ID(), Tool: "export", Token: 1, Lease: time.Minute, Window: time.Hour, Now: g.Now()}); err != nil {
+	if _, err := store.Claim(context.Background(), idemstore.ClaimRequest{Key: k.ID(), Tool: "export", Token: 1, Lease: time.Minute, Window: time.Hour, Now: r.clock()}); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Finish(context.Background(), idemkit.FinishRequest{Key: k.ID(), Token: 1, Succeeded: true, Storage: idemkit.StorageDropped, Size: 1 << 30, Now: g.Now()}); err != nil {
+	if err := store.Finish(context.Background(), idemstore.FinishRequest{Key: k.ID(), Token: 1, Succeeded: true, Storage: idemstore.StorageDropped, Size: 1 << 30, Now: r.clock()}); err != nil {
 		t.Fatal(err)
 	}
 	m := r.ask(t, "alice", `{"tool":"export","arguments":{}}`)
 	meta, _ := m["_meta"].(map[string]any)
-	refusal, _ := meta[RefusalMetaKey].(map[string]any)
+	refusal, _ := meta[spancontract.RefusalMetaKey].(map[string]any)
 	if refusal["reason"] != "response_not_kept" || statusOf(m)["state"] != CallCompleted || !strings.Contains(textOf(m), "Do not call it again") {
 		t.Errorf("%v", m)
 	}

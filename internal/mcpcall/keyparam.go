@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // KeyDescription is the sentence appended to the description of a tool
@@ -52,7 +53,7 @@ func SchemaWithKey(schema map[string]any) map[string]any {
 	if props == nil {
 		props = make(map[string]any, 1)
 	}
-	props[KeyArgument] = KeyParameterSchema()
+	props[spancontract.KeyArgument] = KeyParameterSchema()
 	out["properties"] = props
 	if _, ok := out["type"]; !ok {
 		out["type"] = "object"
@@ -76,30 +77,55 @@ func RawSchemaWithKey(schema json.RawMessage) (json.RawMessage, bool) {
 	return b, true
 }
 
-// SchemaDeclaresKey reports whether a decoded input schema has the key
-// argument among its properties.
+// SchemaDeclaresKey reports whether a decoded input schema declares the key
+// argument itself: whether one of its top-level properties is named
+// spancontract.KeyArgument. A property of that name deeper in the schema
+// (inside another property) is one of the tool's ordinary arguments. It is
+// the one rule every front end applies (the mcp-go and go-sdk adapters and
+// the gateway), on a decoded schema, on its properties
+// (PropertiesDeclareKey) or on its raw JSON (RawSchemaDeclaresKey).
 func SchemaDeclaresKey(schema map[string]any) bool {
 	props, _ := schema["properties"].(map[string]any)
-	_, ok := props[KeyArgument]
+	return PropertiesDeclareKey(props)
+}
+
+// PropertiesDeclareKey is SchemaDeclaresKey for the top-level properties
+// of a schema.
+func PropertiesDeclareKey(props map[string]any) bool {
+	_, ok := props[spancontract.KeyArgument]
 	return ok
+}
+
+// RawSchemaDeclaresKey is SchemaDeclaresKey for a raw JSON schema. A schema
+// that cannot hold the name (the common case) is not decoded; one that is
+// not a JSON object declares nothing.
+func RawSchemaDeclaresKey(schema json.RawMessage) bool {
+	if !bytes.Contains(schema, []byte(spancontract.KeyArgument)) && !bytes.Contains(schema, []byte(`\u`)) {
+		return false
+	}
+	var m map[string]any
+	if json.Unmarshal(schema, &m) != nil {
+		return false
+	}
+	return SchemaDeclaresKey(m)
 }
 
 // StripKeyArgument returns raw arguments without the key argument, and the
 // key argument's raw value (nil when absent). Arguments that are not a JSON
 // object are returned as they are.
 func StripKeyArgument(args json.RawMessage) (json.RawMessage, json.RawMessage) {
-	if !bytes.Contains(args, []byte(KeyArgument)) {
+	if !bytes.Contains(args, []byte(spancontract.KeyArgument)) {
 		return args, nil
 	}
 	var fields map[string]json.RawMessage
 	if json.Unmarshal(args, &fields) != nil {
 		return args, nil
 	}
-	v, ok := fields[KeyArgument]
+	v, ok := fields[spancontract.KeyArgument]
 	if !ok {
 		return args, nil
 	}
-	delete(fields, KeyArgument)
+	delete(fields, spancontract.KeyArgument)
 	b, err := json.Marshal(fields)
 	if err != nil {
 		return args, nil

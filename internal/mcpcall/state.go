@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
+	"github.com/idemkit-mcp/idemkit/internal/clip"
 )
 
 type stateKey struct{}
@@ -175,7 +177,7 @@ func (c *stateContext) Value(key any) any {
 }
 
 // RunNote is the progress a background run's work reported, as its record
-// keeps it (idemkit.Record.Note, at most idemkit.MaxNoteBytes).
+// keeps it (idemstore.Record.Note, at most idemstore.MaxNoteBytes).
 type RunNote struct {
 	Progress float64 `json:"p,omitempty"`
 	Total    float64 `json:"t,omitempty"`
@@ -183,18 +185,18 @@ type RunNote struct {
 }
 
 // EncodeRunNote returns n as a record note: compact JSON, the message cut
-// so that the whole fits in idemkit.MaxNoteBytes.
+// so that the whole fits in idemstore.MaxNoteBytes.
 func EncodeRunNote(n RunNote) string {
 	for {
 		b, err := json.Marshal(n)
 		if err != nil {
 			return ""
 		}
-		if len(b) <= idemkit.MaxNoteBytes || n.Message == "" {
+		if len(b) <= idemstore.MaxNoteBytes || n.Message == "" {
 			return string(b)
 		}
-		over := len(b) - idemkit.MaxNoteBytes
-		n.Message = idemkit.TruncateText(n.Message, max(len(n.Message)-over-8, 0))
+		over := len(b) - idemstore.MaxNoteBytes
+		n.Message = clip.Text(n.Message, max(len(n.Message)-over-8, 0))
 	}
 }
 

@@ -7,20 +7,6 @@ import (
 	"github.com/idemkit-mcp/idemkit/idemkit"
 )
 
-// Names of the _meta entries idemkit writes on results. They follow the MCP
-// rule for _meta keys: a reverse-DNS prefix, then a name.
-const (
-	// ReplayMetaKey marks a replayed result: {"replayed": true, "attempt":
-	// N, "write_id": "…"}.
-	ReplayMetaKey = "io.idemkit/replay"
-	// RefusalMetaKey marks an isError result idemkit produced instead of
-	// running the tool: {"reason": "…"} plus, for "in_progress",
-	// "attempt", "status_tool" and "retry_after_ms" when known.
-	RefusalMetaKey = "io.idemkit/refusal"
-	// JobMetaKey marks a job status answer: {"job_id": "…", "state": "…"}.
-	JobMetaKey = "io.idemkit/job"
-)
-
 func replayMarker(attempt int, writeID string) map[string]any {
 	m := map[string]any{"replayed": true, "attempt": attempt}
 	if writeID != "" {
@@ -51,6 +37,18 @@ func unavailableText(tool string) string {
 		"Nothing was done. Retry the same call in a few seconds."
 }
 
+func storeFullText(tool string) string {
+	return "The " + tool + " call was not run: the server is at capacity (its idempotency store holds as many recent calls as it may keep), " +
+		"so it cannot make a retry of this call safe. Nothing was done. Retry the same call later, in a minute or more."
+}
+
+func storeFullMarker(e *idemkit.StoreFullError) map[string]any {
+	if e.RetryAfter <= 0 {
+		return nil
+	}
+	return map[string]any{"retry_after_ms": e.RetryAfter.Round(time.Millisecond).Milliseconds()}
+}
+
 func rolledBackText(tool string) string {
 	return "The " + tool + " call was not completed: its database transaction could not be committed, so nothing it did was kept. " +
 		"Nothing was done. Retry the same call in a few seconds."
@@ -70,6 +68,3 @@ func unscopedText(tool string, advice func(string) string) string {
 	return text + "Do not retry it: tell the user that " + tool +
 		" needs the server's operator to configure caller authentication (or authenticated sessions) before it can be used."
 }
-
-// StatusToolMetaKey is the tool _meta entry naming the tool's status tool.
-const StatusToolMetaKey = "io.idemkit/status_tool"

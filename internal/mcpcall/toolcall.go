@@ -42,6 +42,9 @@ type ToolCall struct {
 	// ValidatedArguments is the raw JSON Validator checks when Decoded is
 	// nil: the arguments the handler receives. Defaults to Arguments.
 	ValidatedArguments []byte
+	// Elicit asks the client's user (a tool's Config.Confirm question), or
+	// is nil when the front end cannot.
+	Elicit Elicitor
 	// Tx, when not nil, runs the call in a database transaction: a
 	// protected call's claim, the handler's writes and the outcome commit
 	// together (TxRunner.Claim); an unprotected call runs in a
@@ -95,6 +98,7 @@ type callFacts struct {
 	inputRequested bool
 	continuation   bool
 	resultAttr     string
+	confirm        string // the human gate's answer (ConfirmationAttr)
 }
 
 // errNeedsInput marks a result that asks the client for more input: the
@@ -163,9 +167,12 @@ func CallTool[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.C
 		return refuse(op, codec, spancontract.RefusalUnscoped, unscopedText(call.Tool, in.cfg.UnscopedAdvice), nil), nil
 	case decideBypass:
 		c.outcome = outcomeBypassed
-		if write && op.rec {
-			// A write tool run unprotected: record the hashes anyway, so
-			// that the duplicates that leak are visible.
+		if (write || !call.Info.ReadOnlyHint) && op.rec {
+			// A tool that may write, run unprotected (no Guard, no scope,
+			// or not protected: declared idempotent, or excluded by
+			// WithProtect): record the hashes anyway, so that the
+			// duplicates that leak are visible. Only declared reads go
+			// without.
 			if k, err := in.newKey(c.scope, call); err == nil {
 				c.key = k
 			}
@@ -233,8 +240,15 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 		return refuse(op, codec, reason, rejectedText(call.Tool, err), nil), nil
 	}
 	c.key = key
+	if text := in.missingKey(call.Tool, key); text != "" {
+		return refuse(op, codec, RefusalMissingKey, text, nil), nil
+	}
+	g, reason, text := in.gateOf(call, c)
+	if reason != "" {
+		return refuse(op, codec, reason, text, nil), nil
+	}
 
-	w := work[R]{op: op, codec: codec, next: next}
+	w := work[R]{op: op, codec: codec, next: next, gate: g}
 	claimStart := time.Now()
 	var (
 		r    idemkit.Result
@@ -261,11 +275,17 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 			c.finishErr = uerr
 			return refuse(op, codec, spancontract.RefusalResultUnreadable, unreadableText(call.Tool), nil), nil
 		}
-		return answer(op, codec, codec.WithMeta(stored, ReplayMetaKey, replayMarker(r.Attempt, r.WriteID)), nil, r.Body)
+		return answer(op, codec, codec.WithMeta(stored, spancontract.ReplayMetaKey, replayMarker(r.Attempt, r.WriteID)), nil, r.Body)
 	case derr == nil:
 		c.outcome, c.attempt, c.writeID = ranOutcome(r.Outcome), r.Attempt, r.WriteID
 		c.recorded = true
 		return answer(op, codec, handlerRes, nil, body)
+	case ran && w.gated(derr):
+		// The user was asked and did not accept (or could not be asked):
+		// the claim is released, nothing ran.
+		ge, _ := asGateError(derr)
+		c.outcome, c.writeID = outcomeNone, ""
+		return refuse(op, codec, ge.reason, ge.text, nil), nil
 	case ran && errors.Is(derr, ErrRolledBack) && (handlerErr == nil || !errors.Is(derr, handlerErr)):
 		// The work ran in a transaction that did not commit: neither its
 		// writes nor its claim remain, so nothing happened.
@@ -312,9 +332,24 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 		c.outcome = outcomeMismatch
 		return refuse(op, codec, spancontract.RefusalMismatch, mismatch.Error(), nil), nil
 	}
+	if exhausted, ok := errors.AsType[*idemkit.AttemptsExhaustedError](derr); ok {
+		// A poison call: its attempts failed MaxAttempts times; this one
+		// ran nothing.
+		return refuse(op, codec, RefusalAttemptsExhausted, exhausted.Error(), nil), nil
+	}
 	if tooLarge, ok := errors.AsType[*idemkit.ResponseTooLargeError](derr); ok {
 		c.outcome = outcomeReplayed
 		return refuse(op, codec, spancontract.RefusalResponseNotKept, tooLarge.Error(), nil), nil
+	}
+	if damaged, ok := errors.AsType[*idemkit.RecordDamagedError](derr); ok {
+		// The call ran; its stored answer cannot be read (the Guard logged
+		// why). Never "nothing was done", never a re-run.
+		c.outcome, c.attempt, c.finishErr = outcomeReplayed, damaged.Attempt, derr
+		return refuse(op, codec, spancontract.RefusalResultUnreadable, unreadableText(call.Tool), nil), nil
+	}
+	if full, ok := errors.AsType[*idemkit.StoreFullError](derr); ok {
+		c.finishErr = derr
+		return refuse(op, codec, spancontract.RefusalStoreFull, storeFullText(call.Tool), storeFullMarker(full)), nil
 	}
 	// The claim failed (store unreachable, ctx cancelled): fail closed,
 	// never run the work unprotected.
@@ -328,13 +363,20 @@ type work[R any] struct {
 	op    *Op
 	codec Codec[R]
 	next  func(context.Context) (R, error)
+	gate  *gate // the question to ask first, or nil
 
 	ran        bool
 	attempt    int
 	start      time.Time
 	handlerRes R
 	handlerErr error
+	gateErr    error // the gate's refusal, when the question ended the work
 	body       []byte
+}
+
+// gated reports whether derr is the gate's refusal of the work.
+func (w *work[R]) gated(derr error) bool {
+	return w.gateErr != nil && errors.Is(derr, w.gateErr)
 }
 
 func (w *work[R]) run(wctx context.Context) (idemkit.Response, error) {
@@ -346,6 +388,12 @@ func (w *work[R]) run(wctx context.Context) (idemkit.Response, error) {
 	c.attempt, c.outcome = w.attempt, outcomeExecuted
 	if w.attempt > 1 {
 		c.outcome = outcomeTakeover
+	}
+	if w.gate != nil {
+		if err := w.gate.ask(wctx, c); err != nil {
+			w.gateErr = err
+			return idemkit.Response{}, err
+		}
 	}
 	w.handlerRes, w.handlerErr = w.next(wctx)
 	if w.handlerErr != nil {
@@ -410,7 +458,7 @@ func refuse[R any](op *Op, codec Codec[R], reason, text string, extra map[string
 	for k, v := range extra {
 		marker[k] = v
 	}
-	return codec.WithMeta(codec.ErrorResult(text), RefusalMetaKey, marker)
+	return codec.WithMeta(codec.ErrorResult(text), spancontract.RefusalMetaKey, marker)
 }
 
 // unencodableError marks a result that could not be encoded for storage.
@@ -450,5 +498,5 @@ func (in *Instrumenter) newKey(sc Scope, call *ToolCall) (idemkit.Key, error) {
 		return idemkit.Key{}, err
 	}
 	opts := idemkit.KeyOptions{ExplicitKey: explicit, Exclude: in.cfg.Exclude[call.Tool]}
-	return idemkit.NewKey(keyScope(sc), call.Tool, args, &opts)
+	return idemkit.NewKey(in.versionedScope(keyScope(sc), call.Tool), call.Tool, args, &opts)
 }

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
+	htmlreport "github.com/idemkit-mcp/idemkit/cmd/idemkit/report"
 	"github.com/idemkit-mcp/idemkit/examples/internal/agent"
-	htmlreport "github.com/idemkit-mcp/idemkit/internal/report"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
@@ -40,11 +40,11 @@ func (r *Report) Page(meta HTMLMeta) *htmlreport.Page {
 	}
 	p := &htmlreport.Page{
 		Title:            "idemkit demo",
-		Lead:             lead(r),
+		Lead:             lead(r) + sentence(r.foldedNote()),
 		Verdict:          htmlreport.Verdict{Text: "FAIL"},
 		Problems:         r.Problems,
 		Expected:         true,
-		AttributionNote:  "`" + seriesDupCalls + "` as the Collector's Prometheus exporter served it, against what the scenarios must produce.",
+		AttributionNote:  "`" + seriesDupCalls + "` as the Collector's Prometheus exporter served it, against what the scenarios must produce." + sentence(r.foldedNote()),
 		HarnessThreshold: 2 * time.Second,
 		TimelinesTitle:   "Each scenario, call by call",
 		TimelinesNote: "The agent's trace per scenario and server: model turns, every tool call the server ran (`issue_refund` coloured by what idemkit did with it; other tools grey), " +
@@ -86,6 +86,9 @@ func (r *Report) Page(meta HTMLMeta) *htmlreport.Page {
 			Table: htmlreport.Table{Header: []string{"server", "calls → refunds", "attributed", "expected"}}}
 		if l := runs[0].Run.Layer; l != "" {
 			t.Pill = "layer: " + l
+			if l != name {
+				t.Pill += " (counted as " + l + ")"
+			}
 		}
 		for _, run := range runs {
 			for _, pair := range run.Pairs {
@@ -115,6 +118,15 @@ func (r *Report) Page(meta HTMLMeta) *htmlreport.Page {
 		p.Timelines = append(p.Timelines, t)
 	}
 	return p
+}
+
+// sentence turns a note into a sentence appended to a paragraph: " The
+// note…", or "" for none.
+func sentence(note string) string {
+	if note == "" {
+		return ""
+	}
+	return " " + strings.ToUpper(note[:1]) + note[1:]
 }
 
 // lead is the page's opening paragraph: what the agent did, and to which

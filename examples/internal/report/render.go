@@ -88,6 +88,10 @@ func (r *Report) Render(w io.Writer) {
 		p("%s", line)
 	}
 
+	if note := r.foldedNote(); note != "" {
+		p("\nNOTE: %s", note)
+	}
+
 	if r.LateSpans > 0 {
 		p("\nNOTE: the dup processor counted %d late spans (%s): spans that arrived after a decision", r.LateSpans, seriesLateSpans)
 		p("      they would have changed. Raise decision_wait in examples/demo/collector.yaml if verdicts are off.")
@@ -105,6 +109,24 @@ func (r *Report) Render(w io.Writer) {
 	} else {
 		p("RESULT: FAIL: see the ✗ lines above.")
 	}
+}
+
+// foldedNote says which scenarios are another layer's duplicates and are
+// counted under that layer's name (task_retry is a harness retry), or "".
+// The dup processor names layers, not scenarios: every count by cause
+// folds such a scenario in.
+func (r *Report) foldedNote() string {
+	scenarios, by := r.byScenario()
+	var parts []string
+	for _, name := range scenarios {
+		if l := by[name][0].Run.Layer; l != "" && l != name {
+			parts = append(parts, fmt.Sprintf("the scenario %s is a %s, counted as %s", name, l, l))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "the Collector names the layer, not the scenario: " + strings.Join(parts, "; ") + " in every count by cause."
 }
 
 func (r *Report) byScenario() ([]string, map[string][]*RunResult) {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/examples/internal/agent"
 	"github.com/idemkit-mcp/idemkit/examples/internal/refunds"
-	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
+	"github.com/idemkit-mcp/idemkit/internal/testing/harness"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
@@ -86,6 +86,52 @@ mcp_server_operation_duration_seconds_count{job="refundserver",gen_ai_tool_name=
 	for _, want := range []string{"attributed harness_retry/suppressed, expected transport_retry/suppressed", "decision table gives transport_retry", "RESULT: FAIL"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+// A scenario that is another layer's retry (task_retry is a harness retry)
+// is counted under that layer by the Collector: the report says so in its
+// text, its lead, its attribution note and the scenario's pill. A run
+// without such a scenario says nothing of it.
+func TestReport_SaysWhichScenarioCountsAsAnotherLayer(t *testing.T) {
+	const note = "the scenario task_retry is a harness_retry, counted as harness_retry"
+	plain := Build(demoInputs(t))
+	var b bytes.Buffer
+	plain.Render(&b)
+	if strings.Contains(b.String(), "counted as") || strings.Contains(plain.Page(HTMLMeta{}).Lead, "counted as") {
+		t.Errorf("a run whose scenarios are each a layer mentions a folded scenario:\n%s", b.String())
+	}
+
+	in := demoInputs(t)
+	n := 0
+	for _, run := range in.Manifest.Runs {
+		if run.Scenario == sc.CauseHarnessRetry {
+			run.Scenario, n = "task_retry", n+1
+		}
+	}
+	if n == 0 {
+		t.Fatal("the recorded run has no harness_retry scenario to rename")
+	}
+	rep := Build(in)
+	if !rep.OK() {
+		t.Fatal("renaming a scenario changed the verdict")
+	}
+	b.Reset()
+	rep.Render(&b)
+	if !strings.Contains(b.String(), note) {
+		t.Errorf("the text report does not say that task_retry counts as harness_retry:\n%s", b.String())
+	}
+	p := rep.Page(HTMLMeta{})
+	if !strings.Contains(p.Lead, "The Collector names the layer, not the scenario: "+note) {
+		t.Errorf("lead: %q", p.Lead)
+	}
+	if !strings.Contains(p.AttributionNote, note) {
+		t.Errorf("attribution note: %q", p.AttributionNote)
+	}
+	for _, tl := range p.Timelines {
+		if tl.Name == "task_retry" && tl.Pill != "layer: harness_retry (counted as harness_retry)" {
+			t.Errorf("task_retry's pill: %q", tl.Pill)
 		}
 	}
 }

@@ -11,13 +11,18 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/instrument"
 	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
+
+// StatusToolName returns the name of the status tool of a job tool: tool
+// with "_status" appended.
+func StatusToolName(tool string) string { return tool + "_status" }
 
 // Description is the description of a job tool's start tool: its own
 // description, then how to follow the job.
 func Description(description, tool string) string {
 	return strings.TrimSpace(description + "\n\nIt starts the work in the background and returns a job_id at once; call " +
-		instrument.StatusToolName(tool) + " with that job_id to follow it and get the result.")
+		StatusToolName(tool) + " with that job_id to follow it and get the result.")
 }
 
 // StatusDescription is the description of tool's status tool.
@@ -33,7 +38,7 @@ func JobIDDescription(tool string) string { return "The job_id that " + tool + "
 // "status_tool"}, or an isError result when the job could not be started.
 // The work's result is stored as codec.Marshal writes it.
 func Start[R any](ctx context.Context, jobs *instrument.Jobs, codec mcpcall.Codec[R], tool string, work func(context.Context) (R, error)) R {
-	status := instrument.StatusToolName(tool)
+	status := StatusToolName(tool)
 	job, err := jobs.Start(ctx, tool, func(ctx context.Context) ([]byte, bool, error) {
 		res, err := work(ctx)
 		if err != nil {
@@ -60,7 +65,7 @@ func Start[R any](ctx context.Context, jobs *instrument.Jobs, codec mcpcall.Code
 // it failed or was abandoned), each with a JobMetaKey marker; an isError
 // result for an unknown job or a store failure.
 func Status[R any](ctx context.Context, jobs *instrument.Jobs, codec mcpcall.Codec[R], tool, jobID string) R {
-	status := instrument.StatusToolName(tool)
+	status := StatusToolName(tool)
 	job, err := jobs.Get(ctx, jobID)
 	switch {
 	case errors.Is(err, instrument.ErrJobNotFound):
@@ -70,7 +75,7 @@ func Status[R any](ctx context.Context, jobs *instrument.Jobs, codec mcpcall.Cod
 	}
 	if job.Result != nil {
 		if res, err := codec.Unmarshal(job.Result); err == nil {
-			return codec.WithMeta(res, instrument.JobMetaKey, jobMeta(job))
+			return codec.WithMeta(res, spancontract.JobMetaKey, jobMeta(job))
 		}
 	}
 	res := mcpcall.TextResult(codec, statusText(job, status), map[string]any{
@@ -80,7 +85,7 @@ func Status[R any](ctx context.Context, jobs *instrument.Jobs, codec mcpcall.Cod
 		"total":    job.Total,
 		"message":  job.Message,
 	}, job.State != instrument.JobRunning && job.State != instrument.JobSucceeded)
-	return codec.WithMeta(res, instrument.JobMetaKey, jobMeta(job))
+	return codec.WithMeta(res, spancontract.JobMetaKey, jobMeta(job))
 }
 
 func startedText(tool, statusTool, jobID string) string {

@@ -45,7 +45,7 @@ func (s *session) fetchFor(h http.Header, tool string) func(context.Context) err
 		err := s.fetchTools(ctx, h)
 		if err != nil {
 			s.g.log.Warn("listing the upstream's tools failed; the call is handled as a write tool's (MCP's default annotations)",
-				"session", s.id, "tool", tool, "error", err)
+				"session", s.logID(), "tool", tool, "error", err)
 		}
 		return err
 	}
@@ -78,7 +78,7 @@ func (s *session) withCallStatusTool(result json.RawMessage, name string) json.R
 	}
 	if hidden {
 		s.g.log.Warn("the upstream lists a tool with the name of the gateway's call status tool; the gateway answers that name itself, so the upstream's is not listed "+
-			"(name the gateway's another with --call-status-tool)", "session", s.id, "tool", name)
+			"(name the gateway's another with --call-status-tool)", "session", s.logID(), "tool", name)
 	}
 	if last {
 		out = append(out, mcpcall.CallStatusToolJSON(name))

@@ -341,7 +341,7 @@ func (g *Gateway) reap() {
 			}
 			g.mu.Unlock()
 			for _, s := range idle {
-				g.log.Info("closing an idle session", "session", s.id, "idle", g.idle)
+				g.log.Info("closing an idle session", "session", s.logID(), "idle", g.idle)
 				go func() { _ = s.close(context.Background(), "") }()
 			}
 		}
@@ -441,6 +441,10 @@ func newSessionID() string {
 }
 
 func (s *session) touch() { s.lastUsed.Store(time.Now().UnixNano()) }
+
+// logID is the session as the gateway's logs name it: the mcp.session.id
+// its spans carry (a hash), never the ID, which grants the session.
+func (s *session) logID() string { return s.g.in.SessionAttr(s.id) }
 
 func (s *session) protocolVersion() string {
 	s.mu.Lock()
@@ -615,16 +619,16 @@ func (s *session) errorResponse(req *Message, err error) *Message {
 	case errors.As(err, new(*authError)):
 		return newErrorResponse(req.ID, codeInvalidRequest, strings.ToUpper(err.Error()[:1])+err.Error()[1:]+".")
 	case errors.Is(err, ErrSessionLost):
-		s.g.log.Warn("the upstream lost a session; closing it", "session", s.id, "method", req.Method)
+		s.g.log.Warn("the upstream lost a session; closing it", "session", s.logID(), "method", req.Method)
 		return newErrorResponse(req.ID, codeUpstream, "The upstream MCP server no longer knows this session (it restarted or expired it), so this "+req.Method+
 			" request was not processed. Start a new session (initialize) and send it again.")
 	case errors.Is(err, ErrUpstreamGone):
-		s.g.log.Warn("the upstream went away under a request", "session", s.id, "method", req.Method, "error", err)
+		s.g.log.Warn("the upstream went away under a request", "session", s.logID(), "method", req.Method, "error", err)
 		return newErrorResponse(req.ID, codeUpstream, "The upstream MCP server went away before answering this "+req.Method+
 			" request ("+strings.TrimPrefix(err.Error(), ErrUpstreamGone.Error()+": ")+"), so whether it ran is unknown. "+
 			"The gateway recorded no result for it; a retry with the same arguments is checked again.")
 	default:
-		s.g.log.Warn("request failed", "session", s.id, "method", req.Method, "error", err)
+		s.g.log.Warn("request failed", "session", s.logID(), "method", req.Method, "error", err)
 		return newErrorResponse(req.ID, codeInternalError, "The idemkit gateway could not complete this "+req.Method+" request: "+err.Error())
 	}
 }
@@ -640,7 +644,7 @@ func (s *session) toolsList(op *mcpcall.Op, req *Message, h http.Header, out sin
 	result, tools, derr := s.g.in.DecorateRawToolsList(resp.Result, op.Scope())
 	if derr != nil {
 		s.g.log.Warn("the upstream's tools/list answer could not be read; passed on as it is, and its tools' calls are handled as write tools'",
-			"session", s.id, "error", derr)
+			"session", s.logID(), "error", derr)
 		return resp, nil
 	}
 	s.tools.observe(listCursor(req.Params), tools, nextCursor(resp.Result))
@@ -744,7 +748,7 @@ func (s *session) toolsCall(op *mcpcall.Op, req *Message, p *requestParams, h ht
 		s.g.log.Warn("the upstream's answer to a protected call is over the message limit: the call is recorded as done, its result not kept",
 			"session", s.id, "tool", p.Name, "limit", s.g.maxMsg)
 		res = mcpcall.RawCodec{}.WithMeta(mcpcall.RawCodec{}.ErrorResult(tooLarge.notKeptText(p.Name)),
-			mcpcall.RefusalMetaKey, map[string]any{"reason": spancontract.RefusalResponseNotKept})
+			spancontract.RefusalMetaKey, map[string]any{"reason": spancontract.RefusalResponseNotKept})
 	}
 	return newResponse(req.ID, res), nil
 }

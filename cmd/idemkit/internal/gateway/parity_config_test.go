@@ -18,8 +18,11 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/cmd/idemkit/internal/gatewayconfig"
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/instrument"
 	"github.com/idemkit-mcp/idemkit/instrument/mcpgo"
+	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // configParityYAML is the gateway's configuration file of the parity test;
@@ -110,9 +113,9 @@ type busySignalStore struct {
 	busy chan string // tool
 }
 
-func (s *busySignalStore) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.ClaimResult, error) {
+func (s *busySignalStore) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
 	cr, err := s.MemoryStore.Claim(ctx, req)
-	if err == nil && cr.Status == idemkit.ClaimBusy {
+	if err == nil && cr.Status == idemstore.ClaimBusy {
 		select {
 		case s.busy <- req.Tool:
 		default:
@@ -148,7 +151,7 @@ func exerciseConfig(t *testing.T, url string, p *configParityServer, st *busySig
 		}
 		a := resultJSON(t, res)
 		if meta, ok := a["_meta"].(map[string]any); ok {
-			if st, ok := meta[instrument.CallStatusMetaKey].(map[string]any); ok {
+			if st, ok := meta[spancontract.CallStatusMetaKey].(map[string]any); ok {
 				delete(st, "started") // the shared clock moved on between the sides
 			}
 		}
@@ -168,7 +171,7 @@ func exerciseConfig(t *testing.T, url string, p *configParityServer, st *busySig
 	}
 	status := func(label string, args map[string]any) {
 		t.Helper()
-		call(label, instrument.DefaultCallStatusTool, args)
+		call(label, mcpcall.DefaultCallStatusTool, args)
 	}
 	status("status before the refund", map[string]any{"tool": "issue_refund", "arguments": map[string]any{"order_id": "o-1", "nonce": "z"}})
 	// exclude: a retry with another nonce is the same call.
@@ -329,7 +332,7 @@ func TestProtector_ConfigFileBehavesAsTheMiddlewaresOptions(t *testing.T) {
 		"status of the refund": "", "status of declined": ""}
 	for label, want := range states {
 		meta, _ := a2[label]["_meta"].(map[string]any)
-		st, _ := meta[instrument.CallStatusMetaKey].(map[string]any)
+		st, _ := meta[spancontract.CallStatusMetaKey].(map[string]any)
 		if got, _ := st["state"].(string); got != want {
 			t.Errorf("%s: state %q behind the gateway, want %q: %v", label, got, want, a2[label])
 		}
@@ -339,8 +342,8 @@ func TestProtector_ConfigFileBehavesAsTheMiddlewaresOptions(t *testing.T) {
 			t.Errorf("%s: not the stored result, replayed: %v", label, a2[label])
 		}
 	}
-	if a2["listed "+instrument.DefaultCallStatusTool] == nil {
-		t.Errorf("the gateway does not list %s", instrument.DefaultCallStatusTool)
+	if a2["listed "+mcpcall.DefaultCallStatusTool] == nil {
+		t.Errorf("the gateway does not list %s", mcpcall.DefaultCallStatusTool)
 	}
 	for _, label := range []string{"send again", "refund after its window"} {
 		if replayed(a2[label]) {

@@ -119,8 +119,17 @@ func protocolVersionOK(w http.ResponseWriter, r *http.Request, s *session) bool 
 	}
 	writeJSONRPCError(w, http.StatusBadRequest, nil, codeInvalidRequest, fmt.Sprintf(
 		"Bad Request: unsupported MCP-Protocol-Version %q (supported: %s). Send the version the initialize answer negotiated.",
-		truncateBytes([]byte(v), 40), strings.Join(supported, ", ")))
+		truncateVersion(v), strings.Join(supported, ", ")))
 	return false
+}
+
+// truncateVersion cuts a caller's protocol version to 40 bytes, at a
+// character boundary, for the error that echoes it.
+func truncateVersion(v string) string {
+	if len(v) <= 40 {
+		return v
+	}
+	return strings.ToValidUTF8(v[:40], "") + "…"
 }
 
 // subjectHeaders returns how many times the subject header appears in h
@@ -422,7 +431,7 @@ func (g *Gateway) register(s *session) bool {
 		}
 		g.mu.Unlock()
 		if mine {
-			g.log.Info("the upstream ended a session", "session", s.id, "upstream", g.up.Transport())
+			g.log.Info("the upstream ended a session", "session", s.logID(), "upstream", g.up.Transport())
 			_ = s.close(context.Background(), spancontract.ErrorTypeOther)
 		}
 	}()

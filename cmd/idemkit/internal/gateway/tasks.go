@@ -123,14 +123,14 @@ func marshalData(v any) json.RawMessage {
 
 // isReplay reports whether a result carries the replay marker.
 func isReplay(res json.RawMessage) bool {
-	if !bytes.Contains(res, []byte(mcpcall.ReplayMetaKey)) {
+	if !bytes.Contains(res, []byte(spancontract.ReplayMetaKey)) {
 		return false
 	}
 	var r struct {
 		Meta map[string]json.RawMessage `json:"_meta"`
 	}
 	_ = json.Unmarshal(res, &r)
-	_, ok := r.Meta[mcpcall.ReplayMetaKey]
+	_, ok := r.Meta[spancontract.ReplayMetaKey]
 	return ok
 }
 
@@ -180,7 +180,7 @@ func (s *session) runTask(ctx context.Context, tool string, fwd *Message, h http
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if _, err := s.roundTrip(cctx, &Message{JSONRPC: "2.0", Method: spancontract.MethodTasksCancel, Params: params}, h, nil, nil); err != nil {
-			s.g.log.Warn("cancelling the upstream's task failed", "session", s.id, "tool", tool, "error", err)
+			s.g.log.Warn("cancelling the upstream's task failed", "session", s.logID(), "tool", tool, "error", err)
 		}
 	})
 	defer stop()

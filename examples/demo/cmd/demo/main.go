@@ -19,7 +19,8 @@
 //     under CI=true: then it installs it, or fails).
 //
 // It exits 1 when any attribution or side-effect count is not as expected,
-// so it doubles as the end-to-end check. Every process it starts is stopped
+// so it doubles as the end-to-end check; 130 when Ctrl-C cuts a run short,
+// and with -keep, where Ctrl-C is how it ends, the run's status. Every process it starts is stopped
 // on exit, unless -keep: then it also runs a Prometheus that scrapes the
 // pipeline from before the first call, prints its URL and how to import the
 // dashboards into your Grafana, and keeps everything running until Ctrl-C
@@ -36,12 +37,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/examples/demo"
 	"github.com/idemkit-mcp/idemkit/examples/internal/report"
-	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
+	"github.com/idemkit-mcp/idemkit/internal/testing/harness"
 )
 
 func main() {
@@ -69,7 +71,7 @@ func run(dir, topology string, keep bool, browser string) int {
 			return fail(err)
 		}
 	}
-	p, err := demo.New(ctx, demo.Options{Dir: dir, Topology: topo})
+	p, err := demo.New(ctx, demo.Options{Dir: dir, Topology: topo, Started: startedAt()})
 	if err != nil {
 		return fail(err)
 	}
@@ -107,6 +109,16 @@ func run(dir, topology string, keep bool, browser string) int {
 	if prom != nil {
 		defer prom.Proc.Stop(0)
 	}
+	if err != nil && ctx.Err() != nil {
+		// Ctrl-C: with -keep the way to stop (exit 0); otherwise the run
+		// was cut short (exit 130, as a shell reports an interrupt).
+		fmt.Fprintln(os.Stderr, "\ndemo: interrupted before the report; stopping everything it started")
+		logs()
+		if keep {
+			return 0
+		}
+		return 130
+	}
 	if err != nil {
 		logs()
 		return fail(err)
@@ -127,9 +139,21 @@ func run(dir, topology string, keep bool, browser string) int {
 	fmt.Printf("\nHTML report: %s\n", res.HTML)
 	if keep && prom != nil {
 		<-ctx.Done()
-		fmt.Println("\nstopping")
+		// Ctrl-C is how -keep ends: the status is the run's (0 when every
+		// attribution was right), never the interrupt's.
+		fmt.Println("\nstopping (Ctrl-C)")
 	}
 	return rc
+}
+
+// startedAt is when scripts/demo.sh started, before it compiled this
+// program (IDEMKIT_DEMO_STARTED, Unix time in nanoseconds); zero when unset.
+func startedAt() time.Time {
+	n, err := strconv.ParseInt(os.Getenv("IDEMKIT_DEMO_STARTED"), 10, 64)
+	if err != nil || n <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
 }
 
 // checkInBrowser loads report.html in headless Chromium, takes a screenshot
