@@ -35,11 +35,17 @@
 //     with a *RecordDamagedError (the call ran, its answer cannot be read),
 //     logged, and neither replayed nor run again.
 //
-// The hashes idemkit exports (on spans, in logs and error texts) are made
-// by a Hasher: plain SHA-256 without a key, which anyone can recompute from
-// guessed inputs, or HMAC-SHA-256 under a deployment's hash key
-// (Config.HashKey, instrument.WithHashKey). The key never changes what a
-// Store keeps.
+// The hashes idemkit exports (idemkit.args.hash, idemkit.key.hash,
+// idemkit.subject.hash and the hashed mcp.session.id, on spans, in logs and
+// in error texts) are plain SHA-256 without a key, which anyone can
+// recompute from guessed inputs: arguments of low entropy (an order ID and
+// an amount) and subjects such as e-mail addresses are recovered with a
+// dictionary in seconds. With a deployment's hash key (Config.HashKey,
+// instrument.WithHashKey, the gateway's --hash-key-file) every one is an
+// HMAC-SHA-256 under it, which nobody without the key can compute; give
+// every replica the same key, so that the Collector still groups their
+// duplicates. The key never changes what a Store keeps (Key.ID and the
+// fingerprint are derived without it).
 //
 // A record can be read without claiming it: Guard.Lookup reports one call
 // by its Key (in progress with its last heartbeat note, completed with the

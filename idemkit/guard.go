@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/internal/clip"
+	"github.com/idemkit-mcp/idemkit/internal/hashkey"
 	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
@@ -177,11 +178,11 @@ type Config struct {
 	// HashKey is the deployment's hash key: with it, every key hash the
 	// Guard writes into its errors and log records is an HMAC-SHA-256
 	// under it instead of a plain SHA-256, which a reader who guesses the
-	// subject and the arguments could recompute (see Hasher). Use the same
-	// key on every replica, and in the instrumentation's
+	// subject and the arguments could recompute (see the package doc). Use
+	// the same key on every replica, and in the instrumentation's
 	// instrument.WithHashKey (which applies it to the Guard it is given
-	// when this is unset). It changes no stored record (see Hasher). At
-	// least MinHashKeyLen bytes; use 32 random bytes. Defaults to none.
+	// when this is unset). It changes no stored record. At least 16 bytes;
+	// use 32 random bytes. Defaults to none.
 	HashKey []byte
 }
 
@@ -204,8 +205,8 @@ func (c *Config) validate() error {
 	if c.FailurePolicy > StoreToolErrors {
 		return fmt.Errorf("idemkit: Config.FailurePolicy %d is not a known policy", c.FailurePolicy)
 	}
-	if n := len(c.HashKey); n > 0 && n < MinHashKeyLen {
-		return fmt.Errorf("idemkit: Config.HashKey is %d bytes, under the %d-byte minimum (idemkit.MinHashKeyLen); use 32 random bytes", n, MinHashKeyLen)
+	if n := len(c.HashKey); n > 0 && n < hashkey.MinKeyLen {
+		return fmt.Errorf("idemkit: Config.HashKey is %d bytes, under the %d-byte minimum; use 32 random bytes", n, hashkey.MinKeyLen)
 	}
 	for name, t := range c.Tools {
 		field := fmt.Sprintf("Tools[%q].", name)
@@ -245,7 +246,7 @@ type Guard struct {
 	tools     map[string]toolPolicy
 	maxInline int
 	maxResp   int
-	hasher    Hasher // the key hashes of errors and log records
+	hasher    hashkey.Hasher // the key hashes of errors and log records
 
 	// plainContexts makes run and finish build their contexts with
 	// context.WithValue and context.WithoutCancel instead of the attempt.
@@ -278,7 +279,7 @@ func NewGuard(store idemstore.Store, cfg *Config) (*Guard, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	g := &Guard{cfg: c, hasher: NewHasher(c.HashKey)}
+	g := &Guard{cfg: c, hasher: hashkey.New(c.HashKey)}
 	g.setStore(store)
 	g.base = toolPolicy{
 		window:  orDuration(c.Window, DefaultWindow),
@@ -356,19 +357,6 @@ func (g *Guard) Config() Config {
 	return c
 }
 
-// Hasher returns the Hasher of the key hashes the Guard writes into its
-// errors and log records: keyed with Config.HashKey, or the zero Hasher.
-func (g *Guard) Hasher() Hasher { return g.hasher }
-
-// WithHasher returns a copy of g, on the same store and with the same
-// configuration, whose errors and log records carry key hashes made by h.
-// The instrumentation uses it to apply instrument.WithHashKey.
-func (g *Guard) WithHasher(h Hasher) *Guard {
-	c := *g
-	c.hasher = h
-	return &c
-}
-
 // label is the form of key the Guard's errors and log records carry: the
 // tool, the key's source and its key hash (as Key.String, with the key
 // hash keyed when the Guard has a hash key). Never the raw subject.
@@ -376,7 +364,7 @@ func (g *Guard) label(key Key) string {
 	if !g.hasher.Keyed() {
 		return key.String()
 	}
-	return key.tool + "/" + key.Source() + "/" + g.hasher.KeyHash(key)
+	return key.tool + "/" + key.Source() + "/" + g.hasher.KeyHash(key.id)
 }
 
 // WithStore returns a copy of g, with the same configuration, that claims in
@@ -662,7 +650,7 @@ func outcomeChecksum(key string, storage idemstore.Storage, size int64, resp *Re
 
 // damaged returns the *RecordDamagedError of key's record and logs it.
 func (g *Guard) damaged(key Key, attempt int, reason string) error {
-	e := &RecordDamagedError{Tool: key.tool, KeyHash: g.hasher.KeyHash(key), Attempt: attempt, Reason: reason}
+	e := &RecordDamagedError{Tool: key.tool, KeyHash: g.hasher.KeyHash(key.id), Attempt: attempt, Reason: reason}
 	l := g.cfg.Logger
 	if l == nil {
 		l = slog.Default()
@@ -845,7 +833,7 @@ func (g *Guard) finishFailed(fctx context.Context, timed bool, key Key, attemptN
 			if !fin.Succeeded {
 				op = FinishRelease
 			}
-			fe := &FinishError{Op: op, Tool: key.tool, KeyHash: g.hasher.KeyHash(key), Attempt: attemptN, Tries: tries, Err: err, WorkErr: workErr}
+			fe := &FinishError{Op: op, Tool: key.tool, KeyHash: g.hasher.KeyHash(key.id), Attempt: attemptN, Tries: tries, Err: err, WorkErr: workErr}
 			g.logFinishError(fe)
 			return fe
 		}

@@ -6,11 +6,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"github.com/idemkit-mcp/idemkit/internal/hashkey"
 	"strings"
 	"testing"
 
-	"github.com/idemkit-mcp/idemkit/internal/clip"
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/internal/clip"
 )
 
 func hmacHex(key []byte, s string) string {
@@ -28,8 +29,8 @@ func TestHasher_PlainAndKeyedForms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var plain idemkit.Hasher
-	if plain.Keyed() || plain.KeyHash(k) != k.Hash() || plain.ArgsHash(k) != k.ArgsHash()[:32] ||
+	var plain hashkey.Hasher
+	if plain.Keyed() || plain.KeyHash(k.ID()) != k.Hash() || plain.ArgsHash(k.ArgsHash()) != k.ArgsHash()[:32] ||
 		plain.SubjectHash("alice@example.com") != clip.Hash("alice@example.com") {
 		t.Errorf("the zero Hasher's hashes are not the plain SHA-256 forms")
 	}
@@ -38,23 +39,23 @@ func TestHasher_PlainAndKeyedForms(t *testing.T) {
 	}
 	key := []byte("0123456789abcdef0123456789abcdef")
 	given := []byte(string(key))
-	h := idemkit.NewHasher(given)
+	h := hashkey.New(given)
 	given[0] = 'X' // NewHasher copied it: this changes nothing
-	if !h.Keyed() || h.KeyHash(k) != hmacHex(key, k.ID()) || h.SubjectHash("alice@example.com") != hmacHex(key, "alice@example.com") {
+	if !h.Keyed() || h.KeyHash(k.ID()) != hmacHex(key, k.ID()) || h.SubjectHash("alice@example.com") != hmacHex(key, "alice@example.com") {
 		t.Errorf("keyed key and subject hashes are not HMAC-SHA-256 of the key ID and the subject")
 	}
-	if h.ArgsHash(k) != hmacHex(key, "idemkit.args.hash\x00"+k.ArgsHash()) || h.SessionHash("sid-1") != hmacHex(key, "mcp.session.id\x00sid-1") {
+	if h.ArgsHash(k.ArgsHash()) != hmacHex(key, "idemkit.args.hash\x00"+k.ArgsHash()) || h.SessionHash("sid-1") != hmacHex(key, "mcp.session.id\x00sid-1") {
 		t.Errorf("keyed args and session hashes are not the domain-separated HMACs")
 	}
-	for _, v := range []string{h.KeyHash(k), h.ArgsHash(k), h.SubjectHash("alice@example.com"), h.SessionHash("sid-1")} {
-		if len(v) != 32 || v == plain.KeyHash(k) || v == plain.ArgsHash(k) || v == plain.SubjectHash("alice@example.com") {
+	for _, v := range []string{h.KeyHash(k.ID()), h.ArgsHash(k.ArgsHash()), h.SubjectHash("alice@example.com"), h.SessionHash("sid-1")} {
+		if len(v) != 32 || v == plain.KeyHash(k.ID()) || v == plain.ArgsHash(k.ArgsHash()) || v == plain.SubjectHash("alice@example.com") {
 			t.Errorf("keyed hash %q: want 32 hex characters, none equal to a plain one", v)
 		}
 	}
-	if other := idemkit.NewHasher([]byte("another key of the same length!!")); other.KeyHash(k) == h.KeyHash(k) {
+	if other := hashkey.New([]byte("another key of the same length!!")); other.KeyHash(k.ID()) == h.KeyHash(k.ID()) {
 		t.Error("two keys, one key hash")
 	}
-	if idemkit.NewHasher(nil).Keyed() || idemkit.NewHasher([]byte{}).Keyed() {
+	if hashkey.New(nil).Keyed() || hashkey.New([]byte{}).Keyed() {
 		t.Error("an empty key is a key")
 	}
 	k2, _ := idemkit.NewKey("alice@example.com", "refund", []byte(`{"order_id":"ord_1012","amount_cents":250}`), nil)
@@ -76,11 +77,8 @@ func TestGuard_HashKeyKeysErrorsAndLogs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !g.Hasher().Keyed() || g.WithHasher(idemkit.Hasher{}).Hasher().Keyed() {
-		t.Fatal("Hasher/WithHasher")
-	}
 	key, _ := idemkit.NewKey("alice@example.com", "refund", []byte(`{"order":"o-1"}`), nil)
-	keyed := idemkit.NewHasher(hashKey).KeyHash(key)
+	keyed := hashkey.New(hashKey).KeyHash(key.ID())
 
 	store.failFinish.Store(true)
 	_, err = g.Do(context.Background(), key, func(context.Context) (idemkit.Response, error) { return idemkit.Response{Body: []byte("x")}, nil })

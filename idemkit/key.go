@@ -2,7 +2,6 @@ package idemkit
 
 import (
 	"bytes"
-	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -273,112 +272,6 @@ func short(hexSum string) string {
 		return hexSum[:spancontract.HashLen]
 	}
 	return hexSum
-}
-
-// ShortHash returns the first spancontract.HashLen hex characters of the
-// SHA-256 of s: the form the span contract uses for hashed values.
-func ShortHash(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:spancontract.HashLen/2])
-}
-
-// MinHashKeyLen is the shortest hash key NewGuard accepts (Config.HashKey):
-// 16 bytes. Use 32 random bytes.
-const MinHashKeyLen = 16
-
-// Hasher computes the hashes idemkit exports, on spans, in logs and in
-// error texts: idemkit.args.hash, idemkit.key.hash, idemkit.subject.hash
-// and the hashed mcp.session.id. Each is spancontract.HashLen hex
-// characters.
-//
-// Without a key they are plain SHA-256, which anyone can recompute. A
-// reader of the exported values who can guess the inputs confirms a guess
-// by hashing it: arguments of low entropy (an order ID and an amount), and
-// subjects such as e-mail addresses or user IDs, are recovered with a
-// dictionary in seconds. With a deployment hash key they are HMAC-SHA-256
-// under it, which nobody without the key can compute. Every replica of a
-// deployment must use the same key, so that the same call gets the same
-// hashes everywhere and the Collector's dup processor, which compares them
-// as opaque strings, still groups its duplicates; hashes made under two
-// keys never match.
-//
-// The key never changes what a Store keeps: Key.ID (the record's identity)
-// and Key.Fingerprint are derived without it, so records written before a
-// key was set, changed or removed stay valid, and replicas with different
-// keys still share records (only their exported hashes differ).
-//
-// The zero Hasher has no key. A Hasher is a small value, safe to copy and
-// to use from many goroutines.
-type Hasher struct {
-	key []byte // nil: plain SHA-256; never modified
-}
-
-// NewHasher returns a Hasher keyed with a copy of key; an empty key gives
-// the zero Hasher (plain SHA-256).
-func NewHasher(key []byte) Hasher {
-	if len(key) == 0 {
-		return Hasher{}
-	}
-	return Hasher{key: bytes.Clone(key)}
-}
-
-// Keyed reports whether h has a key.
-func (h Hasher) Keyed() bool { return h.key != nil }
-
-// Domains of the exported hashes that the unkeyed forms did not separate
-// before there were keys (key and subject hashes keep their forms, so that
-// values recorded before stay comparable).
-const (
-	argsHashDomain    = "idemkit.args.hash\x00"
-	sessionHashDomain = "mcp.session.id\x00"
-)
-
-// KeyHash returns k's idemkit.key.hash, the duplicate-group key: the first
-// spancontract.HashLen characters of k.ID() without a key (k.Hash()), of
-// the HMAC-SHA-256 of k.ID() with one.
-func (h Hasher) KeyHash(k Key) string {
-	if h.key == nil {
-		return k.Hash()
-	}
-	return h.mac("", k.id)
-}
-
-// ArgsHash returns k's idemkit.args.hash: the first spancontract.HashLen
-// characters of k.ArgsHash() without a key, an HMAC-SHA-256 of it with one.
-func (h Hasher) ArgsHash(k Key) string {
-	if h.key == nil {
-		return short(k.args)
-	}
-	return h.mac(argsHashDomain, k.args)
-}
-
-// SubjectHash returns the idemkit.subject.hash of subject (a key's subject,
-// the scope of a call): ShortHash(subject) without a key, an HMAC-SHA-256
-// of it with one.
-func (h Hasher) SubjectHash(subject string) string {
-	if h.key == nil {
-		return ShortHash(subject)
-	}
-	return h.mac("", subject)
-}
-
-// SessionHash returns the value exported as mcp.session.id for the MCP
-// session ID id, which in session scope is the credential that reaches the
-// session's stored results: a hash of it, with or without a key, that tells
-// sessions apart as the ID does and grants nothing.
-func (h Hasher) SessionHash(id string) string {
-	if h.key == nil {
-		return ShortHash(sessionHashDomain + id)
-	}
-	return h.mac(sessionHashDomain, id)
-}
-
-func (h Hasher) mac(domain, s string) string {
-	m := hmac.New(sha256.New, h.key)
-	m.Write([]byte(domain))
-	m.Write([]byte(s))
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(m.Sum(sum[:0])[:spancontract.HashLen/2])
 }
 
 var emptyObject = []byte("{}")

@@ -66,7 +66,7 @@
 // # Hashes, and what they reveal
 //
 // idemkit.args.hash, idemkit.key.hash, idemkit.subject.hash and
-// mcp.session.id are hashes (idemkit.Hasher), so that spans carry no
+// mcp.session.id are hashes, so that spans carry no
 // arguments, subjects or credentials. Without a key they are plain
 // SHA-256, and a plain hash hides only what cannot be guessed: anyone who
 // reads the spans hashes candidate inputs and compares. Arguments of low

@@ -102,7 +102,7 @@ func WithSubject(fn func(ctx context.Context) string) Option {
 
 // WithHashKey sets the deployment's hash key: every hash the
 // instrumentation exports becomes an HMAC-SHA-256 under key instead of a
-// plain SHA-256 (see idemkit.Hasher): idemkit.args.hash, idemkit.key.hash,
+// plain SHA-256 (see package idemkit, "exported hashes"): idemkit.args.hash, idemkit.key.hash,
 // idemkit.subject.hash, the hashed mcp.session.id, and the key hashes in
 // the Guard's errors and log records (the instrumentation uses a copy of
 // the Guard with the key).
@@ -111,7 +111,7 @@ func WithSubject(fn func(ctx context.Context) string) Option {
 // guessed inputs: arguments of low entropy (an order ID and an amount) and
 // subjects such as e-mail addresses are recovered with a dictionary in
 // seconds. With one, nobody without the key can. Use 32 random bytes
-// (idemkit.MinHashKeyLen is the least NewGuard accepts; a shorter key is
+// (16 bytes is the least NewGuard accepts; a shorter key is
 // used, with a warning in the log), keep it with the service's other
 // secrets, and give every replica the same key: the Collector's dup
 // processor groups duplicates by these hashes, and hashes made under two
@@ -140,7 +140,7 @@ func WithRawSubject() Option {
 // instead of its hash. A session ID a server issues and validates is the
 // credential that reaches its session's stored results (in session scope,
 // a stranger who presents it gets them), so by default spans carry only a
-// hash of it (idemkit.Hasher.SessionHash, keyed with WithHashKey), which
+// hash of it (keyed with WithHashKey), which
 // tells sessions apart exactly as the ID does for the Collector's dup
 // processor. Opt in only where your tracing backend may hold credentials.
 // Defaults to off.

@@ -129,7 +129,7 @@ const (
 	// ArgsHash (string) is the hex SHA-256, first HashLen characters, of the
 	// canonical (RFC 8785) arguments with the explicit-key parameter and any
 	// excluded fields stripped; with a deployment hash key, an HMAC-SHA-256
-	// of it under the key (idemkit.Hasher). Consumers compare it as an
+	// of it under the key. Consumers compare it as an
 	// opaque string.
 	ArgsHash = "idemkit.args.hash"
 	// KeyHash (string) is the hex SHA-256, first HashLen characters, of the
@@ -341,8 +341,20 @@ const (
 	//   - "invalid_key", "invalid_arguments": the request was malformed;
 	//   - "store_unavailable": the idempotency store could not be reached;
 	//     nothing was done, a retry is safe;
+	//   - "store_full": the idempotency store is at its capacity (a
+	//     MemoryStore's MaxRecords or MaxBytes) with none of its records
+	//     expired; nothing was done, a later retry may pass. The object also
+	//     has "retry_after_ms" (when the next record may expire) when known;
 	//   - "response_not_kept", "result_unreadable": the call already ran,
-	//     but its result cannot be replayed.
+	//     but its result cannot be replayed: it was too large to keep, or
+	//     its stored record cannot be read (it fails its checksum, or is
+	//     damaged otherwise: see idemkit.ErrRecordDamaged). Retrying gets
+	//     the same answer; the work is not run again;
+	//   - "missing_key", "declined", "confirmation_unavailable",
+	//     "attempts_exhausted": a per-tool policy refused the call (an
+	//     explicit key is required; the user declined the confirmation, or
+	//     could not be asked; the call failed too often to be taken over
+	//     again). Nothing ran for this request.
 	//
 	// In every case but in_progress nothing ran for this request.
 	RefusalMetaKey = "io.idemkit/refusal"
@@ -372,7 +384,7 @@ const (
 	// idemkit.outcome, plus idemkit.bypass.reason on bypassed calls
 	// (unprotected, unscoped, no_guard) and idemkit.refusal.reason on calls
 	// the instrumentation answered itself (in_progress, mismatch, unscoped,
-	// invalid_key, invalid_arguments, store_unavailable, response_not_kept,
+	// invalid_key, invalid_arguments, store_unavailable, store_full, response_not_kept,
 	// result_unreadable; idemkit.outcome is absent on the calls refused
 	// before a claim). [idemkit_tool_calls_total]
 	MetricToolCalls = "idemkit.tool.calls"

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkit-mcp/idemkit/internal/hashkey"
 	"io"
 	"log/slog"
 	"net"
@@ -476,9 +477,9 @@ func readHashKey(path string) ([]byte, error) {
 		return nil, usagef("--hash-key-file %s is over %d bytes: it should hold only the key (make one with: head -c 32 /dev/urandom | base64 > %s)", path, maxHashKeyFile, path)
 	}
 	key := bytes.TrimSpace(b)
-	if len(key) < idemkit.MinHashKeyLen {
+	if len(key) < hashkey.MinKeyLen {
 		return nil, usagef("--hash-key-file %s holds a %d-byte key; it needs at least %d bytes, so that nobody can guess it (make one with: head -c 32 /dev/urandom | base64 > %s)",
-			path, len(key), idemkit.MinHashKeyLen, path)
+			path, len(key), hashkey.MinKeyLen, path)
 	}
 	return key, nil
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/storetest"
 	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
 	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
 	"github.com/jackc/pgx/v5"

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
 	"github.com/idemkit-mcp/idemkit/idemkit/storetest"
 )

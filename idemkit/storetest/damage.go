@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 )
 
 // Damage names a way a stored record is damaged (or rewritten) behind the

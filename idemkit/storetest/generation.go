@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 )
 
 // A record keeps the generation its creating claim gave it (that claim's

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"github.com/idemkit-mcp/idemkit/internal/hashkey"
 	"reflect"
 	"strings"
 	"sync"
@@ -65,7 +66,7 @@ func TestCallTool_ReplayIsTheStoredResultPlusTheMarker(t *testing.T) {
 	base := func(id, outcome string) map[string]any {
 		return map[string]any{
 			sc.MCPMethodName: "tools/call", sc.GenAIOperationName: "execute_tool", sc.GenAIToolName: "refund",
-			sc.JSONRPCRequestID: id, sc.MCPSessionID: idemkit.Hasher{}.SessionHash("s-1"), sc.MCPProtocolVersion: "2025-11-25", sc.NetworkTransport: "pipe",
+			sc.JSONRPCRequestID: id, sc.MCPSessionID: hashkey.Hasher{}.SessionHash("s-1"), sc.MCPProtocolVersion: "2025-11-25", sc.NetworkTransport: "pipe",
 			sc.ArgsHash: k.ArgsHash()[:32], sc.KeyHash: k.Hash(), sc.KeySource: "derived",
 			sc.SubjectHash: clip.Hash("alice"), sc.Outcome: outcome, sc.Attempt: int64(1), sc.WriteID: "re_1",
 		}

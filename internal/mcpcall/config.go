@@ -75,7 +75,7 @@ type Config struct {
 	// HashKey is the deployment's hash key: every hash exported on spans
 	// (idemkit.args.hash, idemkit.key.hash, idemkit.subject.hash, the
 	// hashed mcp.session.id) and in the Guard's errors is an HMAC-SHA-256
-	// under it (see idemkit.Hasher). nil: the Guard's own
+	// under it (see package idemkit). nil: the Guard's own
 	// (idemkit.Config.HashKey), else plain SHA-256.
 	HashKey []byte
 	// RawSubject records the raw subject on spans.

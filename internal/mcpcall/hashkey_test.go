@@ -6,13 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/idemkit-mcp/idemkit/internal/hashkey"
 	"strings"
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
@@ -65,10 +66,10 @@ func TestCallTool_HashKeyKeysEveryExportedHash(t *testing.T) {
 			t.Errorf("%s = %v with a key: the unkeyed value", name, a[name])
 		}
 	}
-	h := idemkit.NewHasher(testHashKey)
-	if a[sc.ArgsHash] != h.ArgsHash(k) || a[sc.KeyHash] != h.KeyHash(k) || a[sc.SubjectHash] != h.SubjectHash("alice@example.com") ||
+	h := hashkey.New(testHashKey)
+	if a[sc.ArgsHash] != h.ArgsHash(k.ArgsHash()) || a[sc.KeyHash] != h.KeyHash(k.ID()) || a[sc.SubjectHash] != h.SubjectHash("alice@example.com") ||
 		a[sc.MCPSessionID] != h.SessionHash("mcp-session-secret") {
-		t.Errorf("span hashes %v, want idemkit.Hasher's under the key", a)
+		t.Errorf("span hashes %v, want hashkey.Hasher's under the key", a)
 	}
 	if other := replica([]byte("another key, another deployment")); other[sc.KeyHash] == a[sc.KeyHash] {
 		t.Errorf("two keys gave the same key hash %v", a[sc.KeyHash])
@@ -94,7 +95,7 @@ func TestOp_SessionIDIsExportedHashedUnlessOptedIn(t *testing.T) {
 				t.Errorf("span %q: %s = %q carries the raw session ID", s.Name(), kv.Key, kv.Value.Emit())
 			}
 		}
-		if got := attrsOf(s)[sc.MCPSessionID]; got != (idemkit.Hasher{}).SessionHash(sid) {
+		if got := attrsOf(s)[sc.MCPSessionID]; got != (hashkey.Hasher{}).SessionHash(sid) {
 			t.Errorf("span %q: mcp.session.id = %v, want the hash of the session ID", s.Name(), got)
 		}
 	}
@@ -127,14 +128,14 @@ func TestCallTool_HashKeyReachesTheGuard(t *testing.T) {
 		t.Fatalf("%d spans", len(spans))
 	}
 	events := eventText(spans[0])
-	if strings.Contains(events, k.Hash()) || !strings.Contains(events, idemkit.NewHasher(testHashKey).KeyHash(k)) {
+	if strings.Contains(events, k.Hash()) || !strings.Contains(events, hashkey.New(testHashKey).KeyHash(k.ID())) {
 		t.Errorf("exception events %q: want the keyed key hash, never the plain %s", events, k.Hash())
 	}
 
 	g := newRig(t, rigConfig{guard: &idemkit.Config{HashKey: testHashKey}, cfg: withSubject(subjectEmail)})
 	g.tool("refund", ToolInfo{}, refundResult)
 	g.call("refund", `{"a":1}`, nil)
-	if got := g.last()[sc.KeyHash]; got != idemkit.NewHasher(testHashKey).KeyHash(k) {
+	if got := g.last()[sc.KeyHash]; got != hashkey.New(testHashKey).KeyHash(k.ID()) {
 		t.Errorf("key hash %v with the Guard's hash key, want it keyed", got)
 	}
 }

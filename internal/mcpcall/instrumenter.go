@@ -1,6 +1,7 @@
 package mcpcall
 
 import (
+	"bytes"
 	"sync"
 	"sync/atomic"
 
@@ -9,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/internal/hashkey"
 )
 
 // ScopeName is the instrumentation scope of the tracer and the meter: the
@@ -20,7 +22,7 @@ const ScopeName = "github.com/idemkit-mcp/idemkit/instrument"
 type Instrumenter struct {
 	cfg    Config
 	guard  *idemkit.Guard
-	hasher idemkit.Hasher // every exported hash
+	hasher hashkey.Hasher // every exported hash
 	tracer trace.Tracer
 	m      instruments
 
@@ -55,16 +57,24 @@ func New(guard *idemkit.Guard, cfg Config) *Instrumenter {
 	in := &Instrumenter{cfg: cfg, guard: guard, methods: methodAttrs()}
 	switch {
 	case len(cfg.HashKey) > 0:
-		in.hasher = idemkit.NewHasher(cfg.HashKey)
-		if guard != nil {
-			in.guard = guard.WithHasher(in.hasher)
-		}
-		if len(cfg.HashKey) < idemkit.MinHashKeyLen {
+		in.hasher = hashkey.New(cfg.HashKey)
+		if len(cfg.HashKey) < hashkey.MinKeyLen {
 			cfg.Logger.Warn("the hash key is short: use 32 random bytes, so that nobody can guess it and recompute the exported hashes",
-				"bytes", len(cfg.HashKey), "minimum", idemkit.MinHashKeyLen)
+				"bytes", len(cfg.HashKey), "minimum", hashkey.MinKeyLen)
+		} else if guard != nil && !bytes.Equal(guard.Config().HashKey, cfg.HashKey) {
+			// The Guard's errors and log records carry the same keyed
+			// hashes: a Guard on the same store and configuration, with
+			// this key.
+			gc := guard.Config()
+			gc.HashKey = cfg.HashKey
+			if g, err := idemkit.NewGuard(guard.Store(), &gc); err == nil {
+				in.guard = g
+			} else {
+				cfg.Logger.Warn("the Guard's errors keep unkeyed hashes", "error", err)
+			}
 		}
 	case guard != nil:
-		in.hasher = guard.Hasher()
+		in.hasher = hashkey.New(guard.Config().HashKey)
 	}
 	in.tracer = cfg.TracerProvider.Tracer(ScopeName,
 		trace.WithInstrumentationVersion(idemkit.Version), trace.WithSchemaURL(semconv.SchemaURL))
@@ -171,7 +181,7 @@ func (in *Instrumenter) hashSubject(scope string) string {
 func unreliableSessionID(id string) bool { return id == "stdio" }
 
 // SessionAttr returns the value exported as mcp.session.id for the session
-// ID id: its hash (idemkit.Hasher.SessionHash), which tells sessions apart
+// ID id: its hash (hashkey.Hasher.SessionHash), which tells sessions apart
 // as the ID does but grants nothing, unless RawSessionID asks for the ID.
 // Front ends use it wherever they log a session ID too.
 func (in *Instrumenter) SessionAttr(id string) string {

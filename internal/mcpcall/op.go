@@ -353,8 +353,8 @@ func (op *Op) callAttributes(attrs []attribute.KeyValue) []attribute.KeyValue {
 	}
 	if !c.key.IsZero() {
 		attrs = append(attrs,
-			attribute.String(spancontract.ArgsHash, in.hasher.ArgsHash(c.key)),
-			attribute.String(spancontract.KeyHash, in.hasher.KeyHash(c.key)),
+			attribute.String(spancontract.ArgsHash, in.hasher.ArgsHash(c.key.ArgsHash())),
+			attribute.String(spancontract.KeyHash, in.hasher.KeyHash(c.key.ID())),
 			attribute.String(spancontract.KeySource, c.key.Source()),
 		)
 		if c.scope.Value != "" {

@@ -2,6 +2,7 @@ package adaptertest
 
 import (
 	"context"
+	"github.com/idemkit-mcp/idemkit/internal/hashkey"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -41,7 +42,7 @@ func testHashKeyOnSpans(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if plain[sc.ArgsHash] != k.ArgsHash()[:sc.HashLen] || a[sc.ArgsHash] != idemkit.NewHasher(testHashKey).ArgsHash(k) {
+	if plain[sc.ArgsHash] != k.ArgsHash()[:sc.HashLen] || a[sc.ArgsHash] != hashkey.New(testHashKey).ArgsHash(k.ArgsHash()) {
 		t.Errorf("args hash %v unkeyed (want %s), %v keyed", plain[sc.ArgsHash], k.ArgsHash()[:sc.HashLen], a[sc.ArgsHash])
 	}
 	for _, tc := range []struct {
@@ -98,4 +99,4 @@ func testDamagedRecord(t *testing.T, h Harness) {
 
 // exportedSessionID is the mcp.session.id the instrumentation exports for
 // the session ID id without a hash key: its hash.
-func exportedSessionID(id string) string { return idemkit.Hasher{}.SessionHash(id) }
+func exportedSessionID(id string) string { return hashkey.Hasher{}.SessionHash(id) }

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit-mcp/idemkit/internal/clip"
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/internal/clip"
 )
 
 // TestGateway_AuthorizationWithoutACredentialIsNoSubject: an Authorization
