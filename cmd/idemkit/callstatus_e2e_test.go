@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/cmd/idemkit/internal/tsfixture"
-	"github.com/idemkit-mcp/idemkit/instrument"
 	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 	"github.com/idemkit-mcp/idemkit/spancontract"
 )
@@ -71,7 +70,7 @@ func TestCallStatusTool_TypeScriptUpstreamAndClient(t *testing.T) {
 			t.Errorf("in progress: note %q, want the server's progress message", note)
 		}
 		dup := decodeResult(t, call(c, "a", "export_report", args))
-		refusal, _ := dup.Meta[instrument.RefusalMetaKey].(map[string]any)
+		refusal, _ := dup.Meta[spancontract.RefusalMetaKey].(map[string]any)
 		if refusal["reason"] != "in_progress" || refusal["status_tool"] != mcpcall.DefaultCallStatusTool ||
 			!strings.Contains(dup.text(), "Call "+mcpcall.DefaultCallStatusTool) {
 			t.Errorf("the duplicate's answer does not name the call status tool: %+v", dup)

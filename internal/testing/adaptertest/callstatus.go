@@ -10,7 +10,6 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/instrument"
 	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
-	"github.com/idemkit-mcp/idemkit/spancontract"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
@@ -19,7 +18,7 @@ import (
 func callStatus(t *testing.T, c Client, args map[string]any) (map[string]any, string) {
 	t.Helper()
 	res := call(t, c, mcpcall.DefaultCallStatusTool, args, nil)
-	state, _ := marker(res, spancontract.CallStatusMetaKey)["state"].(string)
+	state, _ := marker(res, sc.CallStatusMetaKey)["state"].(string)
 	return res, state
 }
 
@@ -80,16 +79,16 @@ func testCallStatus(t *testing.T, h Harness) {
 		t.Errorf("before the call: %v", res)
 	}
 	first := call(t, alice, "refund", args, nil)
-	if runs.get() != 1 || marker(first, instrument.ReplayMetaKey) != nil {
+	if runs.get() != 1 || marker(first, sc.ReplayMetaKey) != nil {
 		t.Fatalf("the call after asking its status: %v (runs %d): want it executed", first, runs.get())
 	}
 
 	// Completed: the stored result, replayed, as a duplicate would get it.
 	done, state := callStatus(t, alice, map[string]any{"tool": "refund", "arguments": args})
-	if state != "" || !reflect.DeepEqual(marker(done, instrument.ReplayMetaKey), map[string]any{"replayed": true, "attempt": float64(1), "write_id": "re_1"}) {
+	if state != "" || !reflect.DeepEqual(marker(done, sc.ReplayMetaKey), map[string]any{"replayed": true, "attempt": float64(1), "write_id": "re_1"}) {
 		t.Errorf("completed: %v", done)
 	}
-	if got := withoutMarker(done, instrument.ReplayMetaKey); !reflect.DeepEqual(got, first) {
+	if got := withoutMarker(done, sc.ReplayMetaKey); !reflect.DeepEqual(got, first) {
 		t.Errorf("the status answer minus its marker differs from the result:\n result %v\n status %v", first, got)
 	}
 	// Another caller asking with the same arguments finds nothing of
@@ -102,10 +101,10 @@ func testCallStatus(t *testing.T, h Harness) {
 	// arguments it is a mismatch.
 	keyed := map[string]any{"order_id": "o-2", "amount_cents": 200, "idempotency_key": "k-2"}
 	call(t, alice, "refund", keyed, nil)
-	if res, _ := callStatus(t, alice, map[string]any{"tool": "refund", "key": "k-2"}); marker(res, instrument.ReplayMetaKey) == nil {
+	if res, _ := callStatus(t, alice, map[string]any{"tool": "refund", "key": "k-2"}); marker(res, sc.ReplayMetaKey) == nil {
 		t.Errorf("by the key alone: %v", res)
 	}
-	if res, _ := callStatus(t, alice, map[string]any{"tool": "refund", "arguments": keyed}); marker(res, instrument.ReplayMetaKey) == nil {
+	if res, _ := callStatus(t, alice, map[string]any{"tool": "refund", "arguments": keyed}); marker(res, sc.ReplayMetaKey) == nil {
 		t.Errorf("by the arguments with the key: %v", res)
 	}
 	if res, state := callStatus(t, alice, map[string]any{"tool": "refund", "key": "k-2", "arguments": map[string]any{"order_id": "o-3"}}); state != "mismatch" {
@@ -122,13 +121,13 @@ func testCallStatus(t *testing.T, h Harness) {
 	go func() { running <- call(t, alice, "export", exp, nil) }()
 	<-reported
 	dup := call(t, alice, "export", exp, nil)
-	m := marker(dup, instrument.RefusalMetaKey)
+	m := marker(dup, sc.RefusalMetaKey)
 	if m["reason"] != sc.RefusalInProgress || m["status_tool"] != mcpcall.DefaultCallStatusTool ||
 		!strings.Contains(text(dup), "Call "+mcpcall.DefaultCallStatusTool) || !strings.Contains(text(dup), `"tool": "export"`) {
 		t.Errorf("the in-progress answer %v: want it to name %s and how to call it", dup, mcpcall.DefaultCallStatusTool)
 	}
 	prog, state := callStatus(t, alice, map[string]any{"tool": "export", "arguments": exp})
-	pm := marker(prog, spancontract.CallStatusMetaKey)
+	pm := marker(prog, sc.CallStatusMetaKey)
 	if state != "in_progress" || pm["attempt"] != float64(1) || pm["note"] != "copying (1 of 4)" || isError(prog) {
 		t.Errorf("in progress: %v", prog)
 	}
@@ -143,7 +142,7 @@ func testCallStatus(t *testing.T, h Harness) {
 	}
 	close(release)
 	finished := <-running
-	if res, _ := callStatus(t, alice, map[string]any{"tool": "export", "arguments": exp}); !reflect.DeepEqual(withoutMarker(res, instrument.ReplayMetaKey), finished) {
+	if res, _ := callStatus(t, alice, map[string]any{"tool": "export", "arguments": exp}); !reflect.DeepEqual(withoutMarker(res, sc.ReplayMetaKey), finished) {
 		t.Errorf("after the run: %v, want %v replayed", res, finished)
 	}
 	if slowRuns.get() != 1 {

@@ -320,7 +320,7 @@ func TestProtector_ConfigFileBehavesAsTheMiddlewaresOptions(t *testing.T) {
 	}
 	replayed := func(res map[string]any) bool {
 		meta, _ := res["_meta"].(map[string]any)
-		_, ok := meta[instrument.ReplayMetaKey]
+		_, ok := meta[spancontract.ReplayMetaKey]
 		return ok
 	}
 	for _, label := range []string{"refund, another nonce", "declined again", "lookup again", "hold_wait, waited", "declined after 2m"} {
@@ -350,7 +350,7 @@ func TestProtector_ConfigFileBehavesAsTheMiddlewaresOptions(t *testing.T) {
 			t.Errorf("%s: replayed behind the gateway: %v", label, a2[label])
 		}
 	}
-	inProgress, _ := a2["hold, in progress"]["_meta"].(map[string]any)[instrument.RefusalMetaKey].(map[string]any)
+	inProgress, _ := a2["hold, in progress"]["_meta"].(map[string]any)[spancontract.RefusalMetaKey].(map[string]any)
 	if inProgress["status_tool"] != "hold_status" || inProgress["retry_after_ms"] != float64(45000) {
 		t.Errorf("the in-progress answer's marker %v: want status_tool hold_status and retry_after_ms 45000 (the tool's lease)", inProgress)
 	}
