@@ -147,5 +147,11 @@ func TestGateway_ExampleConfig(t *testing.T) {
 		if _, ok := tools["lookup_order"].InputSchema.Properties["idempotency_key"]; ok {
 			t.Errorf("lookup_order is advertised as protected")
 		}
+		// require_key: refused without a key, nothing run.
+		r := decodeResult(t, call(c, "a", "poll_export", map[string]any{"name": "x"}))
+		refusal, _ := r.Meta[spancontract.RefusalMetaKey].(map[string]any)
+		if !r.IsError || refusal["reason"] != "missing_key" || countExecutions(t, log, "poll_export") != 0 {
+			t.Errorf("poll_export without a key: %+v", r)
+		}
 	})
 }

@@ -123,7 +123,8 @@ call replayed on a new session.
 
 Per-tool settings: --config FILE reads a YAML file with, per tool, the
 settings idemkit's Go middleware has (window, lease, wait, failure_policy,
-status_tool, exclude, protect) and defaults for every tool:
+status_tool, exclude, protect, require_key, version, max_attempts) and
+defaults for every tool:
 
   defaults: {window: 10m, lease: 2m, failure_policy: release}
   tools:

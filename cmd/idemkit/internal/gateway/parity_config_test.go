@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -48,6 +49,11 @@ tools:
     status_tool: hold_status
   hold_wait:
     wait: 1h
+  transfer:
+    require_key: true
+    version: "2"
+  flaky:
+    max_attempts: 2
 `
 
 func configParityMiddleware() []instrument.Option {
@@ -57,6 +63,8 @@ func configParityMiddleware() []instrument.Option {
 		instrument.WithBypass("send"),
 		instrument.WithStatusTool("hold", "hold_status"),
 		instrument.WithCallStatusTool(""),
+		instrument.WithRequireKey("transfer"),
+		instrument.WithToolVersion("transfer", "2"),
 	}
 }
 
@@ -65,6 +73,7 @@ var configParityGuardTools = map[string]idemkit.ToolConfig{
 	"declined":     {FailurePolicy: idemkit.StoreToolErrors},
 	"hold":         {Lease: 45 * time.Second},
 	"hold_wait":    {Wait: time.Hour},
+	"flaky":        {MaxAttempts: 2},
 }
 
 // configParityServer is the server both sides run: one tool per setting,
@@ -98,6 +107,11 @@ func (p *configParityServer) register(s *server.MCPServer) {
 		p.holding <- struct{}{}
 		<-p.release
 		return mcp.NewToolResultText("held"), nil
+	})
+	s.AddTool(mcp.NewTool("transfer", mcp.WithString("to")), text("transferred"))
+	s.AddTool(mcp.NewTool("flaky", mcp.WithString("x")), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		p.ran("flaky")
+		return nil, errors.New("the payment provider timed out")
 	})
 	s.AddTool(mcp.NewTool("hold_wait", mcp.WithString("x")), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		p.ran("hold_wait")
@@ -228,6 +242,21 @@ func exerciseConfig(t *testing.T, url string, p *configParityServer, st *busySig
 	call("hold_wait", "hold_wait", map[string]any{"x": "1"})
 	<-waited
 	answers["hold_wait, waited"] = waitedFor
+	// require_key and version: a transfer without a key is refused, one
+	// with a key runs (under a key with the version in it) and is
+	// replayed.
+	call("transfer without a key", "transfer", map[string]any{"to": "acct-1"})
+	call("transfer", "transfer", map[string]any{"to": "acct-1", "idempotency_key": "t-1"})
+	call("transfer again", "transfer", map[string]any{"to": "acct-1", "idempotency_key": "t-1"})
+	// max_attempts: after two failed attempts a retry runs nothing.
+	for i := range 2 {
+		var r mcp.CallToolRequest
+		r.Params.Name, r.Params.Arguments = "flaky", map[string]any{"x": "1"}
+		if _, err := c.CallTool(ctx, r); err == nil {
+			t.Errorf("flaky attempt %d: no error", i+1)
+		}
+	}
+	call("flaky, exhausted", "flaky", map[string]any{"x": "1"})
 	// window: past issue_refund's 1m (the default is 10m), it runs again;
 	// declined's stored answer (10m) still holds.
 	clock.advance(2 * time.Minute)
@@ -312,7 +341,7 @@ func TestProtector_ConfigFileBehavesAsTheMiddlewaresOptions(t *testing.T) {
 	a2 := exerciseConfig(t, gwURL, p2, st2, clock)
 
 	// What each setting must have done, on both sides.
-	runs := map[string]int64{"issue_refund": 2, "declined": 1, "lookup": 1, "send": 2, "hold": 1, "hold_wait": 1}
+	runs := map[string]int64{"issue_refund": 2, "declined": 1, "lookup": 1, "send": 2, "hold": 1, "hold_wait": 1, "transfer": 1, "flaky": 2}
 	for tool, want := range runs {
 		if a, b := p1.count(tool), p2.count(tool); a != want || b != want {
 			t.Errorf("%s ran %d times behind the middleware and %d behind the gateway, want %d", tool, a, b, want)
@@ -349,6 +378,14 @@ func TestProtector_ConfigFileBehavesAsTheMiddlewaresOptions(t *testing.T) {
 		if replayed(a2[label]) {
 			t.Errorf("%s: replayed behind the gateway: %v", label, a2[label])
 		}
+	}
+	for label, reason := range map[string]string{"transfer without a key": "missing_key", "flaky, exhausted": "attempts_exhausted"} {
+		if got := refusalOf(a2[label]); got != reason {
+			t.Errorf("%s: refusal %q behind the gateway, want %q: %v", label, got, reason, a2[label])
+		}
+	}
+	if !replayed(a2["transfer again"]) {
+		t.Errorf("transfer again: not replayed: %v", a2["transfer again"])
 	}
 	inProgress, _ := a2["hold, in progress"]["_meta"].(map[string]any)[spancontract.RefusalMetaKey].(map[string]any)
 	if inProgress["status_tool"] != "hold_status" || inProgress["retry_after_ms"] != float64(45000) {

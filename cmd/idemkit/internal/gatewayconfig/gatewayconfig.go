@@ -23,11 +23,18 @@
 // Parse checks the whole file before anything starts: an unknown field, a
 // value of the wrong type or out of range, or a setting that contradicts
 // another is an error that names the file, the line and the setting
-// ("gateway.yaml:7: tools.issue_refund.window: ..."). The per-tool
-// settings of the side-effect helpers (an explicit key required, the tool's
-// version in its key, excludes by JSON Pointer, timestamp rounding, max
-// attempts, a human gate) are not in this version: they are unknown fields
-// until the middleware has them.
+// ("gateway.yaml:7: tools.issue_refund.window: ..."). A tool may also
+// require an explicit key (require_key), mix a version into its keys
+// (version) and bound its failed attempts (max_attempts). Excludes by JSON
+// Pointer, timestamp rounding and a human gate (confirm) are not in this
+// version: the first two are not in the middleware yet, and the gateway
+// cannot ask its client a question of its own.
+//
+//	tools:
+//	  transfer:
+//	    require_key: true
+//	    version: "2"
+//	    max_attempts: 3
 package gatewayconfig
 
 import (
@@ -98,6 +105,14 @@ type Tool struct {
 	StatusTool string
 	// Exclude lists top-level argument fields left out of the key.
 	Exclude []string
+	// RequireKey refuses a call without an explicit key (as
+	// instrument.WithRequireKey).
+	RequireKey bool
+	// Version is mixed into the tool's keys (as instrument.WithToolVersion).
+	Version string
+	// MaxAttempts bounds one call's failed attempts (as
+	// idemkit.ToolConfig.MaxAttempts); 0: no limit.
+	MaxAttempts int
 }
 
 // CallStatusTool is the call_status_tool section.
@@ -220,7 +235,7 @@ func orTop(path string) string {
 var (
 	topFields    = []string{"defaults", "call_status_tool", "tools"}
 	policyFields = []string{"window", "lease", "wait", "failure_policy"}
-	toolFields   = append(slices.Clone(policyFields), "protect", "status_tool", "exclude")
+	toolFields   = append(slices.Clone(policyFields), "protect", "status_tool", "exclude", "require_key", "version", "max_attempts")
 	statusFields = []string{"enabled", "name"}
 )
 
@@ -291,6 +306,16 @@ func (p *parser) str(v *yaml.Node, where string) string {
 		return ""
 	}
 	return v.Value
+}
+
+// positiveInt reads an integer of at least 1.
+func (p *parser) positiveInt(v *yaml.Node, where string) int {
+	var n int
+	if v.Kind != yaml.ScalarNode || v.Tag != "!!int" || v.Decode(&n) != nil || n < 1 {
+		p.fail(v, where, "must be a whole number of at least 1")
+		return 0
+	}
+	return n
 }
 
 func (p *parser) boolean(v *yaml.Node, where string) bool {
@@ -372,6 +397,14 @@ func (p *parser) tools(v *yaml.Node) {
 				}
 			case "exclude":
 				t.Exclude = p.exclude(v, at)
+			case "require_key":
+				t.RequireKey = p.boolean(v, at)
+			case "version":
+				if t.Version = p.str(v, at); t.Version == "" && v.Tag == "!!str" {
+					p.fail(v, at, "must not be empty (leave it out for no version)")
+				}
+			case "max_attempts":
+				t.MaxAttempts = p.positiveInt(v, at)
 			default:
 				p.policy(&t.Policy, where, key, v)
 			}
@@ -483,7 +516,7 @@ func (f *File) GuardTools() map[string]idemkit.ToolConfig {
 		if t.Protect != nil && !*t.Protect {
 			continue
 		}
-		tc := idemkit.ToolConfig{StatusTool: t.StatusTool, Window: t.Window, Lease: t.Lease, Wait: t.Wait, FailurePolicy: t.FailurePolicy}
+		tc := idemkit.ToolConfig{StatusTool: t.StatusTool, Window: t.Window, Lease: t.Lease, Wait: t.Wait, FailurePolicy: t.FailurePolicy, MaxAttempts: t.MaxAttempts}
 		if t.WaitSet && t.Wait == 0 && f.Defaults.Wait > 0 {
 			// "wait: 0s" on the tool turns off a default wait, which a zero
 			// ToolConfig.Wait would inherit: a nanosecond's wait ends
@@ -501,9 +534,10 @@ func (f *File) GuardTools() map[string]idemkit.ToolConfig {
 	return out
 }
 
-// ApplyInstrumentation sets the file's protect and bypass overrides and
-// excluded fields in c (as instrument.WithProtect, WithBypass and
-// WithExclude do).
+// ApplyInstrumentation sets the file's protect and bypass overrides,
+// excluded fields, required keys and tool versions in c (as
+// instrument.WithProtect, WithBypass, WithExclude, WithRequireKey and
+// WithToolVersion do).
 func (f *File) ApplyInstrumentation(c *mcpcall.Config) {
 	for name, t := range f.Tools {
 		if t.Protect != nil {
@@ -517,6 +551,18 @@ func (f *File) ApplyInstrumentation(c *mcpcall.Config) {
 				c.Exclude = map[string][]string{}
 			}
 			c.Exclude[name] = slices.Clone(t.Exclude)
+		}
+		if t.RequireKey {
+			if c.RequireKey == nil {
+				c.RequireKey = map[string]bool{}
+			}
+			c.RequireKey[name] = true
+		}
+		if t.Version != "" {
+			if c.ToolVersions == nil {
+				c.ToolVersions = map[string]string{}
+			}
+			c.ToolVersions[name] = t.Version
 		}
 	}
 }

@@ -23,13 +23,13 @@ func TestLoad_TheExampleFile(t *testing.T) {
 	if cs := f.CallStatusTool; cs == nil || !cs.Enabled || cs.Name != "idemkit_call_status" {
 		t.Errorf("call_status_tool %+v", cs)
 	}
-	if got, want := f.ToolNames(), []string{"charge_card", "export_report", "issue_refund", "lookup_order", "set_status"}; !reflect.DeepEqual(got, want) {
+	if got, want := f.ToolNames(), []string{"charge_card", "export_report", "issue_refund", "lookup_order", "poll_export", "set_status"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("tools %v, want %v", got, want)
 	}
 	wantGuard := map[string]idemkit.ToolConfig{
 		"issue_refund":  {Window: 30 * time.Minute},
 		"charge_card":   {FailurePolicy: idemkit.StoreToolErrors},
-		"export_report": {Lease: 30 * time.Second, Wait: 5 * time.Second, StatusTool: "idemkit_call_status"},
+		"export_report": {Lease: 30 * time.Second, Wait: 5 * time.Second, StatusTool: "idemkit_call_status", MaxAttempts: 3},
 	}
 	if got := f.GuardTools(); !reflect.DeepEqual(got, wantGuard) {
 		t.Errorf("GuardTools %v, want %v", got, wantGuard)
@@ -41,6 +41,9 @@ func TestLoad_TheExampleFile(t *testing.T) {
 	}
 	if want := map[string][]string{"issue_refund": {"requested_at"}}; !reflect.DeepEqual(c.Exclude, want) {
 		t.Errorf("Exclude %v, want %v", c.Exclude, want)
+	}
+	if !reflect.DeepEqual(c.RequireKey, map[string]bool{"poll_export": true}) || !reflect.DeepEqual(c.ToolVersions, map[string]string{"issue_refund": "1"}) {
+		t.Errorf("RequireKey %v, ToolVersions %v", c.RequireKey, c.ToolVersions)
 	}
 	if f.Line("tools.issue_refund.window") != 24 {
 		t.Errorf("tools.issue_refund.window is on line %d, want 24", f.Line("tools.issue_refund.window"))
@@ -72,7 +75,7 @@ func TestParse_ErrorsNameTheFileLineAndSetting(t *testing.T) {
 		want []string
 	}{
 		{"tool:\n  a: {}\n", []string{"g.yaml:1: tool: unknown setting; the file takes defaults, call_status_tool, tools"}},
-		{"tools:\n  a:\n    windw: 5m\n", []string{"g.yaml:3: tools.a.windw: unknown setting; tools.a takes window, lease, wait, failure_policy, protect, status_tool, exclude"}},
+		{"tools:\n  a:\n    windw: 5m\n", []string{"g.yaml:3: tools.a.windw: unknown setting; tools.a takes window, lease, wait, failure_policy, protect, status_tool, exclude, require_key, version, max_attempts"}},
 		{"tools:\n  a:\n    window: 5\n", []string{"g.yaml:3: tools.a.window: 5 has no unit: write 5s, 5m or 5h"}},
 		{"tools:\n  a:\n    window: soon\n", []string{`g.yaml:3: tools.a.window: "soon" is not a duration`}},
 		{"tools:\n  a:\n    window: 0s\n", []string{"g.yaml:3: tools.a.window: must be positive, got 0s"}},
@@ -86,6 +89,13 @@ func TestParse_ErrorsNameTheFileLineAndSetting(t *testing.T) {
 		{"tools:\n  a:\n    exclude: [x, x]\n", []string{`g.yaml:3: tools.a.exclude: "x" is listed twice`}},
 		{"tools:\n  a:\n    exclude: [/order/ts]\n", []string{`"/order/ts" is a JSON Pointer; this version excludes top-level argument names only`}},
 		{"tools:\n  a:\n    status_tool: a\n", []string{"g.yaml:3: tools.a.status_tool: names the tool itself"}},
+		{"tools:\n  a:\n    max_attempts: 0\n", []string{"g.yaml:3: tools.a.max_attempts: must be a whole number of at least 1"}},
+		{"tools:\n  a:\n    max_attempts: 2.5\n", []string{"g.yaml:3: tools.a.max_attempts: must be a whole number"}},
+		{"tools:\n  a:\n    require_key: 1\n", []string{"g.yaml:3: tools.a.require_key: must be true or false"}},
+		{"tools:\n  a:\n    version: ''\n", []string{"g.yaml:3: tools.a.version: must not be empty"}},
+		{"tools:\n  a:\n    version: 2\n", []string{"g.yaml:3: tools.a.version: must be a string"}},
+		{"tools:\n  a:\n    protect: false\n    require_key: true\n", []string{"tools.a.require_key: has no effect: protect is false"}},
+		{"tools:\n  a:\n    confirm: true\n", []string{"g.yaml:3: tools.a.confirm: unknown setting"}},
 		{"tools:\n  a:\n    window: 5m\n    window: 6m\n", []string{"g.yaml:4: tools.a.window: set twice (first on line 3)"}},
 		{"tools:\n  a: {}\n  a: {}\n", []string{"g.yaml:3: tools.a: set twice (first on line 2)"}},
 		{"tools:\n  '': {}\n", []string{"g.yaml:2: tools: a tool name must not be empty"}},
@@ -159,5 +169,23 @@ func TestParse_TheHelpExample(t *testing.T) {
 	}
 	if f.Tools["issue_refund"].Window != 30*time.Minute || f.Tools["charge_card"].FailurePolicy != idemkit.StoreToolErrors || *f.Tools["search"].Protect {
 		t.Errorf("%+v", f.Tools)
+	}
+}
+
+// TestParse_SideEffectPolicies: require_key, version and max_attempts are
+// the middleware's WithRequireKey, WithToolVersion and
+// ToolConfig.MaxAttempts.
+func TestParse_SideEffectPolicies(t *testing.T) {
+	f, err := Parse("g.yaml", []byte("tools:\n  transfer:\n    require_key: true\n    version: \"2\"\n    max_attempts: 3\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.GuardTools()["transfer"]; got != (idemkit.ToolConfig{MaxAttempts: 3}) {
+		t.Errorf("GuardTools %+v", got)
+	}
+	var c mcpcall.Config
+	f.ApplyInstrumentation(&c)
+	if !c.RequireKey["transfer"] || c.ToolVersions["transfer"] != "2" {
+		t.Errorf("RequireKey %v, ToolVersions %v", c.RequireKey, c.ToolVersions)
 	}
 }
