@@ -115,7 +115,11 @@
 //
 // Long tools call Progress, which sends MCP progress notifications and
 // extends the claim's lease together, or use the job-and-poll shape (Jobs,
-// mcpgo.AddJobTool, gosdk.AddJobTool), or, on mcp-go, MCP tasks.
+// mcpgo.AddJobTool, gosdk.AddJobTool), or, on mcp-go, MCP tasks. With
+// WithCallStatusTool, a model told that a call is in progress has a tool to
+// ask instead of repeating the call: it reports the caller's own record of
+// that call (in progress, completed with the stored result, released,
+// unknown) and never claims anything.
 //
 // # Durable jobs and tasks
 //

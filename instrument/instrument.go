@@ -27,9 +27,11 @@ func RecordWrite(ctx context.Context, id string) { mcpcall.RecordWrite(ctx, id) 
 //     sends notifications/progress, which also lets MCP clients reset their
 //     request timeout; delivery is best effort and its failure is not
 //     returned;
-//   - it extends the claim's lease (idemkit.Call.Heartbeat), so that a
-//     duplicate arriving after the tool's Lease is answered "in progress"
-//     instead of taking the call over.
+//   - it extends the claim's lease (idemkit.Call.HeartbeatNote, with the
+//     progress as the record's note, which the call status tool and
+//     `idemkit inspect` report), so that a duplicate arriving after the
+//     tool's Lease is answered "in progress" instead of taking the call
+//     over.
 //
 // Inside a job's work (see Jobs) it records the progress on the job, where
 // the status tool reports it, and heartbeats the job instead.

@@ -387,6 +387,13 @@ const (
 	// the tool reporting on an in-progress call of the tool; the in-progress
 	// answer names it. Job tools carry it.
 	StatusToolMetaKey = "io.idemkit/status_tool"
+
+	// CallStatusMetaKey is the result _meta entry of a call status tool's
+	// answer (instrument.WithCallStatusTool, the gateway's
+	// idemkit_call_status): {"state": "…", "tool": "…"}, state one of
+	// in_progress, abandoned, completed, released, unknown, mismatch,
+	// not_recorded, rejected, unscoped, store_unavailable.
+	CallStatusMetaKey = "io.idemkit/call_status"
 )
 
 // Metric names the instrumentation records. Through an OpenTelemetry

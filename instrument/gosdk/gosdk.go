@@ -128,6 +128,7 @@ func (m *Instrumentation) Install(s *mcp.Server) {
 	servers.Store(s, m)
 	s.AddReceivingMiddleware(m.receive)
 	s.AddSendingMiddleware(m.send)
+	m.addCallStatusTool(s)
 }
 
 type requestKey struct{}
@@ -313,6 +314,9 @@ func (m *Instrumentation) callTool(op *mcpcall.Op, next mcp.MethodHandler, r *mc
 	}
 	if !ok {
 		return next(op, methodCallTool, r)
+	}
+	if name == m.in.CallStatusTool() {
+		m.prepareCallStatus(op, next, r)
 	}
 	call := mcpcall.ToolCall{
 		Tool:         name,

@@ -168,6 +168,7 @@ func (m *Instrumentation) ServerOptions() []server.ServerOption {
 		server.WithMetaPropagator(metaPropagator{m}),
 		m.installHooks,
 		server.WithToolHandlerMiddleware(m.middleware),
+		m.addCallStatusTool,
 	}
 }
 

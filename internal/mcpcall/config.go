@@ -101,6 +101,10 @@ type Config struct {
 	RequireKey map[string]bool
 	// ToolVersions holds, per tool, a version mixed into its keys.
 	ToolVersions map[string]string
+	// CallStatusTool names the call status tool the front end serves (see
+	// CallStatus), which is never protected and which in-progress answers
+	// name for tools without a status tool of their own; "" serves none.
+	CallStatusTool string
 	// Unscoped is the policy for calls whose caller cannot be identified.
 	Unscoped UnscopedPolicy
 	// UnscopedAdvice, when set, returns what the refusal of an unscoped

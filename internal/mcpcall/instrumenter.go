@@ -108,6 +108,9 @@ type ToolInfo struct {
 // as the Protect overrides say, otherwise unless the tool is annotated
 // read-only or idempotent.
 func (in *Instrumenter) WriteTool(tool string, info ToolInfo) bool {
+	if tool == in.cfg.CallStatusTool && tool != "" {
+		return false // read-only, whatever Protect says
+	}
 	if v, ok := in.cfg.Protect[tool]; ok {
 		return v
 	}
@@ -141,13 +144,17 @@ func (in *Instrumenter) StripsKey(tool string, info ToolInfo) bool {
 
 // statusToolOf returns the tool a model should call to check on an
 // in-progress call of tool: the one configured with WithStatusTool, else the
-// one the tool names in its _meta. (A status tool set in the Guard's
-// idemkit.ToolConfig comes first: it is already in the Guard's answer.)
+// one the tool names in its _meta, else the call status tool when one is
+// served. (A status tool set in the Guard's idemkit.ToolConfig comes first:
+// it is already in the Guard's answer.)
 func (in *Instrumenter) statusToolOf(tool string, info ToolInfo) string {
 	if s, ok := in.cfg.StatusTools[tool]; ok {
 		return s
 	}
-	return info.StatusTool
+	if info.StatusTool != "" {
+		return info.StatusTool
+	}
+	return in.CallStatusTool()
 }
 
 // maxCachedSubjects bounds the subject hash cache; past it, hashes are

@@ -113,7 +113,9 @@ func Progress(ctx context.Context, progress, total float64, message string) erro
 			_ = st.progress.SendProgress(ctx, progress, total, message)
 		}
 	}
-	return idemkit.CallFromContext(ctx).Heartbeat(ctx)
+	// The progress is the record's note: what the call status tool and
+	// `idemkit inspect` report of a running call.
+	return idemkit.CallFromContext(ctx).HeartbeatNote(ctx, EncodeRunNote(RunNote{Progress: progress, Total: total, Message: message}))
 }
 
 // InRun reports whether ctx is the context of a background run's work (a

@@ -334,7 +334,11 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 			e.StatusTool = in.statusToolOf(call.Tool, call.Info)
 		}
 		hint := op.ta.duration.retryAfter(&e, time.Now())
-		return refuse(op, codec, spancontract.RefusalInProgress, e.Error(), inProgressMarker(&e, hint)), nil
+		text := e.Error()
+		if e.StatusTool != "" && e.StatusTool == in.CallStatusTool() {
+			text += " " + callStatusHint(e.StatusTool, call.Tool)
+		}
+		return refuse(op, codec, spancontract.RefusalInProgress, text, inProgressMarker(&e, hint)), nil
 	}
 	if mismatch, ok := errors.AsType[*idemkit.MismatchError](derr); ok {
 		c.outcome = outcomeMismatch

@@ -43,6 +43,7 @@ func Run(t *testing.T, h Harness) {
 		{"RequestIDs_EachSpanCarriesItsCallsIDUnderConcurrency", testRequestIDs},
 		{"Progress_NotifiesTheClientAndKeepsTheClaim", testProgress},
 		{"Jobs_ReplicasShareOneDurableJob", testJobs},
+		{"CallStatusTool_AnswersTheCallersOwnRecordWithoutClaiming", testCallStatus},
 		{"Tasks_DuplicatesShareOneDurableTask", testTasks},
 		{"TxTool_ClaimWritesAndOutcomeCommitTogether", testTxTool},
 		{"MalformedInput_IsRejectedAndRunsNothing", testMalformed},

@@ -86,7 +86,9 @@ type Config struct {
 	// tools' spans carry the key hashes (bypass reason no_guard).
 	Guard *idemkit.Guard
 	// Instrumentation configures the spans, the metrics and which tools are
-	// protected (providers, Protect overrides, Exclude, AdvertiseKey). Its
+	// protected (providers, Protect overrides, Exclude, AdvertiseKey), and
+	// the call status tool the gateway serves itself (CallStatusTool; off
+	// when "", and without a Guard). Its
 	// Subject, unscoped-call texts and (when nil) Logger are the gateway's
 	// own. Defaults to mcpcall.DefaultConfig().
 	Instrumentation *mcpcall.Config
@@ -107,15 +109,17 @@ type Config struct {
 	// stream. Defaults to DefaultSessionIdleTimeout.
 	SessionIdleTimeout time.Duration
 	// MaxUpstreams bounds the upstream sessions open at once over HTTP (for
-	// a stdio upstream, its processes): an initialize beyond it gets HTTP
-	// 503 and starts nothing. Defaults to DefaultMaxStdioUpstreams or
-	// DefaultMaxHTTPUpstreams, by the upstream's transport.
+	// a stdio upstream, its processes; for a SharedStdioUpstream, its
+	// processes, one per subject with a session): an initialize beyond it
+	// gets HTTP 503 and starts nothing. Defaults to DefaultMaxStdioUpstreams
+	// or DefaultMaxHTTPUpstreams, by the upstream's transport.
 	MaxUpstreams int
 	// MaxUpstreamsPerSubject bounds the upstream sessions of one subject
 	// (the callers without one, over an HTTP upstream, count as one): an
 	// initialize beyond it gets HTTP 429. It does not apply when
-	// SubjectHeader is "-". Defaults to DefaultMaxStdioUpstreamsPerSubject
-	// or DefaultMaxHTTPUpstreamsPerSubject.
+	// SubjectHeader is "-". Defaults to DefaultMaxStdioUpstreamsPerSubject,
+	// or DefaultMaxHTTPUpstreamsPerSubject for an HTTP upstream and for a
+	// SharedStdioUpstream (whose sessions share one process).
 	MaxUpstreamsPerSubject int
 	// ReadTimeout bounds reading one request's body: a client slower than
 	// that gets HTTP 408 and its connection is closed (the http.Server's
@@ -153,7 +157,9 @@ type Gateway struct {
 	maxUp     int
 	maxUpSubj int  // 0: no per-subject bound
 	stdio     bool // the upstream runs a process per session
+	shared    bool // ... or per subject (SharedStdioUpstream)
 	log       *slog.Logger
+	tasks     *mcpcall.Tasks // the gateway's own tasks; nil without a Guard
 
 	mu        sync.Mutex // protects the fields below
 	sessions  map[string]*session
@@ -189,6 +195,7 @@ func New(cfg Config) (*Gateway, error) {
 		maxUp:      cfg.MaxUpstreams,
 		maxUpSubj:  cfg.MaxUpstreamsPerSubject,
 		stdio:      cfg.Upstream.Transport() == "stdio",
+		shared:     isShared(cfg.Upstream),
 		bySubject:  map[string]int{},
 		log:        cfg.Logger,
 		sessions:   map[string]*session{},
@@ -221,9 +228,14 @@ func New(cfg Config) (*Gateway, error) {
 			g.maxUp = DefaultMaxStdioUpstreams
 		}
 	}
+	if g.shared && g.subjectH == "" {
+		return nil, errors.New("gateway: an upstream shared by subject needs a SubjectHeader: without one every caller would share one process")
+	}
 	switch {
 	case g.subjectH == "":
 		g.maxUpSubj = 0 // every caller is anonymous: only the total counts
+	case g.maxUpSubj == 0 && g.shared:
+		g.maxUpSubj = DefaultMaxHTTPUpstreamsPerSubject // sessions of one process: cheap
 	case g.maxUpSubj == 0 && g.stdio:
 		g.maxUpSubj = DefaultMaxStdioUpstreamsPerSubject
 	case g.maxUpSubj == 0:
@@ -251,6 +263,13 @@ func New(cfg Config) (*Gateway, error) {
 		"or --bypass the tool to forward its calls unprotected, " +
 		"or run with --subject-header - to scope calls by the gateway's own sessions"
 	g.in = mcpcall.New(cfg.Guard, ic)
+	if cfg.Guard != nil {
+		tasks, err := g.in.NewTasks(ic.Tasks)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: Config.Instrumentation.Tasks: %w", err)
+		}
+		g.tasks = tasks
+	}
 	g.streams, g.stopStreams = context.WithCancel(context.Background())
 	go g.reap()
 	return g, nil
@@ -283,6 +302,11 @@ func (g *Gateway) Close(ctx context.Context) error {
 	close(g.stopReaper)
 	<-g.reaperDone
 	g.stopStreams()
+	if g.tasks != nil {
+		// Running tasks finish within ctx, or are cancelled (and reported
+		// failed): their upstream sessions close next.
+		_ = g.tasks.Close(ctx)
+	}
 	var wg sync.WaitGroup
 	for _, s := range sessions {
 		wg.Go(func() { _ = s.close(ctx, "") })
@@ -391,6 +415,7 @@ type session struct {
 	protocol  string
 	transport mcpcall.Transport          // of the request that started the session
 	inflight  map[string]json.RawMessage // client request ID (idKey) -> upstream ID
+	taskCaps  taskCapabilities           // the upstream's, from its initialize answer
 
 	endOnce sync.Once
 
@@ -556,9 +581,15 @@ func (s *session) handle(ctx context.Context, req *Message, h http.Header, t *mc
 			resp = newErrorResponse(req.ID, codeInvalidParams, "Invalid params: tools/call needs params.name (the tool) and params.arguments (an object).")
 			break
 		}
+		if name := s.g.in.CallStatusTool(); name != "" && p.Name == name {
+			resp, err = s.callStatus(op, req, &p, h)
+			break
+		}
 		resp, err = s.toolsCall(op, req, &p, h, out)
 	case req.Method == spancontract.MethodToolsList:
 		resp, err = s.toolsList(op, req, h, out)
+	case isTaskMethod(req.Method) && s.servesTasks():
+		resp, err = s.taskRequest(op, req, &p, h, out)
 	default:
 		resp, err = s.roundTrip(op, req, h, out, nil)
 		if err == nil && req.Method == spancontract.MethodInitialize && resp.Error == nil {
@@ -617,6 +648,9 @@ func (s *session) toolsList(op *mcpcall.Op, req *Message, h http.Header, out sin
 		return resp, nil
 	}
 	s.tools.observe(listCursor(req.Params), tools, nextCursor(resp.Result))
+	if name := s.g.in.CallStatusTool(); name != "" {
+		result = s.withCallStatusTool(result, name)
+	}
 	if !bytes.Equal(result, resp.Result) {
 		resp = resp.withResult(result)
 	}
@@ -628,14 +662,7 @@ func (s *session) toolsList(op *mcpcall.Op, req *Message, h http.Header, out sin
 // forward runs at most once per key while a result is kept.
 func (s *session) toolsCall(op *mcpcall.Op, req *Message, p *requestParams, h http.Header, out sink) (*Message, error) {
 	in := s.g.in
-	tool := s.tools.lookup(op, p.Name, func(ctx context.Context) error {
-		err := s.fetchTools(ctx, h)
-		if err != nil {
-			s.g.log.Warn("listing the upstream's tools failed; the call is handled as a write tool's (MCP's default annotations)",
-				"session", s.logID(), "tool", p.Name, "error", err)
-		}
-		return err
-	})
+	tool := s.tools.lookup(op, p.Name, s.fetchFor(h, p.Name))
 	call := &mcpcall.ToolCall{
 		Tool:         p.Name,
 		Arguments:    p.Arguments,
@@ -655,6 +682,9 @@ func (s *session) toolsCall(op *mcpcall.Op, req *Message, p *requestParams, h ht
 	}
 	if in.WriteTool(p.Name, tool.info) {
 		call.Validator = tool.validator()
+		if nonNull(p.Task) && s.keepsTasks() {
+			return s.taskCall(op, req, call, fwd, h)
+		}
 	}
 	var (
 		tooLarge *answerTooLargeError
@@ -675,7 +705,7 @@ func (s *session) toolsCall(op *mcpcall.Op, req *Message, p *requestParams, h ht
 				return
 			}
 			lastBeat = time.Now()
-			if err := c.Heartbeat(ctx); err != nil {
+			if err := c.HeartbeatNote(ctx, progressNote(m)); err != nil {
 				s.g.log.Warn("extending a call's lease failed", "tool", p.Name, "error", err)
 			}
 		})
