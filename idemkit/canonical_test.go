@@ -37,7 +37,7 @@ func TestIsCanonical(t *testing.T) {
 		if err != nil || !bytes.Equal(c, []byte(s)) {
 			t.Errorf("the test's own canonical case %s is not canonical per JCS: %s %v", s, c, err)
 		}
-		if c, err := CanonicalJSON([]byte(s)); err != nil || !bytes.Equal(c, []byte(s)) {
+		if c, err := canonicalJSON([]byte(s)); err != nil || !bytes.Equal(c, []byte(s)) {
 			t.Errorf("canonical case %s: CanonicalJSON gives %s %v", s, c, err)
 		}
 	}
@@ -62,7 +62,7 @@ func FuzzIsCanonical(f *testing.F) {
 		if err != nil || !bytes.Equal(c, doc) {
 			t.Fatalf("isCanonical(%q) but JCS gives %q, %v", doc, c, err)
 		}
-		if c, err := CanonicalJSON(doc); err != nil || !bytes.Equal(c, doc) {
+		if c, err := canonicalJSON(doc); err != nil || !bytes.Equal(c, doc) {
 			t.Fatalf("isCanonical(%q) but CanonicalJSON gives %q, %v", doc, c, err)
 		}
 	})
@@ -84,7 +84,7 @@ func FuzzCanonicalJSON(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, doc []byte) {
-		ours, err := CanonicalJSON(doc)
+		ours, err := canonicalJSON(doc)
 		if err != nil {
 			// Refused here but accepted by JCS: only documents nested
 			// deeper than canonjson.MaxDepth, numbers whose exponent is
@@ -97,7 +97,7 @@ func FuzzCanonicalJSON(f *testing.F) {
 			}
 			return
 		}
-		again, err := CanonicalJSON(ours)
+		again, err := canonicalJSON(ours)
 		if err != nil || !bytes.Equal(again, ours) {
 			t.Fatalf("not a fixed point: %q -> %q -> %q (%v)", doc, ours, again, err)
 		}

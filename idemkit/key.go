@@ -498,7 +498,7 @@ func truncate(b []byte, n int) string {
 	return string(b[:n]) + "…"
 }
 
-// CanonicalJSON returns the canonical form of a JSON document: the bytes
+// canonicalJSON returns the canonical form of a JSON document: the bytes
 // NewKey hashes for an object from which nothing is stripped. It is RFC
 // 8785 (JCS) with numbers canonicalised by their exact decimal value
 // instead of as IEEE-754 doubles (see NewKey), and it refuses what would
@@ -507,7 +507,7 @@ func truncate(b []byte, n int) string {
 // names, and member names of one object equal under case folding (see
 // NewKey). It is package canonjson's Transform, which the Collector's dup
 // processor uses too. Errors wrap ErrInvalidArguments.
-func CanonicalJSON(doc []byte) ([]byte, error) {
+func canonicalJSON(doc []byte) ([]byte, error) {
 	out, err := canonjson.Transform(doc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidArguments, err)

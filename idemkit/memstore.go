@@ -492,8 +492,8 @@ func (s *MemoryStore) Len() int {
 	return len(s.records)
 }
 
-// Bytes returns the memory the records take as MaxBytes counts it.
-func (s *MemoryStore) Bytes() int64 {
+// bytesUsed returns the memory the records take as MaxBytes counts it.
+func (s *MemoryStore) bytesUsed() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.bytes

@@ -134,7 +134,7 @@
 // protected call whose stored answer names it, so that a duplicate gets the
 // same job or task back, and the work starts only once that answer is
 // stored: it runs at most once. Jobs and tasks are visible to the caller's
-// scope only (see WithSubject). See WithTasks and JobsConfig for their
+// scope only (see WithSubject). See WithTasks and jobs.Config (package instrument/jobs) for their
 // leases. The go-sdk (v1.8.0) has no tasks: see package gosdk.
 //
 // A task's work runs after its tools/call span has ended, so it gets a span

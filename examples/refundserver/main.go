@@ -56,6 +56,7 @@ import (
 	"github.com/idemkit-mcp/idemkit/examples/internal/refunds"
 	"github.com/idemkit-mcp/idemkit/examples/internal/telemetry"
 	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/instrument/jobs"
 )
 
 // options are the command-line flags.
@@ -178,7 +179,7 @@ func run(o options, log *slog.Logger) error {
 	cfg := refunds.Config{
 		Gateway: gateway, SDK: o.sdk, TracerProvider: tel.Tracer, MeterProvider: tel.Meter, Tokens: tokens,
 		FastLatency: o.fastLatency, SlowLatency: o.slowLatency,
-		Tasks: instrument.TasksConfig{Lease: o.taskLease}, Jobs: instrument.JobsConfig{Lease: o.jobLease},
+		Tasks: instrument.TasksConfig{Lease: o.taskLease}, Jobs: jobs.Config{Lease: o.jobLease},
 		ExportDuration: o.exportDuration, HoldAfterWrite: o.holdAfterWrite, ConfirmAboveCents: o.confirmAbove,
 		HTTPLimits: o.limits,
 	}

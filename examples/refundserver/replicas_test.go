@@ -15,6 +15,7 @@ import (
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
 	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/instrument/jobs"
 	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
 	"github.com/idemkit-mcp/idemkit/spancontract"
 )
@@ -53,7 +54,7 @@ func startReplica(t *testing.T, gw *refunds.Gateway, sdk string) *replica {
 	desk, err := refunds.NewServer(refunds.Config{DB: db, Gateway: gw, Guard: guard, SDK: sdk, TracerProvider: tp, MeterProvider: mp,
 		Tokens: refunds.DemoTokens, FastLatency: time.Millisecond, SlowLatency: time.Second, ExportDuration: 200 * time.Millisecond,
 		Tasks: instrument.TasksConfig{Lease: 2 * time.Second, Heartbeat: 50 * time.Millisecond, PollInterval: 50 * time.Millisecond},
-		Jobs:  instrument.JobsConfig{Lease: 2 * time.Second, Heartbeat: 50 * time.Millisecond}})
+		Jobs:  jobs.Config{Lease: 2 * time.Second, Heartbeat: 50 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/idemkit-mcp/idemkit/instrument"
 	"github.com/idemkit-mcp/idemkit/instrument/internal/jobtool"
+	"github.com/idemkit-mcp/idemkit/instrument/jobs"
 	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 	"github.com/idemkit-mcp/idemkit/spancontract"
 )
@@ -15,7 +15,7 @@ import (
 // AddJobTool registers tool on s in the job-and-poll shape, for work that
 // may outlast a client's request timeout:
 //
-//   - tool itself starts work in a worker (see instrument.Jobs) and answers at
+//   - tool itself starts work in a worker (see jobs.Runner) and answers at
 //     once with the job ID, as text and as structuredContent {"job_id",
 //     "state", "status_tool"}. Keep it unannotated (or add WithProtect): it is
 //     then protected, its answer is stored, and a duplicate start call gets
@@ -36,7 +36,7 @@ import (
 // the task is the work itself, durable in the Guard's store like a job, and
 // tasks/get and tasks/result report it; no job is started. Job-and-poll
 // stays the answer to every other client.
-func AddJobTool(s *server.MCPServer, jobs *instrument.Jobs, tool mcp.Tool, work server.ToolHandlerFunc) {
+func AddJobTool(s *server.MCPServer, runner *jobs.Runner, tool mcp.Tool, work server.ToolHandlerFunc) {
 	name := tool.Name
 	status := jobtool.StatusToolName(name)
 	tool.Description = jobtool.Description(tool.Description, name)
@@ -55,7 +55,7 @@ func AddJobTool(s *server.MCPServer, jobs *instrument.Jobs, tool mcp.Tool, work 
 			// A task-augmented call: the task runs the work itself.
 			return work(ctx, req)
 		}
-		return jobtool.Start(ctx, jobs, codec{}, name, func(ctx context.Context) (*mcp.CallToolResult, error) {
+		return jobtool.Start(ctx, runner, codec{}, name, func(ctx context.Context) (*mcp.CallToolResult, error) {
 			return work(ctx, req)
 		}), nil
 	})
@@ -67,6 +67,6 @@ func AddJobTool(s *server.MCPServer, jobs *instrument.Jobs, tool mcp.Tool, work 
 		mcp.WithDestructiveHintAnnotation(false),
 		mcp.WithOpenWorldHintAnnotation(false),
 	), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return jobtool.Status(ctx, jobs, codec{}, name, req.GetString("job_id", "")), nil
+		return jobtool.Status(ctx, runner, codec{}, name, req.GetString("job_id", "")), nil
 	})
 }

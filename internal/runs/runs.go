@@ -1,5 +1,5 @@
 // Package runs runs durable background work on an idemkit.Guard's records:
-// the work of a job-and-poll tool (instrument.Jobs) and of an MCP task
+// the work of a job-and-poll tool (jobs.Runner) and of an MCP task
 // (internal/mcpcall) is a run. A run's execution is itself a claim: its
 // record, keyed by idemkit.NewRunKey in its owner's namespace, is in
 // progress while a worker holds it with a lease its heartbeats keep,

@@ -13,7 +13,7 @@ import (
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
-	"github.com/idemkit-mcp/idemkit/instrument"
+	idemjobs "github.com/idemkit-mcp/idemkit/instrument/jobs"
 	"github.com/idemkit-mcp/idemkit/instrument/mcpgo"
 )
 
@@ -44,7 +44,7 @@ func readTool(name, description string) mcp.Tool {
 	)
 }
 
-func addMCPGoTools(s *server.MCPServer, t *tools, mode txMode, g *idemkit.Guard, jobs *instrument.Jobs) {
+func addMCPGoTools(s *server.MCPServer, t *tools, mode txMode, g *idemkit.Guard, jobs *idemjobs.Runner) {
 	refund := func(ctx context.Context, q querier, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		var args struct {
 			OrderID     string  `json:"order_id"`

@@ -20,6 +20,7 @@ import (
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
 	"github.com/idemkit-mcp/idemkit/instrument"
 	"github.com/idemkit-mcp/idemkit/instrument/gosdk"
+	idemjobs "github.com/idemkit-mcp/idemkit/instrument/jobs"
 	"github.com/idemkit-mcp/idemkit/instrument/mcpgo"
 )
 
@@ -67,7 +68,7 @@ type Config struct {
 	Tasks instrument.TasksConfig
 	// Jobs configures the export_refunds job (with a Guard). Defaults to
 	// instrument's defaults.
-	Jobs instrument.JobsConfig
+	Jobs idemjobs.Config
 	// ExportDuration is how long an export_refunds job works. Defaults to
 	// DefaultExportDuration.
 	ExportDuration time.Duration
@@ -223,9 +224,9 @@ func NewServer(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	var jobs *instrument.Jobs
+	var jobs *idemjobs.Runner
 	if cfg.Guard != nil {
-		if jobs, err = instrument.NewJobs(cfg.Guard, &cfg.Jobs); err != nil {
+		if jobs, err = idemjobs.New(cfg.Guard, &cfg.Jobs); err != nil {
 			return nil, err
 		}
 		srv.closers = append([]func(context.Context) error{jobs.Close}, srv.closers...)
@@ -270,7 +271,7 @@ func NewMCPGoServer(cfg Config) (*server.MCPServer, error) {
 	return s, err
 }
 
-func newMCPGoServer(cfg Config, mode txMode, jobs *instrument.Jobs) (*server.MCPServer, *mcpgo.Instrumentation, error) {
+func newMCPGoServer(cfg Config, mode txMode, jobs *idemjobs.Runner) (*server.MCPServer, *mcpgo.Instrumentation, error) {
 	var (
 		opts []server.ServerOption
 		inst *mcpgo.Instrumentation
@@ -308,7 +309,7 @@ func NewGoSDKServer(cfg Config) (*mcp.Server, error) {
 	return newGoSDKServer(cfg, mode, nil), nil
 }
 
-func newGoSDKServer(cfg Config, mode txMode, jobs *instrument.Jobs) *mcp.Server {
+func newGoSDKServer(cfg Config, mode txMode, jobs *idemjobs.Runner) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: Name, Version: Version}, nil)
 	gosdk.Instrument(s, cfg.Guard, cfg.options(instrument.WithSubject(gosdk.TokenSubject))...)
 	addGoSDKTools(s, cfg.tools(), mode, cfg.Guard, jobs)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/instrument/jobs"
 )
 
 // Transport is how the suite's client reaches the server.
@@ -66,7 +67,7 @@ type Config struct {
 	Tools []Tool
 	// JobTools are registered with the adapter's AddJobTool on Jobs.
 	JobTools []Tool
-	Jobs     *instrument.Jobs
+	Jobs     *jobs.Runner
 	// Tasks advertises the tasks capability (list, cancel and task-augmented
 	// tools/call), for a harness whose SDK has tasks.
 	Tasks bool

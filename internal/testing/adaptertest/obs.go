@@ -23,6 +23,7 @@ import (
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/instrument/jobs"
 )
 
 // rig is one test's server with its recorders.
@@ -33,7 +34,7 @@ type rig struct {
 	log    *lockedBuffer
 	store  idemstore.Store
 	guard  *idemkit.Guard
-	jobs   *instrument.Jobs
+	jobs   *jobs.Runner
 	srv    Server
 }
 
@@ -64,7 +65,7 @@ type setup struct {
 	opts      []instrument.Option
 	tools     []Tool
 	jobTools  []Tool
-	jobsCfg   *instrument.JobsConfig
+	jobsCfg   *jobs.Config
 	tasks     bool
 	txTools   []TxTool
 	txRunner  instrument.TxRunner[*sql.Tx]
@@ -95,7 +96,7 @@ func start(t *testing.T, h Harness, s setup) *rig {
 		}
 		r.guard = g
 		if len(s.jobTools) > 0 {
-			jobs, err := instrument.NewJobs(g, s.jobsCfg)
+			jobs, err := jobs.New(g, s.jobsCfg)
 			if err != nil {
 				t.Fatal(err)
 			}

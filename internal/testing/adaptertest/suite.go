@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idemkit-mcp/idemkit/spancontract/canonjson"
 	"io"
 	"net/http"
 	"reflect"
@@ -21,6 +22,7 @@ import (
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/instrument/jobs"
 	"github.com/idemkit-mcp/idemkit/internal/clip"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
@@ -641,7 +643,7 @@ func testRequestIDs(t *testing.T, h Harness) {
 
 func canonical(t *testing.T, raw json.RawMessage) string {
 	t.Helper()
-	b, err := idemkit.CanonicalJSON(raw)
+	b, err := canonjson.Transform(raw)
 	if err != nil {
 		t.Fatalf("%s: %v", raw, err)
 	}
@@ -728,7 +730,7 @@ func testJobs(t *testing.T, h Harness) {
 		instrument.RecordWrite(ctx, "exp_1")
 		return Result{Text: []string{fmt.Sprintf("exported %v (run %d)", args["what"], n)}}, nil
 	}}
-	cfg := &instrument.JobsConfig{Lease: 2 * time.Second, Heartbeat: 50 * time.Millisecond}
+	cfg := &jobs.Config{Lease: 2 * time.Second, Heartbeat: 50 * time.Millisecond}
 	a := start(t, h, setup{transport: HTTP, bearer: true, store: store, jobTools: []Tool{work}, jobsCfg: cfg})
 	b := start(t, h, setup{transport: HTTP, bearer: true, store: store, jobTools: []Tool{work}, jobsCfg: cfg})
 	ca := a.connect(ClientConfig{Token: "token-alice", Protocol: LegacyProtocol})

@@ -1,4 +1,4 @@
-package instrument
+package jobs
 
 import (
 	"context"
@@ -11,24 +11,24 @@ import (
 	"github.com/idemkit-mcp/idemkit/internal/runs"
 )
 
-// JobState is the state of a background job.
-type JobState string
+// State is the state of a background job.
+type State string
 
 // Job states.
 const (
-	// JobRunning: a live worker runs the job.
-	JobRunning JobState = "running"
-	// JobSucceeded: the job's result is stored.
-	JobSucceeded JobState = "succeeded"
-	// JobFailed: the job ended with an error result, or its work returned
+	// Running: a live worker runs the job.
+	Running State = "running"
+	// Succeeded: the job's result is stored.
+	Succeeded State = "succeeded"
+	// Failed: the job ended with an error result, or its work returned
 	// an error, or it could not be started.
-	JobFailed JobState = "failed"
-	// JobCancelled: Jobs.Cancel stopped the job.
-	JobCancelled JobState = "cancelled"
-	// JobLost: the worker running the job stopped (its process died or
+	Failed State = "failed"
+	// Cancelled: Runner.Cancel stopped the job.
+	Cancelled State = "cancelled"
+	// Lost: the worker running the job stopped (its process died or
 	// hung) before it finished; the work may or may not have done its
 	// effect. A lost job is never run again by itself.
-	JobLost JobState = "lost"
+	Lost State = "lost"
 )
 
 // Job is a background job as its status tool reports it.
@@ -36,7 +36,7 @@ type Job struct {
 	ID   string
 	Tool string
 	// State is the job's state.
-	State JobState
+	State State
 	// Result is the wire JSON of the work's result (an MCP CallToolResult)
 	// once it has one; IsError is its isError flag.
 	Result  []byte
@@ -55,22 +55,22 @@ type Job struct {
 	Created, Updated, Expires time.Time
 }
 
-// ErrJobNotFound is returned for an unknown job ID, an expired job, or a job
+// ErrNotFound is returned for an unknown job ID, an expired job, or a job
 // that belongs to another caller.
-var ErrJobNotFound = errors.New("instrument: job not found")
+var ErrNotFound = errors.New("instrument: job not found")
 
-// ErrJobEnded is returned by Jobs.Cancel for a job that has ended already.
-var ErrJobEnded = errors.New("instrument: the job has already ended")
+// ErrEnded is returned by Runner.Cancel for a job that has ended already.
+var ErrEnded = errors.New("instrument: the job has already ended")
 
-// ErrJobsClosed is returned by Jobs.Start after Close.
-var ErrJobsClosed = errors.New("instrument: jobs are shutting down")
+// ErrClosed is returned by Runner.Start after Close.
+var ErrClosed = errors.New("instrument: jobs are shutting down")
 
-// JobsConfig configures Jobs. A nil *JobsConfig means all defaults. A job
+// Config configures Runner. A nil *Config means all defaults. A job
 // is kept for its start tool's window (idemkit.Config.Window, or the tool's
 // ToolConfig.Window) from its start, and at least a Lease after its last
 // heartbeat: set the window above your longest job plus the time clients
 // take to poll its result.
-type JobsConfig struct {
+type Config struct {
 	// Lease is how long a worker holds a job without a heartbeat before
 	// the job is reported lost: after its process dies, its status tool
 	// says so within Lease. Defaults to 30s.
@@ -84,16 +84,16 @@ type JobsConfig struct {
 	Timeout time.Duration
 }
 
-// JobWork is a job's background work. It returns the wire JSON of its
+// Work is a job's background work. It returns the wire JSON of its
 // result and the result's isError flag (SDK adapters marshal their result
 // type), or a Go error.
-type JobWork func(ctx context.Context) (body []byte, isError bool, err error)
+type Work func(ctx context.Context) (body []byte, isError bool, err error)
 
-// Jobs runs job-and-poll tools (see mcpgo.AddJobTool and gosdk.AddJobTool):
+// Runner runs job-and-poll tools (see mcpgo.AddJobTool and gosdk.AddJobTool):
 // a start call returns a job ID at once and the work runs in a worker that
 // outlives the request, whose state a status tool reports.
 //
-// Jobs live in the Guard's store, as its records: a job's execution is a
+// Runner live in the Guard's store, as its records: a job's execution is a
 // claim, held by its worker with a lease its heartbeats keep, with the last
 // progress as its note and the work's result as its stored outcome. So a
 // job started on one replica is reported by every replica sharing the
@@ -105,25 +105,25 @@ type JobWork func(ctx context.Context) (body []byte, isError bool, err error)
 // only once that answer is stored, and runs at most once: a lost job is
 // reported, never run again by itself.
 //
-// Build Jobs with NewJobs and Close them on shutdown; they are safe for
+// Build Runner with New and Close them on shutdown; they are safe for
 // concurrent use.
-type Jobs struct {
+type Runner struct {
 	e *runs.Engine
 }
 
-// NewJobs returns Jobs that keep their records in guard's store, with its
+// New returns Runner that keep their records in guard's store, with its
 // clock and per-tool windows (a job is reported for its start tool's
 // window). cfg may be nil.
-func NewJobs(guard *idemkit.Guard, cfg *JobsConfig) (*Jobs, error) {
-	var c JobsConfig
+func New(guard *idemkit.Guard, cfg *Config) (*Runner, error) {
+	var c Config
 	if cfg != nil {
 		c = *cfg
 	}
 	e, err := runs.New(guard, runs.Config{Kind: "job", IDPrefix: "job_", Lease: c.Lease, Heartbeat: c.Heartbeat, Timeout: c.Timeout})
 	if err != nil {
-		return nil, fmt.Errorf("instrument: NewJobs: %w", err)
+		return nil, fmt.Errorf("instrument: New: %w", err)
 	}
-	return &Jobs{e: e}, nil
+	return &Runner{e: e}, nil
 }
 
 // Start records a new running job of tool, owned by the caller of the tool
@@ -134,11 +134,11 @@ func NewJobs(guard *idemkit.Guard, cfg *JobsConfig) (*Jobs, error) {
 // but not its cancellation; it is cancelled by Cancel, Close or the
 // configured Timeout. Progress and RecordWrite called with it update the
 // job. ctx bounds the record's creation.
-func (j *Jobs) Start(ctx context.Context, tool string, work JobWork) (*Job, error) {
+func (j *Runner) Start(ctx context.Context, tool string, work Work) (*Job, error) {
 	owner, _ := mcpcall.CallerScope(ctx)
 	r, err := j.e.Create(ctx, ctx, owner, tool)
 	if errors.Is(err, runs.ErrClosed) {
-		return nil, ErrJobsClosed
+		return nil, ErrClosed
 	}
 	if err != nil {
 		return nil, err
@@ -163,13 +163,13 @@ func (j *Jobs) Start(ctx context.Context, tool string, work JobWork) (*Job, erro
 
 // Get returns the job with id as its status tool reports it. A running job
 // whose worker stopped heartbeating is settled as lost first. It returns
-// ErrJobNotFound when the job does not exist, expired, or was started by
+// ErrNotFound when the job does not exist, expired, or was started by
 // another caller than ctx's.
-func (j *Jobs) Get(ctx context.Context, id string) (*Job, error) {
+func (j *Runner) Get(ctx context.Context, id string) (*Job, error) {
 	owner, _ := mcpcall.CallerScope(ctx)
 	in, err := j.e.Get(ctx, owner, id, true)
 	if errors.Is(err, runs.ErrNotFound) {
-		return nil, ErrJobNotFound
+		return nil, ErrNotFound
 	}
 	if err != nil {
 		return nil, err
@@ -180,16 +180,16 @@ func (j *Jobs) Get(ctx context.Context, id string) (*Job, error) {
 // Cancel cancels the running job with id, started by ctx's caller, with
 // reason: it is reported cancelled at once, on every replica, and its work
 // is stopped (at once on this replica, at its next heartbeat on another).
-// It returns ErrJobEnded (with the job) for a job that has ended already,
-// and ErrJobNotFound for an unknown one.
-func (j *Jobs) Cancel(ctx context.Context, id, reason string) (*Job, error) {
+// It returns ErrEnded (with the job) for a job that has ended already,
+// and ErrNotFound for an unknown one.
+func (j *Runner) Cancel(ctx context.Context, id, reason string) (*Job, error) {
 	owner, _ := mcpcall.CallerScope(ctx)
 	in, err := j.e.Cancel(ctx, owner, id, reason)
 	switch {
 	case errors.Is(err, runs.ErrNotFound):
-		return nil, ErrJobNotFound
+		return nil, ErrNotFound
 	case errors.Is(err, runs.ErrTerminal):
-		return jobOf(in), ErrJobEnded
+		return jobOf(in), ErrEnded
 	case err != nil:
 		return nil, err
 	}
@@ -200,7 +200,7 @@ func (j *Jobs) Cancel(ctx context.Context, id, reason string) (*Job, error) {
 // ctx is done; it then cancels the rest (they fail: the server shut down),
 // waits for them to return, and returns ctx's error. Work must honour its
 // ctx for Close to return.
-func (j *Jobs) Close(ctx context.Context) error { return j.e.Close(ctx) }
+func (j *Runner) Close(ctx context.Context) error { return j.e.Close(ctx) }
 
 func jobOf(in runs.Info) *Job {
 	n := mcpcall.DecodeRunNote(in.Note)
@@ -211,15 +211,15 @@ func jobOf(in runs.Info) *Job {
 	}
 	switch in.Status {
 	case runs.Running:
-		job.State = JobRunning
+		job.State = Running
 	case runs.Succeeded:
-		job.State = JobSucceeded
+		job.State = Succeeded
 	case runs.Failed:
-		job.State = JobFailed
+		job.State = Failed
 	case runs.Cancelled:
-		job.State = JobCancelled
+		job.State = Cancelled
 	case runs.Lost:
-		job.State = JobLost
+		job.State = Lost
 	}
 	return job
 }
