@@ -65,7 +65,6 @@ type crowdGen struct {
 	spans  []timedSpan
 	chats  []sp
 	expect map[string]expectation
-	users  int
 	undetectable,
 	uncomparable,
 	reads, rounds int

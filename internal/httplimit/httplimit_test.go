@@ -25,7 +25,8 @@ func TestResolve_ZeroTakesTheDefaultNegativeLifts(t *testing.T) {
 // concurrent initializes cannot open more than MaxSessions.
 func TestSessions_ReservationsCountAgainstTheCap(t *testing.T) {
 	s := NewSessions(Limits{MaxSessions: 2}, nil)
-	if !s.Reserve() || !s.Reserve() || s.Reserve() {
+	first, second, third := s.Reserve(), s.Reserve(), s.Reserve()
+	if !first || !second || third {
 		t.Fatal("two reservations of a cap of 2, then a third: want yes, yes, no")
 	}
 	s.Add("a", nil) // the first opened a session

@@ -91,8 +91,8 @@ func TestOp_SessionIDIsExportedHashedUnlessOptedIn(t *testing.T) {
 	}
 	for _, s := range ended {
 		for _, kv := range s.Attributes() {
-			if strings.Contains(kv.Value.Emit(), sid) {
-				t.Errorf("span %q: %s = %q carries the raw session ID", s.Name(), kv.Key, kv.Value.Emit())
+			if strings.Contains(kv.Value.String(), sid) {
+				t.Errorf("span %q: %s = %q carries the raw session ID", s.Name(), kv.Key, kv.Value.String())
 			}
 		}
 		if got := attrsOf(s)[sc.MCPSessionID]; got != (hashkey.Hasher{}).SessionHash(sid) {
@@ -144,7 +144,7 @@ func eventText(s sdktrace.ReadOnlySpan) string {
 	var b strings.Builder
 	for _, ev := range s.Events() {
 		for _, kv := range ev.Attributes {
-			b.WriteString(string(kv.Key) + "=" + kv.Value.Emit() + "\n")
+			b.WriteString(string(kv.Key) + "=" + kv.Value.String() + "\n")
 		}
 	}
 	return b.String()

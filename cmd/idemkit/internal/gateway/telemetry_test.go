@@ -25,12 +25,12 @@ func spanText(s sdktrace.ReadOnlySpan) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s status=%q\n", s.Name(), s.Status().Description)
 	for _, kv := range s.Attributes() {
-		fmt.Fprintf(&b, "%s=%s\n", kv.Key, kv.Value.Emit())
+		fmt.Fprintf(&b, "%s=%s\n", kv.Key, kv.Value.String())
 	}
 	for _, ev := range s.Events() {
 		fmt.Fprintf(&b, "event %s\n", ev.Name)
 		for _, kv := range ev.Attributes {
-			fmt.Fprintf(&b, "  %s=%s\n", kv.Key, kv.Value.Emit())
+			fmt.Fprintf(&b, "  %s=%s\n", kv.Key, kv.Value.String())
 		}
 	}
 	return b.String()
