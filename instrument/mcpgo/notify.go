@@ -8,6 +8,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/idemkit-mcp/idemkit/internal/httplimit"
 	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 )
 
@@ -62,9 +63,9 @@ func notificationLayer(s *server.MCPServer, h http.Handler) http.Handler {
 				op.End(mcpcall.Response{Panicked: true})
 			}
 		}()
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &httplimit.StatusWriter{ResponseWriter: w}
 		h.ServeHTTP(sw, r.WithContext(ctx))
-		if sw.status < 300 {
+		if sw.Status < 300 {
 			// Accepted: the session ID, if any, is one the server issued.
 			op.SetSession(r.Header.Get(server.HeaderKeySessionID), "")
 		}
@@ -72,26 +73,3 @@ func notificationLayer(s *server.MCPServer, h http.Handler) http.Handler {
 		op.End(mcpcall.Response{})
 	})
 }
-
-// statusWriter records the status code a handler writes.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the writer beneath.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -267,9 +267,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		defer h.Sessions.done(id)
 		if r.Method == http.MethodDelete && h.WatchDelete {
-			sw := &statusWriter{ResponseWriter: w}
+			sw := &StatusWriter{ResponseWriter: w}
 			h.Next.ServeHTTP(sw, r)
-			if sw.status/100 == 2 {
+			if sw.Status/100 == 2 {
 				h.Sessions.Remove(id)
 			}
 			return
@@ -375,31 +375,33 @@ func WriteError(w http.ResponseWriter, status int, id json.RawMessage, code int,
 	_, _ = w.Write(append(b, '\n'))
 }
 
-// statusWriter records the status of a response.
-type statusWriter struct {
+// StatusWriter records the status of a response (Status, 0 until the
+// handler writes), for the layers that act on it; it passes Flush and
+// Unwrap (http.ResponseController) through.
+type StatusWriter struct {
 	http.ResponseWriter
-	status int
+	Status int
 }
 
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
+func (w *StatusWriter) WriteHeader(code int) {
+	if w.Status == 0 {
+		w.Status = code
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
+func (w *StatusWriter) Write(b []byte) (int, error) {
+	if w.Status == 0 {
+		w.Status = http.StatusOK
 	}
 	return w.ResponseWriter.Write(b)
 }
 
-func (w *statusWriter) Flush() {
+func (w *StatusWriter) Flush() {
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
 }
 
 // Unwrap lets http.ResponseController reach the connection.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *StatusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
