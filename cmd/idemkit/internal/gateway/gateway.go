@@ -417,6 +417,8 @@ type session struct {
 	inflight  map[string]json.RawMessage // client request ID (idKey) -> upstream ID
 	taskCaps  taskCapabilities           // the upstream's, from its initialize answer
 
+	asking asking // server-to-client requests relayed and not answered
+
 	endOnce sync.Once
 
 	release     func() // gives back the session's upstream slot, or nil
@@ -522,8 +524,11 @@ func (s *session) roundTrip(ctx context.Context, req *Message, h http.Header, ou
 			}
 			return m.withID(req.ID), nil
 		}
-		if m.Method == "notifications/tools/list_changed" {
-			s.tools.invalidate()
+		s.fromUpstream(m)
+		if m.IsRequest() {
+			// Relayed on this request's stream: when the request ends, the
+			// upstream no longer waits for its answer.
+			defer s.asking.answered(idKey(m.ID))
 		}
 		if onMsg != nil {
 			onMsg(m)
@@ -531,6 +536,20 @@ func (s *session) roundTrip(ctx context.Context, req *Message, h http.Header, ou
 		if out != nil {
 			_ = out.send(m)
 		}
+	}
+}
+
+// fromUpstream notes what a message the upstream sends to the client
+// changes: the tools (list_changed), the server-to-client requests open
+// (a request, or the upstream's cancellation of one).
+func (s *session) fromUpstream(m *Message) {
+	switch {
+	case m.Method == "notifications/tools/list_changed":
+		s.tools.invalidate()
+	case m.IsRequest():
+		s.asking.relayed(idKey(m.ID))
+	case cancelledRequest(m) != nil:
+		s.asking.answered(idKey(cancelledRequest(m)))
 	}
 }
 
@@ -698,6 +717,11 @@ func (s *session) toolsCall(op *mcpcall.Op, req *Message, p *requestParams, h ht
 			// when the client goes away: its retry will ask for that
 			// outcome.
 			ctx = context.WithoutCancel(ctx)
+		}
+		if c != nil {
+			// While the upstream waits on the client (a question to the
+			// user, a sampling, the roots), the claim is kept.
+			defer s.keepLeaseWhileAsking(ctx, c, p.Name)()
 		}
 		var lastBeat time.Time
 		resp, err := s.roundTrip(ctx, fwd, h, out, func(m *Message) {

@@ -465,6 +465,12 @@ func (s *session) send(ctx context.Context, msg *Message, h http.Header) error {
 		}
 		msg = msg.withParams(params)
 	}
+	if msg.IsResponse() {
+		// The client's answer to a server-to-client request: once it is
+		// relayed (or could not be), the upstream no longer waits on the
+		// client for it.
+		defer s.asking.answered(idKey(msg.ID))
+	}
 	return s.conn.Send(ctx, msg, h)
 }
 
@@ -506,9 +512,7 @@ func (g *Gateway) get(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return
 		}
-		if m.Method == "notifications/tools/list_changed" {
-			s.tools.invalidate()
-		}
+		s.fromUpstream(m)
 		if sse.write(m.Bytes()) != nil {
 			return
 		}
@@ -607,9 +611,7 @@ func (g *Gateway) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) e
 				if err != nil {
 					return
 				}
-				if m.Method == "notifications/tools/list_changed" {
-					s.tools.invalidate()
-				}
+				s.fromUpstream(m)
 				_ = w.send(m)
 			}
 		})

@@ -32,7 +32,8 @@ func runStdioServer(dir string) int {
 		return 1
 	}
 	defer os.Remove(pidFile)
-	s := server.NewMCPServer("stdio-upstream", "1.0.0")
+	s := server.NewMCPServer("stdio-upstream", "1.0.0", server.WithElicitation())
+	s.AddTool(wireMoneyTool(), wireMoney(recordEffect))
 	s.AddTool(mcp.NewTool("issue_refund", mcp.WithString("order_id", mcp.Required()), mcp.WithNumber("amount_cents")),
 		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return mcp.NewToolResultText("refund issued for " + req.GetString("order_id", "") + " by " + strconv.Itoa(os.Getpid())), nil
