@@ -25,16 +25,18 @@
 // another is an error that names the file, the line and the setting
 // ("gateway.yaml:7: tools.issue_refund.window: ..."). A tool may also
 // require an explicit key (require_key), mix a version into its keys
-// (version) and bound its failed attempts (max_attempts). Excludes by JSON
-// Pointer, timestamp rounding and a human gate (confirm) are not in this
-// version: the first two are not in the middleware yet, and the gateway
-// cannot ask its client a question of its own.
+// (version), bound its failed attempts (max_attempts) and ask the user
+// before a call runs (confirm, a human gate: see Confirm). Excludes by
+// JSON Pointer and timestamp rounding are not in this version.
 //
 //	tools:
 //	  transfer:
 //	    require_key: true
 //	    version: "2"
 //	    max_attempts: 3
+//	    confirm:
+//	      question: "Transfer {amount_cents} cents to {iban}?"
+//	      above: {field: amount_cents, value: 10000}
 package gatewayconfig
 
 import (
@@ -113,6 +115,8 @@ type Tool struct {
 	// MaxAttempts bounds one call's failed attempts (as
 	// idemkit.ToolConfig.MaxAttempts); 0: no limit.
 	MaxAttempts int
+	// Confirm is the tool's human gate (see confirm.go), or nil.
+	Confirm *Confirm
 }
 
 // CallStatusTool is the call_status_tool section.
@@ -235,7 +239,7 @@ func orTop(path string) string {
 var (
 	topFields    = []string{"defaults", "call_status_tool", "tools"}
 	policyFields = []string{"window", "lease", "wait", "failure_policy"}
-	toolFields   = append(slices.Clone(policyFields), "protect", "status_tool", "exclude", "require_key", "version", "max_attempts")
+	toolFields   = append(slices.Clone(policyFields), "protect", "status_tool", "exclude", "require_key", "version", "max_attempts", "confirm")
 	statusFields = []string{"enabled", "name"}
 )
 
@@ -408,6 +412,8 @@ func (p *parser) tools(v *yaml.Node) {
 				}
 			case "max_attempts":
 				t.MaxAttempts = p.positiveInt(v, at)
+			case "confirm":
+				t.Confirm = p.confirm(v, at)
 			default:
 				p.policy(&t.Policy, where, key, v)
 			}
@@ -538,9 +544,9 @@ func (f *File) GuardTools() map[string]idemkit.ToolConfig {
 }
 
 // ApplyInstrumentation sets the file's protect and bypass overrides,
-// excluded fields, required keys and tool versions in c (as
-// instrument.WithProtect, WithBypass, WithExclude, WithRequireKey and
-// WithToolVersion do).
+// excluded fields, required keys, tool versions and human gates in c (as
+// instrument.WithProtect, WithBypass, WithExclude, WithRequireKey,
+// WithToolVersion and WithConfirmation do).
 func (f *File) ApplyInstrumentation(c *mcpcall.Config) {
 	for name, t := range f.Tools {
 		if t.Protect != nil {
@@ -566,6 +572,12 @@ func (f *File) ApplyInstrumentation(c *mcpcall.Config) {
 				c.ToolVersions = map[string]string{}
 			}
 			c.ToolVersions[name] = t.Version
+		}
+		if t.Confirm != nil && (t.Protect == nil || *t.Protect) {
+			if c.Confirm == nil {
+				c.Confirm = map[string]mcpcall.Confirmation{}
+			}
+			c.Confirm[name] = t.Confirm.confirmation()
 		}
 	}
 }

@@ -75,7 +75,7 @@ func TestParse_ErrorsNameTheFileLineAndSetting(t *testing.T) {
 		want []string
 	}{
 		{"tool:\n  a: {}\n", []string{"g.yaml:1: tool: unknown setting; the file takes defaults, call_status_tool, tools"}},
-		{"tools:\n  a:\n    windw: 5m\n", []string{"g.yaml:3: tools.a.windw: unknown setting; tools.a takes window, lease, wait, failure_policy, protect, status_tool, exclude, require_key, version, max_attempts"}},
+		{"tools:\n  a:\n    windw: 5m\n", []string{"g.yaml:3: tools.a.windw: unknown setting; tools.a takes window, lease, wait, failure_policy, protect, status_tool, exclude, require_key, version, max_attempts, confirm"}},
 		{"tools:\n  a:\n    window: 5\n", []string{"g.yaml:3: tools.a.window: 5 has no unit: write 5s, 5m or 5h"}},
 		{"tools:\n  a:\n    window: soon\n", []string{`g.yaml:3: tools.a.window: "soon" is not a duration`}},
 		{"tools:\n  a:\n    window: 0s\n", []string{"g.yaml:3: tools.a.window: must be positive, got 0s"}},
@@ -95,7 +95,7 @@ func TestParse_ErrorsNameTheFileLineAndSetting(t *testing.T) {
 		{"tools:\n  a:\n    version: ''\n", []string{"g.yaml:3: tools.a.version: must not be empty"}},
 		{"tools:\n  a:\n    version: 2\n", []string{"g.yaml:3: tools.a.version: must be a string"}},
 		{"tools:\n  a:\n    protect: false\n    require_key: true\n", []string{"tools.a.require_key: has no effect: protect is false"}},
-		{"tools:\n  a:\n    confirm: true\n", []string{"g.yaml:3: tools.a.confirm: unknown setting"}},
+		{"tools:\n  a:\n    confirm: true\n", []string{"g.yaml:3: tools.a.confirm: must be a mapping of question, above, unasked"}},
 		{"tools:\n  a:\n    window: 5m\n    window: 6m\n", []string{"g.yaml:4: tools.a.window: set twice (first on line 3)"}},
 		{"tools:\n  a: {}\n  a: {}\n", []string{"g.yaml:3: tools.a: set twice (first on line 2)"}},
 		{"tools:\n  '': {}\n", []string{"g.yaml:2: tools: a tool name must not be empty"}},
