@@ -40,8 +40,9 @@ type Confirmation struct {
 // It applies to protected calls (a tool that is not protected is not
 // gated). On mcp-go a client that negotiated protocol 2026-07-28, which
 // has no server-to-client requests, cannot be asked: such a call is
-// refused (or runs unasked with c.Unasked). The idemkit gateway has no
-// gate yet. Defaults to no gate.
+// refused (or runs unasked with c.Unasked). The idemkit gateway has the
+// same gate, set per tool in its configuration file (confirm). Defaults to
+// no gate.
 func WithConfirmation(tool string, c Confirmation) Option {
 	return optionFunc(func(cfg *mcpcall.Config) {
 		if cfg.Confirm == nil {

@@ -417,7 +417,9 @@ type session struct {
 	inflight  map[string]json.RawMessage // client request ID (idKey) -> upstream ID
 	taskCaps  taskCapabilities           // the upstream's, from its initialize answer
 
-	asking asking // server-to-client requests relayed and not answered
+	asking    asking        // server-to-client requests relayed and not answered
+	confirms  confirmations // the gateway's own questions to the client
+	canElicit bool          // the client declared elicitation (under mu)
 
 	endOnce sync.Once
 
@@ -613,6 +615,9 @@ func (s *session) handle(ctx context.Context, req *Message, h http.Header, t *mc
 		resp, err = s.roundTrip(op, req, h, out, nil)
 		if err == nil && req.Method == spancontract.MethodInitialize && resp.Error == nil {
 			s.initialized(resp, t)
+			s.mu.Lock()
+			s.canElicit = clientCanElicit(req.Params)
+			s.mu.Unlock()
 			op.SetSession(s.id, s.protocolVersion())
 		}
 	}
@@ -688,6 +693,9 @@ func (s *session) toolsCall(op *mcpcall.Op, req *Message, p *requestParams, h ht
 		Meta:         p.Meta,
 		Info:         tool.info,
 		Continuation: nonNull(p.RequestState) || nonNull(p.InputResponses),
+	}
+	if in.Gates(p.Name) && out != nil {
+		call.Elicit = &elicitor{s: s, out: out}
 	}
 	fwd := req
 	if in.StripsKey(p.Name, tool.info) {

@@ -465,6 +465,9 @@ func (s *session) send(ctx context.Context, msg *Message, h http.Header) error {
 		}
 		msg = msg.withParams(params)
 	}
+	if msg.IsResponse() && s.confirms.deliver(msg) {
+		return nil // the answer to the gateway's own question
+	}
 	if msg.IsResponse() {
 		// The client's answer to a server-to-client request: once it is
 		// relayed (or could not be), the upstream no longer waits on the

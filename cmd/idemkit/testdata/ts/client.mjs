@@ -11,12 +11,16 @@
 //   {"seq":6,"op":"session","conn":"a"}                   -> {"seq":6,"ok":true,"result":"<Mcp-Session-Id>"}
 //   {"seq":7,"op":"request","conn":"a","method":"tasks/get","params":{"taskId":"…"}} -> {"seq":7,"ok":true,"result":{...}}
 //        any request, its result unchecked (a task-augmented tools/call, the task methods)
+//   {"seq":8,"op":"connect","conn":"e","url":"…","elicit":{"action":"accept","delayMs":1500}}
+//        declares the elicitation capability; every elicitation/create is answered action after delayMs
+//   {"seq":9,"op":"asked","conn":"e"}                     -> {"seq":9,"ok":true,"result":["the questions asked", ...]}
 //
 // A failed command answers {"seq":N,"ok":false,"error":"...","code":N}.
 import readline from 'node:readline';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 
 const conns = new Map();
@@ -39,9 +43,17 @@ async function handle(cmd) {
           stderr: 'inherit',
         });
       }
-      const client = new Client({ name: 'ts-driver', version: '1.0.0' });
+      const asked = [];
+      const client = new Client({ name: 'ts-driver', version: '1.0.0' }, cmd.elicit ? { capabilities: { elicitation: {} } } : undefined);
+      if (cmd.elicit) {
+        client.setRequestHandler(ElicitRequestSchema, async (req) => {
+          asked.push(req.params.message);
+          await new Promise((r) => setTimeout(r, cmd.elicit.delayMs ?? 0));
+          return { action: cmd.elicit.action ?? 'accept', ...(cmd.elicit.action === 'accept' || !cmd.elicit.action ? { content: {} } : {}) };
+        });
+      }
       await client.connect(transport);
-      conns.set(cmd.conn, { client, transport });
+      conns.set(cmd.conn, { client, transport, asked });
       return { serverVersion: client.getServerVersion(), protocol: transport.protocolVersion ?? null };
     }
     case 'list': {
@@ -67,6 +79,8 @@ async function handle(cmd) {
     }
     case 'session':
       return conn(cmd).transport.sessionId ?? null;
+    case 'asked':
+      return conn(cmd).asked;
     case 'close': {
       const c = conn(cmd);
       if (cmd.terminate && c.transport.terminateSession) await c.transport.terminateSession();
