@@ -129,16 +129,21 @@ type Config struct {
 	// one protected call driven by its progress notifications. Defaults to
 	// DefaultHeartbeatInterval.
 	HeartbeatInterval time.Duration
-	// MaxMessageBytes bounds one JSON-RPC message the gateway reads: a
-	// client's (a larger POST gets HTTP 413) and a Streamable HTTP
-	// upstream's JSON answer. A tools/call answer over it was run but can
-	// be neither passed on nor kept: a protected call is recorded as done
+	// MaxMessageBytes bounds one JSON-RPC message the gateway reads, on
+	// every transport: a client's POST (a larger one gets HTTP 413) or
+	// stdio line (a longer one is dropped unread and answered with a
+	// JSON-RPC error), and a Streamable HTTP upstream's JSON answer or SSE
+	// event (and its lines). A tools/call answer over it was run but can be
+	// neither passed on nor kept: a protected call is recorded as done
 	// with its result not kept (the first caller and every retry are
 	// answered response_not_kept; nothing runs again), which needs the
 	// Guard's Config.MaxResponseBytes to be at most this (the idemkit
-	// command sets both from --max-message-bytes). Answers that arrive as
-	// SSE or over stdio are not cut; the Guard keeps none over its own
-	// limit. Defaults to DefaultMaxMessageBytes.
+	// command sets both from --max-message-bytes); on a request's SSE
+	// stream any event over it before the answer is taken for the answer.
+	// A stdio upstream's line over it cannot be told apart from an answer,
+	// nor skipped safely: the process is stopped and its requests in flight
+	// fail as when it crashes (whether they ran is unknown). Defaults to
+	// DefaultMaxMessageBytes.
 	MaxMessageBytes int
 	// Logger receives the gateway's logs. Defaults to discarding them.
 	Logger *slog.Logger

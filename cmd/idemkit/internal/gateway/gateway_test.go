@@ -393,7 +393,7 @@ func TestGateway_LearnsToolsWhenTheClientNeverListed(t *testing.T) {
 
 func TestSSEReader(t *testing.T) {
 	in := ": comment\n\nid: 1\ndata:\n\nevent: message\ndata: {\"a\":\ndata: 1}\n\nevent: ping\ndata: x\n\ndata: {\"b\":2}\r\n\r\ndata: {\"c\":3}"
-	r := newSSEReader(strings.NewReader(in))
+	r := newSSEReader(strings.NewReader(in), DefaultMaxMessageBytes)
 	var got []string
 	for {
 		b, err := r.next()

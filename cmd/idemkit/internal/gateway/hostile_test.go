@@ -355,10 +355,11 @@ func TestGateway_MaxMessageBytes(t *testing.T) {
 	}
 
 	// An answer the upstream streams as SSE (mcp-go does once a
-	// notification comes first) is passed on whole; the Guard keeps none
-	// over its limit, and the retry is told so.
+	// notification comes first) is bounded too: its event is over the
+	// limit, so it is not read; the call ran, and is recorded as done with
+	// its result not kept, as for a JSON answer; the retry is told so.
 	sse := `{"name":"big_report","arguments":{"bytes":70000},"_meta":{"progressToken":"p"}}`
-	if r := c.callParams(sse).result(t); len(resultText(r)) != 70000 {
+	if r := c.callParams(sse).result(t); refusalOf(r) != "response_not_kept" || !strings.Contains(resultText(r), "The big_report call ran") {
 		t.Errorf("an SSE answer over the limit: %.300v", r)
 	}
 	if r := c.callParams(sse).result(t); refusalOf(r) != "response_not_kept" || up.count("big_report") != 2 {

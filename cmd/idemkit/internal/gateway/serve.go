@@ -625,7 +625,13 @@ func (g *Gateway) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) e
 	go func() {
 		r := bufio.NewReaderSize(in, 64<<10)
 		for {
-			line, err := r.ReadBytes('\n')
+			line, tooLong, err := readLine(r, g.maxMsg)
+			if tooLong {
+				// Dropped unread: its ID is unknown, so the error names none.
+				g.log.Warn("the stdio client sent a line over the message limit; dropped", "limit", g.maxMsg)
+				_ = w.send(newErrorResponse(nil, codeInvalidRequest, fmt.Sprintf(
+					"A line of over %d bytes (the gateway's --max-message-bytes) was dropped unread; nothing was done. Send smaller messages.", g.maxMsg)))
+			}
 			if len(bytes.TrimSpace(line)) > 0 {
 				select {
 				case lines <- line:

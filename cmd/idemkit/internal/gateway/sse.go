@@ -14,6 +14,7 @@ import (
 // of other types, comments and empty data (priming events) are skipped.
 type sseReader struct {
 	r    *bufio.Reader
+	max  int // the largest event's data, and line, read
 	data bytes.Buffer
 	// lastID is the last event ID the stream set (for Last-Event-ID).
 	lastID string
@@ -21,8 +22,10 @@ type sseReader struct {
 	retry int
 }
 
-func newSSEReader(r io.Reader) *sseReader {
-	return &sseReader{r: bufio.NewReaderSize(r, 32<<10)}
+// newSSEReader reads r's events, none of whose lines or data may be over
+// max bytes (a *lineTooLongError otherwise).
+func newSSEReader(r io.Reader, max int) *sseReader {
+	return &sseReader{r: bufio.NewReaderSize(r, 32<<10), max: max}
 }
 
 // next returns the data of the next message event, or an error (io.EOF at
@@ -32,15 +35,9 @@ func (s *sseReader) next() ([]byte, error) {
 	s.data.Reset()
 	hasData := false
 	for {
-		line, err := s.r.ReadSlice('\n')
-		if err == bufio.ErrBufferFull {
-			// A long line: collect it whole.
-			buf := append([]byte(nil), line...)
-			for err == bufio.ErrBufferFull {
-				line, err = s.r.ReadSlice('\n')
-				buf = append(buf, line...)
-			}
-			line = buf
+		line, tooLong, err := readLine(s.r, s.max+len("data: ")+1) // +1: a '\r'
+		if tooLong {
+			return nil, &lineTooLongError{what: "the server sent an SSE line", limit: s.max}
 		}
 		if err != nil && (err != io.EOF || len(line) == 0) {
 			if err == io.EOF && hasData && (event == "" || event == "message") {
@@ -74,6 +71,9 @@ func (s *sseReader) next() ([]byte, error) {
 				s.retry = n
 			}
 		case "data":
+			if s.data.Len()+len(value)+1 > s.max {
+				return nil, &lineTooLongError{what: "the server sent an SSE event", limit: s.max}
+			}
 			if hasData {
 				s.data.WriteByte('\n')
 			}

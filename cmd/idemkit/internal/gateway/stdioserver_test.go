@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,6 +35,10 @@ func runStdioServer(dir string) int {
 	defer os.Remove(pidFile)
 	s := server.NewMCPServer("stdio-upstream", "1.0.0", server.WithElicitation())
 	s.AddTool(wireMoneyTool(), wireMoney(recordEffect))
+	s.AddTool(mcp.NewTool("big", mcp.WithReadOnlyHintAnnotation(true), mcp.WithNumber("bytes")),
+		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText(strings.Repeat("x", req.GetInt("bytes", 0))), nil
+		})
 	s.AddTool(mcp.NewTool("issue_refund", mcp.WithString("order_id", mcp.Required()), mcp.WithNumber("amount_cents")),
 		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return mcp.NewToolResultText("refund issued for " + req.GetString("order_id", "") + " by " + strconv.Itoa(os.Getpid())), nil

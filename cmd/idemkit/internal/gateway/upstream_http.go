@@ -259,7 +259,7 @@ func (c *httpConn) Request(ctx context.Context, msg *Message, h http.Header) (St
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	switch {
 	case resp.StatusCode == http.StatusOK && ct == "text/event-stream":
-		return &httpSSEStream{c: c, ctx: ctx, h: h, resp: resp, sse: newSSEReader(resp.Body), request: true}, nil
+		return &httpSSEStream{c: c, ctx: ctx, h: h, resp: resp, sse: newSSEReader(resp.Body, int(c.up.maxMessageBytes())), request: true}, nil
 	case ct == "application/json":
 		// A JSON answer, whatever the status: a JSON-RPC response (or an
 		// error response to a rejected request).
@@ -315,7 +315,7 @@ func (c *httpConn) Listen(ctx context.Context, h http.Header) (Stream, error) {
 	}
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if resp.StatusCode == http.StatusOK && ct == "text/event-stream" {
-		return &httpSSEStream{c: c, ctx: ctx, h: h, resp: resp, sse: newSSEReader(resp.Body)}, nil
+		return &httpSSEStream{c: c, ctx: ctx, h: h, resp: resp, sse: newSSEReader(resp.Body, int(c.up.maxMessageBytes()))}, nil
 	}
 	if resp.StatusCode == http.StatusMethodNotAllowed {
 		drain(resp)
@@ -370,6 +370,17 @@ type httpSSEStream struct {
 func (s *httpSSEStream) Next() (*Message, error) {
 	for {
 		data, err := s.sse.next()
+		if tl, ok := errors.AsType[*lineTooLongError](err); ok {
+			if s.request && !s.answered {
+				// Most likely the answer (it cannot be told apart unread):
+				// the request ran, and its answer cannot be passed on. A
+				// protected call is recorded as done, its result not kept,
+				// as for a JSON answer over the limit: nothing runs twice.
+				limit := int64(tl.limit)
+				return nil, &answerTooLargeError{limit: limit, buf: make([]byte, limit+1)}
+			}
+			return nil, fmt.Errorf("%w: %v", ErrUpstreamGone, err)
+		}
 		if err != nil {
 			if ctxErr := s.ctx.Err(); ctxErr != nil {
 				return nil, ctxErr
@@ -430,7 +441,7 @@ func (s *httpSSEStream) resume() error {
 	s.resp = resp
 	s.mu.Unlock()
 	last, retry := s.sse.lastID, s.sse.retry
-	s.sse = newSSEReader(resp.Body)
+	s.sse = newSSEReader(resp.Body, int(s.c.up.maxMessageBytes()))
 	s.sse.lastID, s.sse.retry = last, retry
 	return nil
 }

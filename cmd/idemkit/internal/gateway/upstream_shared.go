@@ -46,6 +46,8 @@ func NewSharedStdioUpstream(base *StdioUpstream) *SharedStdioUpstream {
 // Transport implements Upstream.
 func (u *SharedStdioUpstream) Transport() string { return "stdio" }
 
+func (u *SharedStdioUpstream) setMaxMessageBytes(n int) { u.base.setMaxMessageBytes(n) }
+
 // sharedBySubject marks an upstream whose processes are per subject (the
 // caps count processes, not sessions).
 func (u *SharedStdioUpstream) sharedBySubject() bool { return true }

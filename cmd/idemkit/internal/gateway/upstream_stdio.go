@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -23,6 +24,16 @@ type StdioUpstream struct {
 	env    []string
 	stderr io.Writer
 	log    *slog.Logger
+	maxMsg atomic.Int64 // the longest line read; set by New
+}
+
+func (u *StdioUpstream) setMaxMessageBytes(n int) { u.maxMsg.Store(int64(n)) }
+
+func (u *StdioUpstream) maxMessageBytes() int {
+	if n := u.maxMsg.Load(); n > 0 {
+		return int(n)
+	}
+	return DefaultMaxMessageBytes
 }
 
 // NewStdioUpstream returns the upstream that runs argv (a program and its
@@ -67,6 +78,7 @@ func (u *StdioUpstream) Connect(ctx context.Context) (Conn, error) {
 		return nil, fmt.Errorf("start the upstream command %q: %w", u.argv[0], err)
 	}
 	c := &stdioConn{
+		maxLine: u.maxMessageBytes(),
 		cmd:     cmd,
 		in:      in,
 		log:     u.log.With("pid", cmd.Process.Pid),
@@ -83,8 +95,9 @@ func (u *StdioUpstream) Connect(ctx context.Context) (Conn, error) {
 
 // stdioConn is one upstream process.
 type stdioConn struct {
-	cmd *exec.Cmd
-	log *slog.Logger
+	cmd     *exec.Cmd
+	log     *slog.Logger
+	maxLine int // the longest line read from the process
 
 	wmu sync.Mutex // serialises writes to in
 	in  io.WriteCloser
@@ -96,6 +109,8 @@ type stdioConn struct {
 
 	done      chan struct{} // closed when the process has exited
 	closeOnce sync.Once
+
+	tooLong *lineTooLongError // why read stopped the process; before wait reads it
 }
 
 // Done implements Conn.
@@ -194,6 +209,9 @@ func (c *stdioConn) wait() {
 	if err != nil {
 		why = "ended (" + err.Error() + ")"
 	}
+	if c.tooLong != nil {
+		why = "was stopped: " + c.tooLong.Error()
+	}
 	c.log.Debug("upstream process ended", "status", why)
 	gone := fmt.Errorf("%w: the server process %s", ErrUpstreamGone, why)
 	c.mu.Lock()
@@ -214,11 +232,21 @@ func (c *stdioConn) wait() {
 	close(c.done)
 }
 
-// read dispatches every line the server writes.
+// read dispatches every line the server writes. A line over the message
+// limit cannot be read, nor told apart from an answer: the process is
+// stopped, and every request in flight fails saying why (whether it ran is
+// unknown, as when a process crashes).
 func (c *stdioConn) read(out io.Reader) {
 	r := bufio.NewReaderSize(out, 64<<10)
 	for {
-		line, err := r.ReadBytes('\n')
+		line, tooLong, err := readLine(r, c.maxLine)
+		if tooLong {
+			c.tooLong = &lineTooLongError{what: "the server process wrote a line", limit: c.maxLine}
+			c.log.Error("the upstream process wrote a line over the message limit; stopping it", "limit", c.maxLine)
+			_ = c.cmd.Process.Kill()
+			_, _ = io.Copy(io.Discard, out) // to its end, so that Wait returns
+			return
+		}
 		if len(line) > 0 {
 			c.dispatch(line)
 		}
