@@ -25,6 +25,7 @@ func TestGatewayConfig_MistakesAreUsageErrors(t *testing.T) {
 	leases := write("leases.yaml", "tools:\n  export:\n    lease: 30m\n")
 	status := write("status.yaml", "call_status_tool:\n  name: check_call\n")
 	statusTool := write("statustool.yaml", "tools:\n  idemkit_call_status:\n    window: 1m\n")
+	confirm := write("confirm.yaml", "tools:\n  issue_refund:\n    confirm:\n      question: \"Refund {amount_cents?\"\n")
 	up := []string{"gateway", "--store", "memory", "--upstream", "http://127.0.0.1:1/mcp"}
 	cases := []struct {
 		args []string
@@ -40,6 +41,7 @@ func TestGatewayConfig_MistakesAreUsageErrors(t *testing.T) {
 		{[]string{"--config", defaults, "--lease", "30m"}, "both set the same thing"},
 		{[]string{"--config", status, "--call-status-tool", "other"}, "--call-status-tool and call_status_tool (" + status + ":2) both set the same thing"},
 		{[]string{"--config", statusTool}, statusTool + ":2: tools.idemkit_call_status: idemkit_call_status is the gateway's call status tool"},
+		{[]string{"--config", confirm}, confirm + ":4: tools.issue_refund.confirm.question: has a { at byte 7 that is never closed"},
 		{[]string{"--protect", "idemkit_call_status"}, "is the gateway's call status tool, which is read-only and never protected"},
 		{[]string{"--call-status-tool", ""}, "is not a tool name"},
 	}

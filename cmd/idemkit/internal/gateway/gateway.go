@@ -14,7 +14,11 @@
 // restored on the way down. Messages the upstream sends before an answer
 // (progress, logging, server requests) are passed to the client as they
 // come; requests, notifications and responses the gateway does not need to
-// understand are forwarded untouched.
+// understand are forwarded untouched. While a server request the gateway
+// relayed is unanswered, the session's protected calls keep their leases
+// (asking.go); a tool with a human gate (mcpcall.Config.Confirm) is asked
+// about by the gateway itself before a call is forwarded (confirm.go).
+// Every message read, on every transport, is bounded by MaxMessageBytes.
 //
 // When the upstream goes away under a request (its process exits, the
 // connection breaks, or it answers that it no longer knows the session),
