@@ -38,6 +38,8 @@ const (
 // side effect.
 func wireMoney(effect func()) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		ctx, cancel := context.WithTimeout(ctx, 15*time.Second) // a failing test ends
+		defer cancel()
 		var er mcp.ElicitationRequest
 		er.Params = mcp.ElicitationParams{Message: "Wire " + req.GetString("amount", "") + "?", RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}}}
 		res, err := server.ServerFromContext(ctx).RequestElicitation(ctx, er)
@@ -263,4 +265,59 @@ func recordEffect() {
 	}
 	name := strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 10)
 	_ = os.WriteFile(filepath.Join(dir, name), nil, 0o644)
+}
+
+// slowRoots is a client whose roots take askAnswer to list, counting the
+// requests.
+type slowRoots struct {
+	*slowHuman
+}
+
+func (r slowRoots) ListRoots(ctx context.Context, req mcp.ListRootsRequest) (*mcp.ListRootsResult, error) {
+	r.asked.Add(1)
+	r.once.Do(func() { close(r.first) })
+	select {
+	case <-time.After(askAnswer):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return &mcp.ListRootsResult{Roots: []mcp.Root{{URI: "file:///srv", Name: "srv"}}}, nil
+}
+
+// TestGateway_UpstreamRootsRequestKeepsTheLease: not only elicitation:
+// any request the upstream sends the client (here roots/list, which
+// mcp-go sends on the session's GET stream, not the call's) keeps the
+// call's lease until the answer is relayed.
+func TestGateway_UpstreamRootsRequestKeepsTheLease(t *testing.T) {
+	var wired atomic.Int64
+	s := server.NewMCPServer("upstream", "1.0.0", server.WithRoots())
+	s.AddTool(mcp.NewTool("sync_roots"), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		ctx, cancel := context.WithTimeout(ctx, 15*time.Second) // a failing test ends
+		defer cancel()
+		res, err := server.ServerFromContext(ctx).RequestRoots(ctx, mcp.ListRootsRequest{})
+		if err != nil {
+			return mcp.NewToolResultError("roots: " + err.Error()), nil
+		}
+		wired.Add(1)
+		return mcp.NewToolResultText("wired " + res.Roots[0].URI), nil
+	})
+	hs := httptest.NewServer(server.NewStreamableHTTPServer(s, server.WithStateful(true)))
+	t.Cleanup(hs.Close)
+	g, err := idemkit.NewGuard(&idemkit.MemoryStore{}, &idemkit.Config{Tools: map[string]idemkit.ToolConfig{"sync_roots": {Lease: askLease}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, gw := newGatewayServer(t, hs.URL+"/mcp", Config{Guard: g})
+	r := slowRoots{newSlowHuman()}
+	newRootsClient := func() *client.Client {
+		// mcp-go's server sends roots/list on the session's GET stream,
+		// which its client opens only when asked to.
+		tr, err := transport.NewStreamableHTTP(gw, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer tok"}), transport.WithContinuousListening())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return startClient(t, client.NewClient(tr, client.WithRootsHandler(r)))
+	}
+	firstRes, retryRes := askedDuringRetry(t, "sync_roots", map[string]any{}, newRootsClient(), newRootsClient(), r.slowHuman)
+	checkAskedOnce(t, wired.Load(), r.slowHuman, firstRes, retryRes)
 }
