@@ -47,6 +47,7 @@ type gatewayFlags struct {
 	sessionIdle   time.Duration
 	readTimeout   time.Duration
 	idleTimeout   time.Duration
+	confirmWait   time.Duration
 	hashKeyFile   string
 	config        string
 	// callStatusFlag is --call-status-tool; callStatus the name resolved
@@ -157,7 +158,9 @@ only for a server that keeps no per-session state, since it sees one
 client (the first session's capabilities; a logging level, subscriptions,
 roots or state one session sets are every session's). --read-timeout (10s) bounds reading
 a request's headers and its body, --idle-timeout (2m) an idle keep-alive
-connection, --max-message-bytes (16 MiB) one message.
+connection, --max-message-bytes (16 MiB) one message (a POST, a stdio
+line, an SSE event), --confirm-timeout (10m) the gateway's own question
+before a call of a tool with a confirm setting.
 
 What the spans reveal: no arguments, results, subjects or credentials;
 idemkit.args.hash, idemkit.key.hash and idemkit.subject.hash are hashes of
@@ -208,6 +211,7 @@ answer the gateway cannot read is reported by its size, never its bytes.`,
 	fl.IntVar(&f.maxUpSubject, "max-upstreams-per-subject", 0, fmt.Sprintf("the most upstream sessions one caller may have open (0: %d for a stdio server, %d for an HTTP one); an initialize beyond it gets HTTP 429",
 		gateway.DefaultMaxStdioUpstreamsPerSubject, gateway.DefaultMaxHTTPUpstreamsPerSubject))
 	fl.DurationVar(&f.sessionIdle, "session-idle-timeout", gateway.DefaultSessionIdleTimeout, "close a session (and its upstream session or process) unused this long: no request, no open stream")
+	fl.DurationVar(&f.confirmWait, "confirm-timeout", gateway.DefaultConfirmTimeout, "how long the gateway's own question before a call of a tool with a confirm setting (--config) waits for the user's answer (none in time: refused, nothing forwarded)")
 	fl.DurationVar(&f.readTimeout, "read-timeout", gateway.DefaultReadTimeout, "how long a client may take to send a request's headers, and again its body (slower: the connection is closed, or HTTP 408)")
 	fl.DurationVar(&f.idleTimeout, "idle-timeout", DefaultIdleTimeout, "how long an idle keep-alive connection is kept open between requests")
 	fl.DurationVar(&f.sweepEvery, "sweep-interval", time.Minute, "how often the gateway deletes the store's expired records (0: never, for a SQLite or Postgres store swept by 'idemkit sweep' from cron; a memory store is always swept)")
@@ -238,8 +242,8 @@ func (f *gatewayFlags) validate(listenSet bool, command []string) error {
 		return usagef("--max-message-bytes must be positive, got %d", f.maxMessage)
 	case f.maxUp < 0 || f.maxUpSubject < 0:
 		return usagef("--max-upstreams and --max-upstreams-per-subject must not be negative (0: the default)")
-	case f.sessionIdle <= 0 || f.readTimeout <= 0 || f.idleTimeout <= 0:
-		return usagef("--session-idle-timeout, --read-timeout and --idle-timeout must be positive")
+	case f.sessionIdle <= 0 || f.readTimeout <= 0 || f.idleTimeout <= 0 || f.confirmWait <= 0:
+		return usagef("--session-idle-timeout, --read-timeout, --idle-timeout and --confirm-timeout must be positive")
 	case f.lease > f.window:
 		return usagef("--lease (%s) must not be longer than --window (%s): a completed call must outlive its claim", f.lease, f.window)
 	case f.shareUpstream != "session" && f.shareUpstream != "subject":
@@ -369,6 +373,7 @@ func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout i
 		MaxUpstreams:           f.maxUp,
 		MaxUpstreamsPerSubject: f.maxUpSubject,
 		ReadTimeout:            f.readTimeout,
+		ConfirmTimeout:         f.confirmWait,
 		Logger:                 log,
 	})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 )
@@ -119,8 +120,14 @@ func (e *elicitor) Confirm(ctx context.Context, message string) (string, error) 
 		return "", fmt.Errorf("the question could not be sent: %w", err)
 	}
 	var resp *Message
+	wait := time.NewTimer(e.s.g.askFor)
+	defer wait.Stop()
 	select {
 	case resp = <-ch:
+	case <-wait.C:
+		cancel, _ := json.Marshal(map[string]any{"requestId": id, "reason": "no answer in time"})
+		_ = e.out.send(&Message{JSONRPC: "2.0", Method: "notifications/cancelled", Params: cancel})
+		return "", fmt.Errorf("no answer within %s, the gateway's --confirm-timeout", e.s.g.askFor)
 	case <-ctx.Done():
 		// Tell the client to stop asking, when it is still there.
 		cancel, _ := json.Marshal(map[string]any{"requestId": id, "reason": "the call ended"})

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -239,5 +240,27 @@ func TestGateway_ConfirmWithTheTypeScriptClient(t *testing.T) {
 	}
 	if refusalReason(&declined) != spancontract.RefusalDeclined || len(up.made()) != 1 || len(asked("d")) != 1 {
 		t.Errorf("declined: %q (%s), refunds %v", text(&declined), refusalReason(&declined), up.made())
+	}
+}
+
+// TestGateway_ConfirmTimeout: a question unanswered within ConfirmTimeout
+// is refused (nothing forwarded) and the claim released: the claim is not
+// held forever by a client that never answers.
+func TestGateway_ConfirmTimeout(t *testing.T) {
+	up := newRefundUpstream(t)
+	tel := newTelemetryPair()
+	_, gw := newGatewayServer(t, up.URL, Config{Guard: newGuard(t), ConfirmTimeout: 100 * time.Millisecond,
+		Instrumentation: gatedInstrumentation(t, tel, gateConfig)})
+	h := newHuman(mcp.ElicitationResponseActionAccept, askAnswer)
+	c := elicitingClient(t, gw, "tok", h)
+	args := map[string]any{"order_id": "ord_1201", "amount_cents": 30}
+	for i := 1; i <= 2; i++ {
+		res := callTool(t, c, "refund", args)
+		if got := refusalReason(res); got != spancontract.RefusalConfirmationUnavailable || !strings.Contains(text(res), "no answer within 100ms") {
+			t.Fatalf("call %d: %q (%q)", i, got, text(res))
+		}
+	}
+	if len(up.made()) != 0 || h.asked.Load() != 2 {
+		t.Errorf("refunds %v, asked %d; want none, asked twice", up.made(), h.asked.Load())
 	}
 }

@@ -64,6 +64,9 @@ const (
 	// DefaultHeartbeatInterval is the least time between two lease
 	// extensions of one call driven by its progress notifications.
 	DefaultHeartbeatInterval = 500 * time.Millisecond
+	// DefaultConfirmTimeout bounds how long the gateway's own question (a
+	// tool's confirm setting) waits for the client's answer.
+	DefaultConfirmTimeout = 10 * time.Minute
 )
 
 // Defaults of Config.MaxUpstreams and MaxUpstreamsPerSubject, by the
@@ -149,6 +152,13 @@ type Config struct {
 	// fail as when it crashes (whether they ran is unknown). Defaults to
 	// DefaultMaxMessageBytes.
 	MaxMessageBytes int
+	// ConfirmTimeout bounds how long the gateway's own question before a
+	// gated call (mcpcall.Config.Confirm) waits for the client's answer,
+	// the claim held meanwhile: without an answer in time the call is
+	// refused (confirmation_unavailable, "no answer within …"), nothing is
+	// forwarded, and the claim is released. Defaults to
+	// DefaultConfirmTimeout.
+	ConfirmTimeout time.Duration
 	// Logger receives the gateway's logs. Defaults to discarding them.
 	Logger *slog.Logger
 }
@@ -161,6 +171,7 @@ type Gateway struct {
 	subjectH  string
 	idle      time.Duration
 	beatEvery time.Duration
+	askFor    time.Duration // ConfirmTimeout
 	maxMsg    int
 	readWait  time.Duration
 	maxUp     int
@@ -191,14 +202,15 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.SessionIdleTimeout < 0 || cfg.HeartbeatInterval < 0 {
 		return nil, errors.New("gateway: Config.SessionIdleTimeout and HeartbeatInterval must not be negative")
 	}
-	if cfg.MaxMessageBytes < 0 || cfg.MaxUpstreams < 0 || cfg.MaxUpstreamsPerSubject < 0 || cfg.ReadTimeout < 0 {
-		return nil, errors.New("gateway: Config.MaxMessageBytes, MaxUpstreams, MaxUpstreamsPerSubject and ReadTimeout must not be negative")
+	if cfg.MaxMessageBytes < 0 || cfg.MaxUpstreams < 0 || cfg.MaxUpstreamsPerSubject < 0 || cfg.ReadTimeout < 0 || cfg.ConfirmTimeout < 0 {
+		return nil, errors.New("gateway: Config.MaxMessageBytes, MaxUpstreams, MaxUpstreamsPerSubject, ReadTimeout and ConfirmTimeout must not be negative")
 	}
 	g := &Gateway{
 		up:         cfg.Upstream,
 		subjectH:   cfg.SubjectHeader,
 		idle:       cfg.SessionIdleTimeout,
 		beatEvery:  cfg.HeartbeatInterval,
+		askFor:     cfg.ConfirmTimeout,
 		maxMsg:     cfg.MaxMessageBytes,
 		readWait:   cfg.ReadTimeout,
 		maxUp:      cfg.MaxUpstreams,
@@ -230,6 +242,9 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if g.readWait == 0 {
 		g.readWait = DefaultReadTimeout
+	}
+	if g.askFor == 0 {
+		g.askFor = DefaultConfirmTimeout
 	}
 	if g.maxUp == 0 {
 		g.maxUp = DefaultMaxHTTPUpstreams
