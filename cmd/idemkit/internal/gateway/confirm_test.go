@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -262,5 +263,25 @@ func TestGateway_ConfirmTimeout(t *testing.T) {
 	}
 	if len(up.made()) != 0 || h.asked.Load() != 2 {
 		t.Errorf("refunds %v, asked %d; want none, asked twice", up.made(), h.asked.Load())
+	}
+}
+
+// TestGateway_ConfirmOfATaskAugmentedCall: the question comes before the
+// task is created; a client that cannot be asked gets the refusal as the
+// JSON-RPC error (its marker in the data), and no task runs.
+func TestGateway_ConfirmOfATaskAugmentedCall(t *testing.T) {
+	up := newTaskUpstream(t)
+	close(up.release)
+	tel := newTelemetryPair()
+	_, gw := newGatewayServer(t, up.URL, Config{Guard: newGuard(t),
+		Instrumentation: gatedInstrumentation(t, tel, "tools:\n  export:\n    confirm:\n      question: Export {what}?\n")})
+	c := taskClient(t, gw, "alice")
+	a := c.rpc("tools/call", map[string]any{"name": "export", "arguments": map[string]any{"what": "orders"}, "task": map[string]any{"ttl": 60000}})
+	e := a.rpcError()
+	if e == nil || !strings.Contains(fmt.Sprint(e["data"]), spancontract.RefusalConfirmationUnavailable) || !strings.Contains(fmt.Sprint(e["message"]), "needs the user's confirmation") {
+		t.Fatalf("a task-augmented call without elicitation: %s", a.body)
+	}
+	if n := up.runs.Load(); n != 0 {
+		t.Errorf("the upstream ran %d times", n)
 	}
 }
