@@ -39,8 +39,11 @@ func TestLoad_TheExampleFile(t *testing.T) {
 	if want := map[string]bool{"set_status": true, "lookup_order": false}; !reflect.DeepEqual(c.Protect, want) {
 		t.Errorf("Protect %v, want %v", c.Protect, want)
 	}
-	if want := map[string][]string{"issue_refund": {"requested_at"}}; !reflect.DeepEqual(c.Exclude, want) {
+	if want := map[string][]string{"issue_refund": {"requested_at", "/items/*/nonce"}}; !reflect.DeepEqual(c.Exclude, want) {
 		t.Errorf("Exclude %v, want %v", c.Exclude, want)
+	}
+	if want := map[string]map[string]time.Duration{"issue_refund": {"/client/sent_at": time.Minute}}; !reflect.DeepEqual(c.Round, want) {
+		t.Errorf("Round %v, want %v", c.Round, want)
 	}
 	if !reflect.DeepEqual(c.RequireKey, map[string]bool{"poll_export": true}) || !reflect.DeepEqual(c.ToolVersions, map[string]string{"issue_refund": "1"}) {
 		t.Errorf("RequireKey %v, ToolVersions %v", c.RequireKey, c.ToolVersions)
