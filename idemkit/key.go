@@ -148,7 +148,7 @@ func NewKey(subject, tool string, args []byte, opts *KeyOptions) (Key, error) {
 	exclude := o.Exclude
 	var policy *argpolicy.Policy
 	if len(o.Round) > 0 || hasPointer(exclude) {
-		p, err := argpolicy.Compile(exclude, o.Round)
+		p, err := argpolicy.Cached(exclude, o.Round)
 		if err != nil {
 			return Key{}, fmt.Errorf("idemkit: KeyOptions of %q: %v", tool, err)
 		}

@@ -1,6 +1,10 @@
 package idemkit_test
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -129,5 +133,85 @@ func TestNewKey_NestedPolicyKeepsHostileInputRules(t *testing.T) {
 	b := mustKey(t, "s", "t", `{"order":{"NONCE":2}}`, opts)
 	if a.ID() == b.ID() {
 		t.Error("/order/nonce excluded the member NONCE")
+	}
+}
+
+// FuzzNewKey_NestedExclude checks nested excludes against a reference:
+// decode, delete the members the pointers name, re-encode, canonicalise.
+func FuzzNewKey_NestedExclude(f *testing.F) {
+	for _, s := range []string{
+		`{}`, `{"o":{"x":1,"y":2}}`, `{"a":[{"n":1,"k":2},{"n":3}],"o":{"x":[1,2]}}`,
+		`{ "o" : { "y" : 1.0 , "x" : "s" } , "a" : [ ] }`, `{"a":[1,{"n":{"deep":true}}],"z":"\u00e9"}`, `[1]`, `{"o":null}`,
+	} {
+		f.Add([]byte(s))
+	}
+	opts := &idemkit.KeyOptions{Exclude: []string{"/o/x", "/a/*/n"}}
+	f.Fuzz(func(t *testing.T, args []byte) {
+		k, err := idemkit.NewKey("s", "t", args, opts)
+		if err != nil {
+			if !errors.Is(err, idemkit.ErrInvalidArguments) && !errors.Is(err, idemkit.ErrInvalidKey) {
+				t.Fatalf("unclassified error: %v", err)
+			}
+			return
+		}
+		var v any
+		dec := json.NewDecoder(bytes.NewReader(args))
+		dec.UseNumber()
+		if dec.Decode(&v) != nil {
+			return
+		}
+		if v == nil {
+			v = map[string]any{}
+		}
+		if m, ok := v.(map[string]any); ok {
+			delete(m, "idempotency_key")
+			if o, ok := m["o"].(map[string]any); ok {
+				delete(o, "x")
+			}
+			if a, ok := m["a"].([]any); ok {
+				for _, e := range a {
+					if e, ok := e.(map[string]any); ok {
+						delete(e, "n")
+					}
+				}
+			}
+		}
+		raw, err := json.Marshal(v)
+		if err != nil {
+			return
+		}
+		canon, err := idemkit.CanonicalJSON(raw)
+		if err != nil {
+			return
+		}
+		sum := sha256.Sum256(canon)
+		if ref := hex.EncodeToString(sum[:]); ref != k.ArgsHash() {
+			t.Fatalf("args hash %s, reference %s, for %s", k.ArgsHash(), ref, args)
+		}
+	})
+}
+
+// BenchmarkNewKey_Policies compares a key derived with no policy, a
+// top-level exclude (the streaming path), a nested exclude and a rounding
+// (the in-memory path) on the same canonical arguments.
+func BenchmarkNewKey_Policies(b *testing.B) {
+	args := []byte(`{"items":[{"nonce":"n1","sku":"a"},{"nonce":"n2","sku":"b"}],"order":{"id":"o-1","requested_at":"2026-12-02T10:00:01Z"},"sent_at":"2026-12-02T10:00:05Z"}`)
+	for _, c := range []struct {
+		name string
+		opts *idemkit.KeyOptions
+	}{
+		{"none", nil},
+		{"top-level", &idemkit.KeyOptions{Exclude: []string{"sent_at"}}},
+		{"nested", &idemkit.KeyOptions{Exclude: []string{"/order/requested_at", "/items/*/nonce"}}},
+		{"round", &idemkit.KeyOptions{Round: map[string]time.Duration{"/sent_at": time.Minute}}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := idemkit.NewKey("s", "refund", args, c.opts); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

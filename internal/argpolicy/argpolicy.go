@@ -266,8 +266,15 @@ func (p *Policy) Apply(dst, canon []byte) ([]byte, error) {
 type walker struct {
 	doc  []byte
 	out  []byte
-	path []string // tokens down to the value being written, for errors
-	kids []*node  // scratch for child sets, a stack
+	path []step  // down to the value being written, for errors
+	kids []*node // scratch for child sets, a stack
+}
+
+// step is one level of walker.path: a member name (a sub-slice of the
+// document, or decoded) or, when name is nil, an array index.
+type step struct {
+	name []byte
+	idx  int
 }
 
 // value writes the value at doc[i] under the nodes that apply to it and
@@ -314,7 +321,7 @@ func (w *walker) object(i int, nodes []*node) (int, error) {
 		base := len(w.kids)
 		excluded := false
 		for _, n := range nodes {
-			if c := n.children[name]; c != nil {
+			if c := n.children[string(name)]; c != nil {
 				excluded = excluded || c.exclude
 				w.kids = append(w.kids, c)
 			}
@@ -331,7 +338,7 @@ func (w *walker) object(i int, nodes []*node) (int, error) {
 			}
 			first = false
 			w.out = append(w.out, w.doc[i:nameEnd+1]...)
-			w.path = append(w.path, name)
+			w.path = append(w.path, step{name: name})
 			end, err = w.value(nameEnd+1, w.kids[base:])
 			w.path = w.path[:len(w.path)-1]
 			if err != nil {
@@ -357,11 +364,11 @@ func (w *walker) array(i int, nodes []*node) (int, error) {
 	i++
 	var idx [20]byte
 	for k := 0; i < len(w.doc) && w.doc[i] != ']'; k++ {
-		token := string(strconv.AppendInt(idx[:0], int64(k), 10))
+		token := strconv.AppendInt(idx[:0], int64(k), 10)
 		base := len(w.kids)
 		excluded := false
 		for _, n := range nodes {
-			if c := n.children[token]; c != nil {
+			if c := n.children[string(token)]; c != nil {
 				excluded = excluded || c.exclude
 				w.kids = append(w.kids, c)
 			}
@@ -384,7 +391,7 @@ func (w *walker) array(i int, nodes []*node) (int, error) {
 				w.out = append(w.out, ',')
 			}
 			first = false
-			w.path = append(w.path, token)
+			w.path = append(w.path, step{idx: k})
 			end, err = w.value(i, w.kids[base:])
 			w.path = w.path[:len(w.path)-1]
 			if err != nil {
@@ -448,9 +455,13 @@ func parseTimestamp(v []byte) (time.Time, bool) {
 // pointer returns the JSON Pointer of the value being written.
 func (w *walker) pointer() string {
 	var b strings.Builder
-	for _, t := range w.path {
+	for _, s := range w.path {
 		b.WriteByte('/')
-		b.WriteString(strings.NewReplacer("~", "~0", "/", "~1").Replace(t))
+		if s.name == nil {
+			b.WriteString(strconv.Itoa(s.idx))
+		} else {
+			b.WriteString(strings.NewReplacer("~", "~0", "/", "~1").Replace(string(s.name)))
+		}
 	}
 	return b.String()
 }
@@ -475,15 +486,16 @@ func clip(b []byte, n int) string {
 	return string(b[:n]) + "…"
 }
 
-// decodeName decodes a canonical member name.
-func decodeName(quoted []byte) (string, error) {
+// decodeName decodes a canonical member name, without a copy when it has
+// no escapes. The result is never nil.
+func decodeName(quoted []byte) ([]byte, error) {
 	raw := quoted[1 : len(quoted)-1]
 	if bytes.IndexByte(raw, '\\') < 0 {
-		return string(raw), nil
+		return raw, nil
 	}
 	var s string
 	err := json.Unmarshal(quoted, &s)
-	return s, err
+	return append([]byte{}, s...), err
 }
 
 // skipString returns the offset just past the JSON string starting at

@@ -178,3 +178,34 @@ func TestApply_RefusesWhatIsNotATimestamp(t *testing.T) {
 		}
 	}
 }
+
+// Cached compiles a policy once, and tells policies apart by content, not
+// by the slice or map that holds them.
+func TestCached_CompilesOncePerPolicy(t *testing.T) {
+	excl := []string{"/order/at", "/items/*/nonce"}
+	round := map[string]time.Duration{"/sent_at": time.Minute}
+	before := cacheMis.Load()
+	p1, err := Cached(excl, round)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, _ := Cached([]string{"/order/at", "/items/*/nonce"}, map[string]time.Duration{"/sent_at": time.Minute})
+	if p1 != p2 || cacheMis.Load()-before != 1 {
+		t.Errorf("the same policy compiled %d times", cacheMis.Load()-before)
+	}
+	excl[0] = "/order/other" // the caller changes its slice: another policy
+	p3, _ := Cached(excl, round)
+	if p3 == p1 {
+		t.Error("a changed exclude list got the old policy")
+	}
+	round["/sent_at"] = time.Hour
+	if p4, _ := Cached(excl, round); p4 == p3 {
+		t.Error("a changed granularity got the old policy")
+	}
+	if _, err := Cached([]string{"/a~2"}, nil); err == nil {
+		t.Error("a cached invalid policy lost its error")
+	}
+	if _, err := Cached([]string{"/a~2"}, nil); err == nil {
+		t.Error("an invalid policy is valid the second time")
+	}
+}

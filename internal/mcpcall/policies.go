@@ -56,7 +56,7 @@ func checkKeyPolicies(cfg *Config) map[string]error {
 		if _, done := bad[tool]; done {
 			return
 		}
-		if _, err := argpolicy.Compile(cfg.Exclude[tool], cfg.Round[tool]); err != nil {
+		if _, err := argpolicy.Cached(cfg.Exclude[tool], cfg.Round[tool]); err != nil {
 			if bad == nil {
 				bad = make(map[string]error)
 			}
