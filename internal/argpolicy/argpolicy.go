@@ -18,13 +18,17 @@
 // "*" is not an array index in RFC 6901, so the extension gives no
 // RFC 6901 pointer a second meaning ("*" on an object is still the member
 // named "*"). "-" (RFC 6901's element after the last) never matches.
+// Where an exclusion and a rounding both reach one value (through "*"),
+// the exclusion wins.
 // An entry without a leading "/" is a top-level member name, taken as it
 // is (no "~" escapes): the form Exclude always had.
 //
 // # Rounding
 //
 // A rounded field must be an RFC 3339 date-time string (time.RFC3339Nano:
-// "2026-12-02T02:25:07.5+01:00") or null. It is converted to UTC and
+// "2026-12-02T02:25:07.5+01:00"; "t" and "z" in either case; digits past
+// nanoseconds are dropped; a leap second, ":60", is refused, as
+// time.Parse refuses it) or null. It is converted to UTC and
 // truncated to the granularity, which must divide 24 hours (1s, 1m, 5m,
 // 15m, 1h, 24h...), so that the boundaries are the UTC clock's; the key
 // hashes the truncated instant, written in RFC 3339 in UTC. Truncation,
@@ -447,6 +451,10 @@ func parseTimestamp(v []byte) (time.Time, bool) {
 		s = string(v[1 : len(v)-1])
 	} else if err := json.Unmarshal(v, &s); err != nil {
 		return time.Time{}, false
+	}
+	if strings.ContainsAny(s, "tz") {
+		// RFC 3339 allows "t" and "z" in lower case; time.Parse does not.
+		s = strings.ToUpper(s)
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	return t, err == nil

@@ -138,6 +138,11 @@ func TestApply_Vectors(t *testing.T) {
 		{nil, map[string]time.Duration{"/requested_at": time.Hour},
 			`{"requested_at":"2026-12-02T00:30:00-05:30"}`, `{"requested_at":"2026-12-02T06:00:00Z"}`},
 		{nil, map[string]time.Duration{"/requested_at": min}, `{"requested_at":null}`, `{"requested_at":null}`},
+		{nil, map[string]time.Duration{"/requested_at": min},
+			`{"requested_at":"2026-12-02t10:00:30z"}`, `{"requested_at":"2026-12-02T10:00:00Z"}`},
+		// Exclusion beats rounding where both reach a value.
+		{[]string{"/items/0/at"}, map[string]time.Duration{"/items/*/at": min},
+			`{"items":[{"at":"x"},{"at":"2026-12-02T10:00:30Z"}]}`, `{"items":[{},{"at":"2026-12-02T10:00:00Z"}]}`},
 		{nil, map[string]time.Duration{"/requested_at": min}, `{"other":1}`, `{"other":1}`},
 		{nil, map[string]time.Duration{"/items/*/at": 24 * time.Hour},
 			`{"items":[{"at":"2026-12-02T23:59:59Z"},{"at":"2026-12-03T00:00:00Z"}]}`,
