@@ -130,6 +130,7 @@ func TestApply_Vectors(t *testing.T) {
 		{[]string{"/order/Requested_At"}, nil, `{"order":{"requested_at":1}}`, `{"order":{"requested_at":1}}`},
 		// Names with escapes in the canonical form.
 		{[]string{"/o/\u00e9"}, nil, `{"o":{"\u00e9":1,"e":2}}`, `{"o":{"e":2}}`},
+		{[]string{"/o/a\"b\tc"}, nil, `{"o":{"a\"b\u0009c":1,"e":2}}`, `{"o":{"e":2}}`},
 		// Rounding: UTC, truncated.
 		{nil, map[string]time.Duration{"/requested_at": min},
 			`{"requested_at":"2026-12-02T10:00:59.999Z"}`, `{"requested_at":"2026-12-02T10:00:00Z"}`},
