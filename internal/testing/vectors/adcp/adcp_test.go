@@ -54,9 +54,6 @@ func TestAdCPVectors(t *testing.T) {
 				t.Run(st.name, func(t *testing.T) {
 					for _, v := range vectors {
 						t.Run(v.id, func(t *testing.T) {
-							if v.mcpOnly && !l.mcp {
-								t.Skip("an MCP instrumentation policy")
-							}
 							e := &env{s: newSeller()}
 							var now func() time.Time
 							if v.clock {

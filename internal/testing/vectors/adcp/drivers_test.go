@@ -87,14 +87,13 @@ var stores = []storeKind{
 // layer builds an env on a store.
 type layer struct {
 	name string
-	mcp  bool
 	new  func(t *testing.T, g *idemkit.Guard, s *seller) driver
 }
 
 var layers = []layer{
-	{"guard", false, func(_ *testing.T, g *idemkit.Guard, s *seller) driver { return &guardDriver{g: g, s: s} }},
-	{"mcp-go", true, newMCPGo},
-	{"go-sdk", true, newGoSDK},
+	{"guard", func(_ *testing.T, g *idemkit.Guard, s *seller) driver { return &guardDriver{g: g, s: s} }},
+	{"mcp-go", newMCPGo},
+	{"go-sdk", newGoSDK},
 }
 
 // newGuard is the Guard every env uses: defaults, but for the clock when

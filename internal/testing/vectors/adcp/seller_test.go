@@ -106,7 +106,11 @@ func (s *seller) getMediaBuys(args map[string]any) toolAnswer {
 			}
 		}
 	}
-	return toolAnswer{text: fmt.Sprintf("%d media buys", len(found)), structured: map[string]any{"media_buys": found, "total": len(s.order)}}
+	res := map[string]any{"media_buys": found, "total": len(s.order), "context": args["context"]}
+	if k, ok := args["idempotency_key"]; ok {
+		res["saw_idempotency_key"] = k != nil // what the read handler was handed
+	}
+	return toolAnswer{text: fmt.Sprintf("%d media buys", len(found)), structured: res}
 }
 
 func (s *seller) counts() (executions, buys int) {

@@ -73,11 +73,10 @@ func uuidV4(t *testing.T) string {
 // vector is one translated vector: what it checks, where it comes from,
 // and which layers it applies to.
 type vector struct {
-	id      string
-	source  string // storyboard step IDs, or the SDK file it comes from
-	mcpOnly bool   // the intent is a policy of the MCP instrumentation
-	clock   bool   // the env's Guard runs on a clock the vector drives
-	run     func(t *testing.T, e *env)
+	id     string
+	source string // storyboard step IDs, or the SDK file it comes from
+	clock  bool   // the env's Guard runs on a clock the vector drives
+	run    func(t *testing.T, e *env)
 }
 
 var vectors = []vector{
@@ -88,12 +87,15 @@ var vectors = []vector{
 	{id: "in_flight", source: "SDK store.js check() in-flight claim; create-adcp-server.js in-flight answer", run: vInFlight},
 	{id: "errors_not_cached", source: "create-adcp-server.js: errors re-execute on retry, the claim is released", run: vErrorsNotCached},
 	{id: "key_length_bound", source: "create-adcp-server.js IDEMPOTENCY_KEY_PATTERN ^[A-Za-z0-9_.:-]{16,255}$ (the upper bound and the alphabet)", run: vKeyBounds},
+	{id: "read_tool_tolerates_key", source: "read-tool-idempotency.yaml (AdCP 3.1, upstream repository): reads accept the idempotency_key, context and ext envelope", run: vReadToolKey},
 	// Divergences: the vector's intent does not apply (README, "Not
 	// applicable"); each asserts idemkit's own documented behaviour so the
 	// README's claim about it is tested too.
 	{id: "diverge_expired_key", source: "SDK store.js check(): past the TTL → IDEMPOTENCY_EXPIRED", clock: true, run: dExpired},
 	{id: "diverge_short_key", source: "IDEMPOTENCY_KEY_PATTERN lower bound (16)", run: dShortKey},
 	{id: "diverge_nested_credentials", source: "SDK store.js stripPushNotificationCredentials", run: dNestedCredentials},
+	{id: "diverge_large_integers", source: "SDK hashPayload: RFC 8785 on JavaScript numbers (IEEE-754 doubles)", run: dLargeIntegers},
+	{id: "diverge_duplicate_names", source: "SDK hashPayload: JSON.parse keeps the last of duplicate member names", run: dDuplicateNames},
 	{id: "diverge_cross_tool_key", source: "SDK store.js scope(principal, key): the tool is not in the scope", run: dCrossTool},
 }
 
@@ -163,17 +165,19 @@ func vStoryboard(t *testing.T, e *env) {
 		}
 	}
 	// missing_key: "MUST reject … and MUST NOT create a media buy."
-	step("create_media_buy_missing_key", func(t *testing.T) {
-		if !e.d.enforcesRequiredKeys() {
-			t.Skip("not applicable at this layer: requiring a key is a policy of the MCP instrumentation (instrument.WithRequireKey); the Guard takes the key it is given (README)")
-		}
-		r := e.send(t, buyer, toolCreate, missingKeyBuy("create_media_buy_missing_key"))
-		wantRefusal(t, r, spancontract.RefusalMissingKey, "missing key")
-		if !strings.Contains(r.Text, "idempotency") {
-			t.Errorf("the refusal does not tell the caller what to send (correctable): %q", r.Text)
-		}
-		wantExecutions(t, e, 0, 0, "after the missing-key call")
-	})
+	// Requiring a key is a policy of the MCP instrumentation
+	// (instrument.WithRequireKey): the Guard takes the key it is given, so
+	// at the Guard layer this step is not run (README).
+	if e.d.enforcesRequiredKeys() {
+		step("create_media_buy_missing_key", func(t *testing.T) {
+			r := e.send(t, buyer, toolCreate, missingKeyBuy("create_media_buy_missing_key"))
+			wantRefusal(t, r, spancontract.RefusalMissingKey, "missing key")
+			if !strings.Contains(r.Text, "idempotency") {
+				t.Errorf("the refusal does not tell the caller what to send (correctable): %q", r.Text)
+			}
+			wantExecutions(t, e, 0, 0, "after the missing-key call")
+		})
+	}
 	// replay_same_payload/create_media_buy_initial: a fresh key is
 	// processed normally; replayed is false or absent.
 	step("create_media_buy_initial", func(t *testing.T) {
@@ -279,6 +283,29 @@ func vCanonical(t *testing.T, e *env) {
 		wantRefusal(t, r, spancontract.RefusalMismatch, v.name)
 	}
 	wantExecutions(t, e, 1, 1, "after the different payloads")
+
+	// RFC 8785 number and string forms: -0 and 0.0 are 0, 1E-7 is
+	// 0.0000001, an escaped é is é; a decomposed é (e + U+0301) is another
+	// string (JCS does not normalise Unicode).
+	key2 := uuidV4(t)
+	base2 := `{"idempotency_key":"` + key2 + `","brand":{"domain":"café.example"},"packages":[{"product_id":"p","budget":0,"bid_floor":0.0000001}]}`
+	first2 := e.send(t, buyer, toolCreate, []byte(base2))
+	wantRan(t, first2, "second document")
+	for _, v := range []struct{ name, doc string }{
+		{"budget -0", strings.Replace(base2, `"budget":0`, `"budget":-0`, 1)},
+		{"budget 0.0", strings.Replace(base2, `"budget":0`, `"budget":0.0`, 1)},
+		{"bid_floor 1E-7", strings.Replace(base2, `0.0000001`, `1E-7`, 1)},
+		{"é escaped", strings.Replace(base2, `café`, `caf\u00e9`, 1)},
+	} {
+		wantReplayOf(t, e.send(t, buyer, toolCreate, []byte(v.doc)), first2, v.name)
+	}
+	for _, v := range []struct{ name, doc string }{
+		{"é decomposed", strings.Replace(base2, `café`, "cafe\u0301", 1)},
+		{"budget as a string", strings.Replace(base2, `"budget":0`, `"budget":"0"`, 1)},
+	} {
+		wantRefusal(t, e.send(t, buyer, toolCreate, []byte(v.doc)), spancontract.RefusalMismatch, v.name)
+	}
+	wantExecutions(t, e, 2, 2, "after the second document's forms")
 }
 
 // indented is doc with JSON's insignificant whitespace added (tabs and
@@ -355,12 +382,17 @@ func vInFlight(t *testing.T, e *env) {
 		t.Fatal("the first call never reached the seller")
 	}
 	dup := e.send(t, buyer, toolCreate, juneBuy(key, "in_flight_parallel"))
+	// The SDK answers in-flight before it compares the payload; idemkit
+	// compares the payload first and says mismatch. Both refuse and run
+	// nothing (README: a difference of wording, not of intent).
+	other := e.send(t, buyer, toolCreate, conflictBuy(key, "in_flight_other_payload"))
 	e.s.mu.Lock()
 	e.s.hold = nil
 	e.s.mu.Unlock()
 	close(hold)
 	wg.Wait()
 	wantRefusal(t, dup, spancontract.RefusalInProgress, "parallel duplicate")
+	wantRefusal(t, other, spancontract.RefusalMismatch, "another payload under the in-flight key")
 	if !strings.Contains(dup.Text, "in progress") {
 		t.Errorf("the in-flight answer does not say so: %q", dup.Text)
 	}
@@ -404,6 +436,44 @@ func vKeyBounds(t *testing.T, e *env) {
 	wantExecutions(t, e, 2, 2, "after the over-long key")
 }
 
+// vReadToolKey: a read-only task called with the every-request envelope
+// (idempotency_key, context, ext) is answered normally with its context
+// echoed, never rejected by the wrapper; and a read without a key is
+// accepted too (the 3.1 grace window's accept branch). Reads are not
+// deduplicated: each one reaches the seller.
+func vReadToolKey(t *testing.T, e *env) {
+	const buyer = "buyer-reads"
+	read := func(key, corr string) reply {
+		req := map[string]any{
+			"account":       map[string]any{"brand": map[string]any{"domain": brandDomain}, "operator": operator},
+			"media_buy_ids": []string{},
+			"context":       map[string]any{"correlation_id": corr},
+			"ext":           map[string]any{"adcp": map[string]any{"storyboard": "read_tool_idempotency", "probe": "get_media_buys"}},
+		}
+		if key != "" {
+			req["idempotency_key"] = key
+		}
+		b, _ := json.Marshal(req)
+		return e.send(t, buyer, toolList, b)
+	}
+	for _, c := range []struct{ key, corr string }{
+		{uuidV4(t), "read_tool_idempotency--get_media_buys_with_key"},
+		{"", "read_tool_idempotency--get_media_buys_omitted_key_grace"},
+	} {
+		r := read(c.key, c.corr)
+		if r.IsError || r.Refusal != "" || r.Replayed {
+			t.Fatalf("a read with key %q was not answered normally: %s", c.key, r.Raw)
+		}
+		ctx, _ := r.Result["context"].(map[string]any)
+		if ctx["correlation_id"] != c.corr {
+			t.Fatalf("the read's context came back as %v, want correlation_id %q", r.Result["context"], c.corr)
+		}
+		if _, ok := r.Result["media_buys"].([]any); !ok {
+			t.Fatalf("no media_buys array: %s", r.Raw)
+		}
+	}
+}
+
 // dExpired: AdCP refuses a key past its TTL with IDEMPOTENCY_EXPIRED.
 // idemkit treats a call after the window as a new request (a deliberate
 // repeat; a new record with a new downstream key).
@@ -443,6 +513,34 @@ func dNestedCredentials(t *testing.T, e *env) {
 	wantRan(t, e.send(t, buyer, toolCreate, doc("secret-1-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")), "first")
 	wantRefusal(t, e.send(t, buyer, toolCreate, doc("secret-2-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbb")), spancontract.RefusalMismatch, "rotated credential")
 	wantExecutions(t, e, 1, 1, "after the rotated credential")
+}
+
+// dLargeIntegers: under RFC 8785's double semantics (the SDK's JSON.parse)
+// 9007199254740992 and 9007199254740993 are one number, so a retry with the
+// other would replay; idemkit compares exact decimal values (DESIGN.md,
+// "A key never merges two different calls"): the second is a mismatch.
+func dLargeIntegers(t *testing.T, e *env) {
+	const buyer = "buyer-bigint"
+	key := uuidV4(t)
+	doc := func(n string) []byte {
+		return []byte(`{"idempotency_key":"` + key + `","brand":{"domain":"acmeoutdoor.example"},"packages":[{"product_id":"p","budget":` + n + `}]}`)
+	}
+	wantRan(t, e.send(t, buyer, toolCreate, doc("9007199254740992")), "2^53")
+	r := e.send(t, buyer, toolCreate, doc("9007199254740993"))
+	wantRefusal(t, r, spancontract.RefusalMismatch, "2^53+1 under the same key")
+	wantExecutions(t, e, 1, 1, "after 2^53+1")
+}
+
+// dDuplicateNames: JSON.parse keeps the last of two equal member names, so
+// the SDK hashes (and runs) {"budget":25000}; idemkit refuses arguments
+// with duplicate names (its decoder and the handler's might disagree on
+// which one counts) and runs nothing.
+func dDuplicateNames(t *testing.T, e *env) {
+	key := uuidV4(t)
+	doc := `{"idempotency_key":"` + key + `","brand":{"domain":"acmeoutdoor.example"},"packages":[{"product_id":"p","budget":5000,"budget":25000}]}`
+	r := e.send(t, "buyer-dupnames", toolCreate, []byte(doc))
+	wantRefusal(t, r, spancontract.RefusalInvalidArguments, "duplicate member names")
+	wantExecutions(t, e, 0, 0, "after duplicate member names")
 }
 
 // dCrossTool: the AdCP SDK scopes a key by principal only, so one key sent
