@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -120,7 +121,7 @@ func (d *guardDriver) call(t *testing.T, principal, tool string, args []byte) re
 	t.Helper()
 	var decoded map[string]any
 	if err := json.Unmarshal(args, &decoded); err != nil {
-		t.Fatalf("vector arguments are not JSON: %v", err)
+		return broken(t, "vector arguments are not JSON: %v", err)
 	}
 	if tool == toolList { // a read: never guarded
 		return answerReply(d.s.call(tool, decoded), false)
@@ -142,7 +143,7 @@ func (d *guardDriver) call(t *testing.T, principal, tool string, args []byte) re
 		Structured map[string]any `json:"structured"`
 	}
 	if err := json.Unmarshal(res.Body, &stored); err != nil {
-		t.Fatalf("stored body %q: %v", res.Body, err)
+		return broken(t, "stored body %q: %v", res.Body, err)
 	}
 	return reply{IsError: res.IsError, Replayed: res.Outcome == idemkit.OutcomeReplayed, Text: stored.Text, Result: stored.Structured, Raw: string(res.Body)}
 }
@@ -194,6 +195,15 @@ func principalOf(token string) (string, bool) {
 	return p, ok && p != ""
 }
 
+// broken records a failure of the test's own machinery and returns a reply
+// no vector accepts. It does not stop the test: calls run on other
+// goroutines too (in_flight), where FailNow must not be called.
+func broken(t *testing.T, format string, args ...any) reply {
+	t.Helper()
+	t.Errorf(format, args...)
+	return reply{IsError: true, Refusal: "test machinery failed", Raw: "test machinery failed"}
+}
+
 // parseResult reads a CallToolResult in its wire form.
 func parseResult(t *testing.T, raw []byte) reply {
 	t.Helper()
@@ -207,7 +217,7 @@ func parseResult(t *testing.T, raw []byte) reply {
 		Meta       map[string]map[string]any `json:"_meta"`
 	}
 	if err := json.Unmarshal(raw, &res); err != nil {
-		t.Fatalf("result %s: %v", raw, err)
+		return broken(t, "result %s: %v", raw, err)
 	}
 	r := reply{IsError: res.IsError, Result: res.Structured, Raw: string(raw)}
 	if len(res.Content) > 0 {
@@ -247,7 +257,7 @@ func (d *mcpDriver) call(t *testing.T, principal, tool string, args []byte) repl
 	defer cancel()
 	raw, err := c(ctx, tool, args)
 	if err != nil {
-		t.Fatalf("%s %s: %v", principal, tool, err)
+		return broken(t, "%s %s: %v", principal, tool, err)
 	}
 	return parseResult(t, raw)
 }
@@ -288,17 +298,17 @@ func newMCPGo(t *testing.T, g *idemkit.Guard, s *seller) driver {
 	connect := func(t *testing.T, url, token string) func(context.Context, string, []byte) ([]byte, error) {
 		c, err := mcpgoclient.NewStreamableHttpClient(url, mcpgotransport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
 		if err != nil {
-			t.Fatal(err)
+			return failing(err)
 		}
 		t.Cleanup(func() { _ = c.Close() })
 		ctx := context.Background()
 		if err := c.Start(ctx); err != nil {
-			t.Fatal(err)
+			return failing(err)
 		}
 		var init mcpgomcp.InitializeRequest
 		init.Params.ProtocolVersion = mcpgomcp.LATEST_PROTOCOL_VERSION
 		if _, err := c.Initialize(ctx, init); err != nil {
-			t.Fatal(err)
+			return failing(err)
 		}
 		return func(ctx context.Context, tool string, args []byte) ([]byte, error) {
 			var req mcpgomcp.CallToolRequest
@@ -363,7 +373,7 @@ func newGoSDK(t *testing.T, g *idemkit.Guard, s *seller) driver {
 		tr := &gosdkmcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: bearer{token: token, base: http.DefaultTransport}}}
 		cs, err := gosdkmcp.NewClient(&gosdkmcp.Implementation{Name: "adcp-buyer", Version: "1"}, nil).Connect(context.Background(), tr, nil)
 		if err != nil {
-			t.Fatal(err)
+			return failing(err)
 		}
 		t.Cleanup(func() { _ = cs.Close() })
 		return func(ctx context.Context, tool string, args []byte) ([]byte, error) {
@@ -375,4 +385,10 @@ func newGoSDK(t *testing.T, g *idemkit.Guard, s *seller) driver {
 		}
 	}
 	return &mcpDriver{owner: t, url: url, connect: connect, clients: map[string]func(context.Context, string, []byte) ([]byte, error){}, mu: make(chan struct{}, 1)}
+}
+
+// failing is a client that could not connect: every call reports why, so
+// that the failure surfaces through broken on whichever goroutine called.
+func failing(err error) func(context.Context, string, []byte) ([]byte, error) {
+	return func(context.Context, string, []byte) ([]byte, error) { return nil, fmt.Errorf("connecting: %w", err) }
 }

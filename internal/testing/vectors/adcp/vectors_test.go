@@ -86,6 +86,7 @@ var vectors = []vector{
 	{id: "principal_scope", source: "idempotency.yaml security note; SDK store.js scope(principal, key)", run: vPrincipalScope},
 	{id: "in_flight", source: "SDK store.js check() in-flight claim; create-adcp-server.js in-flight answer", run: vInFlight},
 	{id: "errors_not_cached", source: "create-adcp-server.js: errors re-execute on retry, the claim is released", run: vErrorsNotCached},
+	{id: "conflict_keeps_original", source: "create-adcp-server.js IDEMPOTENCY_CONFLICT message: use a fresh key, or resend the exact original payload", run: vConflictKeepsOriginal},
 	{id: "key_length_bound", source: "create-adcp-server.js IDEMPOTENCY_KEY_PATTERN ^[A-Za-z0-9_.:-]{16,255}$ (the upper bound and the alphabet)", run: vKeyBounds},
 	{id: "read_tool_tolerates_key", source: "read-tool-idempotency.yaml (AdCP 3.1, upstream repository): reads accept the idempotency_key, context and ext envelope", run: vReadToolKey},
 	// Divergences: the vector's intent does not apply (README, "Not
@@ -96,6 +97,7 @@ var vectors = []vector{
 	{id: "diverge_nested_credentials", source: "SDK store.js stripPushNotificationCredentials", run: dNestedCredentials},
 	{id: "diverge_large_integers", source: "SDK hashPayload: RFC 8785 on JavaScript numbers (IEEE-754 doubles)", run: dLargeIntegers},
 	{id: "diverge_duplicate_names", source: "SDK hashPayload: JSON.parse keeps the last of duplicate member names", run: dDuplicateNames},
+	{id: "diverge_failed_key_other_payload", source: "create-adcp-server.js + store.js release(): a failed call deletes its claim", run: dFailedKeyOtherPayload},
 	{id: "diverge_cross_tool_key", source: "SDK store.js scope(principal, key): the tool is not in the scope", run: dCrossTool},
 }
 
@@ -421,6 +423,19 @@ func vErrorsNotCached(t *testing.T, e *env) {
 	wantReplayOf(t, e.send(t, buyer, toolCreate, juneBuy(key, "errors_retry_2")), second, "second retry")
 }
 
+// vConflictKeepsOriginal: a conflict changes nothing: the original payload
+// still replays the original answer, and a fresh key runs the new payload.
+func vConflictKeepsOriginal(t *testing.T, e *env) {
+	const buyer = "buyer-conflict"
+	key := uuidV4(t)
+	first := e.send(t, buyer, toolCreate, juneBuy(key, "original"))
+	wantRan(t, first, "original")
+	wantRefusal(t, e.send(t, buyer, toolCreate, conflictBuy(key, "conflict")), spancontract.RefusalMismatch, "conflict")
+	wantReplayOf(t, e.send(t, buyer, toolCreate, juneBuy(key, "original_again")), first, "the original resent after the conflict")
+	wantRan(t, e.send(t, buyer, toolCreate, conflictBuy(uuidV4(t), "conflict_fresh_key")), "the new payload under a fresh key")
+	wantExecutions(t, e, 2, 2, "after the conflict and the fresh key")
+}
+
 // vKeyBounds: every key of the AdCP pattern is accepted (its alphabet,
 // 255 characters); a 256-character key is refused by both and runs
 // nothing.
@@ -541,6 +556,29 @@ func dDuplicateNames(t *testing.T, e *env) {
 	r := e.send(t, "buyer-dupnames", toolCreate, []byte(doc))
 	wantRefusal(t, r, spancontract.RefusalInvalidArguments, "duplicate member names")
 	wantExecutions(t, e, 0, 0, "after duplicate member names")
+}
+
+// dFailedKeyOtherPayload: after a failed call the SDK deletes the claim,
+// so another payload under the same key runs as a new request. idemkit
+// keeps the record, bound to its first arguments, for the whole window:
+// another payload is a mismatch (refused, nothing run), and the original
+// payload's retry takes the record over and runs. Every attempt of one
+// record forwards one downstream key, which a provider would see reused
+// with other parameters otherwise.
+func dFailedKeyOtherPayload(t *testing.T, e *env) {
+	const buyer = "buyer-failed"
+	key := uuidV4(t)
+	e.s.mu.Lock()
+	e.s.failNext = 1
+	e.s.mu.Unlock()
+	r := e.send(t, buyer, toolCreate, juneBuy(key, "failed"))
+	if !r.IsError || r.Refusal != "" {
+		t.Fatalf("first call: want the tool's own error, got %s", r.Raw)
+	}
+	wantRefusal(t, e.send(t, buyer, toolCreate, conflictBuy(key, "other_payload_after_failure")), spancontract.RefusalMismatch, "another payload under the failed call's key")
+	wantExecutions(t, e, 1, 0, "after the other payload")
+	wantRan(t, e.send(t, buyer, toolCreate, juneBuy(key, "original_after_failure")), "the original payload's retry")
+	wantExecutions(t, e, 2, 1, "after the original's retry")
 }
 
 // dCrossTool: the AdCP SDK scopes a key by principal only, so one key sent
