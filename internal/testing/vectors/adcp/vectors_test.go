@@ -86,6 +86,7 @@ var vectors = []vector{
 	{id: "principal_scope", source: "idempotency.yaml security note; SDK store.js scope(principal, key)", run: vPrincipalScope},
 	{id: "in_flight", source: "SDK store.js check() in-flight claim; create-adcp-server.js in-flight answer", run: vInFlight},
 	{id: "errors_not_cached", source: "create-adcp-server.js: errors re-execute on retry, the claim is released", run: vErrorsNotCached},
+	{id: "missing_key_forms", source: "create-adcp-server.js: a key that is not a non-empty string is missing or malformed → INVALID_REQUEST", run: vMissingKeyForms},
 	{id: "conflict_keeps_original", source: "create-adcp-server.js IDEMPOTENCY_CONFLICT message: use a fresh key, or resend the exact original payload", run: vConflictKeepsOriginal},
 	{id: "key_length_bound", source: "create-adcp-server.js IDEMPOTENCY_KEY_PATTERN ^[A-Za-z0-9_.:-]{16,255}$ (the upper bound and the alphabet)", run: vKeyBounds},
 	{id: "read_tool_tolerates_key", source: "read-tool-idempotency.yaml (AdCP 3.1, upstream repository): reads accept the idempotency_key, context and ext envelope", run: vReadToolKey},
@@ -423,6 +424,30 @@ func vErrorsNotCached(t *testing.T, e *env) {
 	wantReplayOf(t, e.send(t, buyer, toolCreate, juneBuy(key, "errors_retry_2")), second, "second retry")
 }
 
+// vMissingKeyForms: a null key is a missing key; an empty one or a number
+// is a malformed one. Each is refused (INVALID_REQUEST in AdCP) and runs
+// nothing.
+func vMissingKeyForms(t *testing.T, e *env) {
+	const buyer = "buyer-keyforms"
+	doc := func(v string) []byte {
+		return []byte(strings.Replace(string(missingKeyBuy("missing_key_forms")), `{`, `{"idempotency_key":`+v+`,`, 1))
+	}
+	if e.d.enforcesRequiredKeys() {
+		wantRefusal(t, e.send(t, buyer, toolCreate, doc("null")), spancontract.RefusalMissingKey, "a null key")
+	}
+	wantRefusal(t, e.send(t, buyer, toolCreate, doc(`""`)), spancontract.RefusalInvalidKey, "an empty key")
+	// A number: the MCP instrumentation reads the key argument itself and
+	// says invalid_key (internal/mcpcall/scope.go); NewKey classes the same
+	// input as ErrInvalidArguments (its doc: "an explicit-key field that is
+	// not a string"). Both refuse and run nothing.
+	want := spancontract.RefusalInvalidArguments
+	if e.d.enforcesRequiredKeys() {
+		want = spancontract.RefusalInvalidKey
+	}
+	wantRefusal(t, e.send(t, buyer, toolCreate, doc("12345678901234567890")), want, "a number as the key")
+	wantExecutions(t, e, 0, 0, "after the malformed keys")
+}
+
 // vConflictKeepsOriginal: a conflict changes nothing: the original payload
 // still replays the original answer, and a fresh key runs the new payload.
 func vConflictKeepsOriginal(t *testing.T, e *env) {
@@ -504,10 +529,13 @@ func dExpired(t *testing.T, e *env) {
 	wantExecutions(t, e, 2, 2, "after the window")
 }
 
-// dShortKey: AdCP refuses keys under 16 characters; idemkit accepts any
-// printable-ASCII key of 1 to 255 bytes.
+// dShortKey: AdCP refuses keys under 16 characters or outside
+// [A-Za-z0-9_.:-]; idemkit accepts any printable-ASCII key of 1 to 255
+// bytes.
 func dShortKey(t *testing.T, e *env) {
 	wantRan(t, e.send(t, "buyer-short", toolCreate, juneBuy("k1", "short_key")), "a 2-character key")
+	wantRan(t, e.send(t, "buyer-short", toolCreate, juneBuy("order 1001 / refund #2", "spaced_key")), "a key with spaces, / and #")
+	wantExecutions(t, e, 2, 2, "after the keys outside AdCP's pattern")
 }
 
 // dNestedCredentials: AdCP leaves a rotated
