@@ -38,6 +38,9 @@ type reply struct {
 	Text     string         // the first text content, or the Guard's error text
 	Result   map[string]any // the tool's structured answer
 	Raw      string         // everything the caller received, for leak checks
+	// RetryAfter is the in-progress answer's retry hint: the marker's
+	// retry_after_ms (MCP) or InProgressError.RetryAfter (Guard).
+	RetryAfter time.Duration
 }
 
 // driver sends one call of tool with the raw JSON arguments args for
@@ -165,6 +168,9 @@ func errReply(err error) reply {
 		r.Refusal = spancontract.RefusalMismatch
 	case errors.Is(err, idemkit.ErrInProgress):
 		r.Refusal = spancontract.RefusalInProgress
+		if ip, ok := errors.AsType[*idemkit.InProgressError](err); ok {
+			r.RetryAfter = ip.RetryAfter
+		}
 	case errors.Is(err, idemkit.ErrInvalidKey):
 		r.Refusal = spancontract.RefusalInvalidKey
 	case errors.Is(err, idemkit.ErrInvalidArguments):
@@ -225,6 +231,9 @@ func parseResult(t *testing.T, raw []byte) reply {
 	}
 	if m := res.Meta[spancontract.RefusalMetaKey]; m != nil {
 		r.Refusal, _ = m["reason"].(string)
+		if ms, ok := m["retry_after_ms"].(float64); ok {
+			r.RetryAfter = time.Duration(ms) * time.Millisecond
+		}
 	}
 	if m := res.Meta[spancontract.ReplayMetaKey]; m != nil {
 		r.Replayed, _ = m["replayed"].(bool)

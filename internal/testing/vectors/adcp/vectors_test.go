@@ -399,6 +399,9 @@ func vInFlight(t *testing.T, e *env) {
 	if !strings.Contains(dup.Text, "in progress") {
 		t.Errorf("the in-flight answer does not say so: %q", dup.Text)
 	}
+	if dup.RetryAfter <= 0 { // the SDK's retry_after
+		t.Errorf("the in-flight answer carries no retry hint: %s", dup.Raw)
+	}
 	wantRan(t, first, "first")
 	wantExecutions(t, e, 1, 1, "after the parallel duplicate")
 	wantReplayOf(t, e.send(t, buyer, toolCreate, juneBuy(key, "in_flight_retry")), first, "retry after the first finished")
