@@ -17,10 +17,11 @@ const (
 
 // excluded is the hash exclusion list of each mutating tool, as the AdCP
 // SDK applies it: idempotency_key (idemkit strips its key field by
-// default), the echo-back context object and governance_context. The SI
+// default), the echo-back context object, governance_context and the
+// push notification credentials (nested: a JSON Pointer). The SI
 // tool excludes nothing: its context string is part of the request.
 var excluded = map[string][]string{
-	toolCreate:  {"context", "governance_context"},
+	toolCreate:  {"context", "governance_context", "/push_notification_config/authentication/credentials"},
 	toolSession: nil,
 }
 

@@ -89,13 +89,13 @@ var vectors = []vector{
 	{id: "missing_key_forms", source: "create-adcp-server.js: a key that is not a non-empty string is missing or malformed → INVALID_REQUEST", run: vMissingKeyForms},
 	{id: "conflict_keeps_original", source: "create-adcp-server.js IDEMPOTENCY_CONFLICT message: use a fresh key, or resend the exact original payload", run: vConflictKeepsOriginal},
 	{id: "key_length_bound", source: "create-adcp-server.js IDEMPOTENCY_KEY_PATTERN ^[A-Za-z0-9_.:-]{16,255}$ (the upper bound and the alphabet)", run: vKeyBounds},
+	{id: "nested_credentials_excluded", source: "SDK store.js stripPushNotificationCredentials (a JSON Pointer exclude)", run: vNestedCredentials},
 	{id: "read_tool_tolerates_key", source: "read-tool-idempotency.yaml (AdCP 3.1, upstream repository): reads accept the idempotency_key, context and ext envelope", run: vReadToolKey},
 	// Divergences: the vector's intent does not apply (README, "Not
 	// applicable"); each asserts idemkit's own documented behaviour so the
 	// README's claim about it is tested too.
 	{id: "diverge_expired_key", source: "SDK store.js check(): past the TTL → IDEMPOTENCY_EXPIRED", clock: true, run: dExpired},
 	{id: "diverge_short_key", source: "IDEMPOTENCY_KEY_PATTERN lower bound (16)", run: dShortKey},
-	{id: "diverge_nested_credentials", source: "SDK store.js stripPushNotificationCredentials", run: dNestedCredentials},
 	{id: "diverge_large_integers", source: "SDK hashPayload: RFC 8785 on JavaScript numbers (IEEE-754 doubles)", run: dLargeIntegers},
 	{id: "diverge_duplicate_names", source: "SDK hashPayload: JSON.parse keeps the last of duplicate member names", run: dDuplicateNames},
 	{id: "diverge_failed_key_other_payload", source: "create-adcp-server.js + store.js release(): a failed call deletes its claim", run: dFailedKeyOtherPayload},
@@ -541,24 +541,28 @@ func dShortKey(t *testing.T, e *env) {
 	wantExecutions(t, e, 2, 2, "after the keys outside AdCP's pattern")
 }
 
-// dNestedCredentials: AdCP leaves a rotated
-// push_notification_config.authentication.credentials out of the hash.
-// idemkit's exclusions are top-level fields: the rotated credential makes
-// the retry a mismatch (refused, nothing run), never a false merge.
-func dNestedCredentials(t *testing.T, e *env) {
+// vNestedCredentials: AdCP leaves a rotated
+// push_notification_config.authentication.credentials out of the hash, so
+// a retry that carries the rotated credential replays the first answer.
+// idemkit does the same with a JSON Pointer exclude (seller_test.go's
+// excluded list); a change of a sibling field (the webhook URL) is still a
+// mismatch, refused, nothing run.
+func vNestedCredentials(t *testing.T, e *env) {
 	const buyer = "buyer-webhooks"
 	key := uuidV4(t)
-	doc := func(cred string) []byte {
+	doc := func(url, cred string) []byte {
 		var m map[string]any
 		_ = json.Unmarshal(juneBuy(key, "nested_credentials"), &m)
-		m["push_notification_config"] = map[string]any{"url": "https://buyer.example/hook",
+		m["push_notification_config"] = map[string]any{"url": url,
 			"authentication": map[string]any{"schemes": []string{"Bearer"}, "credentials": cred}}
 		b, _ := json.Marshal(m)
 		return b
 	}
-	wantRan(t, e.send(t, buyer, toolCreate, doc("secret-1-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")), "first")
-	wantRefusal(t, e.send(t, buyer, toolCreate, doc("secret-2-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbb")), spancontract.RefusalMismatch, "rotated credential")
-	wantExecutions(t, e, 1, 1, "after the rotated credential")
+	first := e.send(t, buyer, toolCreate, doc("https://buyer.example/hook", "secret-1-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"))
+	wantRan(t, first, "first")
+	wantReplayOf(t, e.send(t, buyer, toolCreate, doc("https://buyer.example/hook", "secret-2-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbb")), first, "rotated credential")
+	wantRefusal(t, e.send(t, buyer, toolCreate, doc("https://other.example/hook", "secret-2-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbb")), spancontract.RefusalMismatch, "another webhook URL")
+	wantExecutions(t, e, 1, 1, "after the rotated credential and the other URL")
 }
 
 // dLargeIntegers: under RFC 8785's double semantics (the SDK's JSON.parse)
