@@ -390,6 +390,11 @@ type Work func(ctx context.Context) (Response, error)
 // ctx bounds the claim, the wait and the work; the finish runs detached from
 // ctx's cancellation, bounded by FinishTimeout.
 func (g *Guard) Do(ctx context.Context, key Key, work Work) (Result, error) {
+	return g.do(ctx, key, work, nil)
+}
+
+// do is Do, and DoPhased when ph is not nil.
+func (g *Guard) do(ctx context.Context, key Key, work Work, ph *phase) (Result, error) {
 	if key.IsZero() {
 		return Result{}, fmt.Errorf("%w: the zero Key; build keys with NewKey", ErrInvalidKey)
 	}
@@ -422,7 +427,7 @@ func (g *Guard) Do(ctx context.Context, key Key, work Work) (Result, error) {
 		}
 		switch cr.Status {
 		case ClaimAcquired, ClaimTakenOver:
-			return g.run(ctx, &key, p, req.Token, &cr, work)
+			return g.run(ctx, &key, p, req.Token, &cr, work, ph)
 		case ClaimCompleted:
 			return g.replay(ctx, key, cr)
 		case ClaimMismatch:
@@ -516,12 +521,12 @@ func (g *Guard) replay(ctx context.Context, key Key, cr ClaimResult) (Result, er
 }
 
 // run runs work under the claim cr of key (key and cr are only read).
-func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, cr *ClaimResult, work Work) (res Result, err error) {
+func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, cr *ClaimResult, work Work, ph *phase) (res Result, err error) {
 	// One allocation carries the Call and the contexts handed to the work
 	// and to the finish.
 	a := &attempt{
 		Context: ctx,
-		call:    Call{guard: g, key: *key, token: token, attempt: cr.Attempt, lease: p.lease},
+		call:    Call{guard: g, key: *key, token: token, attempt: cr.Attempt, lease: p.lease, phase: ph},
 	}
 	fin := FinishRequest{Key: key.id, Token: token, handle: cr.handle}
 	res.Attempt = cr.Attempt
@@ -538,14 +543,14 @@ func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, c
 		// work panicked: release the claim (a failure is logged), then let
 		// the panic continue.
 		fin.Error = "panic"
-		_ = g.finish(a, &fin, nil)
+		_ = g.end(a, &fin, nil, false)
 	}()
 	resp, werr := work(a)
 	finished = true
 
 	if werr != nil {
 		fin.Error = TruncateText(werr.Error(), MaxErrorBytes)
-		if ferr := g.finish(a, &fin, werr); ferr != nil {
+		if ferr := g.end(a, &fin, werr, false); ferr != nil {
 			return Result{}, ferr // matches werr, ErrStore and *FinishError
 		}
 		return Result{}, werr
@@ -553,7 +558,7 @@ func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, c
 	res.Response = resp
 	if resp.IsError && p.failure != StoreToolErrors {
 		fin.Error = "tool error"
-		return res, g.finish(a, &fin, nil)
+		return res, g.end(a, &fin, nil, true)
 	}
 
 	fin.Succeeded = true
@@ -568,7 +573,7 @@ func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, c
 	case len(resp.Body) > g.maxInline:
 		fin.Storage = StorageExternal
 	}
-	if ferr := g.finish(a, &fin, nil); ferr != nil {
+	if ferr := g.end(a, &fin, nil, true); ferr != nil {
 		return res, ferr
 	}
 	if tooLarge != nil {
@@ -707,6 +712,7 @@ type Call struct {
 	token   int64
 	attempt int
 	lease   time.Duration
+	phase   *phase // DoPhased's local phase; nil for Do
 }
 
 // CallFromContext returns the attempt running in ctx, or nil outside

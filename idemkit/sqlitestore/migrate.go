@@ -55,7 +55,7 @@ func (s *Store) Migrate(ctx context.Context) (err error) {
 	if v, verr := s.Version(ctx); verr == nil && len(ms) > 0 && v >= ms[len(ms)-1].Version {
 		return nil
 	}
-	if err := s.lock(ctx); err != nil {
+	if err := s.lock(ctx, startsWork); err != nil {
 		return err
 	}
 	defer s.unlock()
