@@ -71,7 +71,6 @@ var killSteps = []killStep{
 	{name: "phased/after-commit", phased: true, mustReplay: true},
 }
 
-
 const killSchema = `
 CREATE TABLE IF NOT EXISTS executions (order_id TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS gateway (order_id TEXT NOT NULL, gateway_key TEXT UNIQUE);
