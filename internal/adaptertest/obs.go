@@ -67,6 +67,8 @@ type setup struct {
 	tasks     bool
 	txTools   []TxTool
 	txRunner  instrument.TxRunner[*sql.Tx]
+	phased    []PhasedTool
+	phRunner  instrument.PhasedRunner[*sql.Tx]
 	prompts   []string
 	resources []string
 }
@@ -115,6 +117,7 @@ func start(t *testing.T, h Harness, s setup) *rig {
 		Transport: s.transport, Guard: r.guard, Options: opts, Bearer: s.bearer,
 		Tools: s.tools, JobTools: s.jobTools, Jobs: r.jobs, Prompts: s.prompts, Resources: s.resources,
 		Tasks: s.tasks, TxTools: s.txTools, TxRunner: s.txRunner,
+		PhasedTools: s.phased, PhasedRunner: s.phRunner,
 	})
 	return r
 }

@@ -43,6 +43,7 @@ func Run(t *testing.T, h Harness) {
 		{"Jobs_ReplicasShareOneDurableJob", testJobs},
 		{"Tasks_DuplicatesShareOneDurableTask", testTasks},
 		{"TxTool_ClaimWritesAndOutcomeCommitTogether", testTxTool},
+		{"PhasedTool_ExternalOutsideAnyTransactionThenWritesAndOutcomeTogether", testPhasedTool},
 		{"MalformedInput_IsRejectedAndRunsNothing", testMalformed},
 		{"KeyArgument_IsStrippedBeforeStrictSchemasAndHandlers", testKeyStripped},
 		{"SpanShape_PerMethodAndErrorClass", testSpanShape},

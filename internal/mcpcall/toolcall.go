@@ -266,6 +266,13 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 		c.outcome, c.attempt, c.writeID = ranOutcome(r.Outcome), r.Attempt, r.WriteID
 		c.recorded = true
 		return answer(op, codec, handlerRes, nil, body)
+	case ran && errors.Is(derr, ErrLocalRolledBack):
+		// A phased call's local transaction did not commit: none of its
+		// writes remain, its claim was released (or another attempt took
+		// it over), and its external work used the call's key.
+		c.outcome, c.attempt, c.writeID = outcomeNone, 0, ""
+		c.finishErr, c.finishReason = derr, finishReason(derr)
+		return refuse(op, codec, spancontract.RefusalStoreUnavailable, localRolledBackText(call.Tool), nil), nil
 	case ran && errors.Is(derr, ErrRolledBack) && (handlerErr == nil || !errors.Is(derr, handlerErr)):
 		// The work ran in a transaction that did not commit: neither its
 		// writes nor its claim remain, so nothing happened.
