@@ -6,8 +6,10 @@
 // desk's database. idemkit protects issue_refund (arguments validated,
 // claim before the work, replay the stored result to every duplicate), and
 // with the SQLite or PostgreSQL store the desk's tables live in the store's
-// database: the refund row, the claim and the recorded outcome commit in one
-// transaction (the transactional handler form, mcpgo.AddTxTool). On mcp-go
+// database: the claim commits first, the payment runs outside any
+// transaction, then the refund row and the recorded outcome commit together
+// in one short transaction (the phased handler form, mcpgo.AddPhasedTool),
+// so that a slow payment holds up no other refund and no read. On mcp-go
 // the server advertises MCP tasks: a task-augmented issue_refund is a
 // durable task in the store. export_refunds is a job-and-poll tool whose
 // jobs live in the store too. Every MCP request gets a SERVER span ("tools/call
@@ -53,7 +55,7 @@ type options struct {
 	sdk                      string
 	dbPath, gatewayDB        string
 	store, storeDB, pgDSN    string
-	window                   time.Duration
+	window, lease            time.Duration
 	unprotected              bool
 	otlpEndpoint, service    string
 	metricInterval           time.Duration
@@ -62,6 +64,7 @@ type options struct {
 	taskLease, jobLease      time.Duration
 	exportDuration           time.Duration
 	holdAfterWrite           string
+	holdAfterPayment         string
 }
 
 func parseFlags() options {
@@ -72,10 +75,11 @@ func parseFlags() options {
 	flag.StringVar(&o.dbPath, "db", "refunds.db", "SQLite orders database (created and seeded when missing); with -store sqlite it holds idemkit's store too")
 	flag.StringVar(&o.gatewayDB, "gateway-db", "", "SQLite ledger of the fake payment gateway (default: gateway.db beside -db)")
 	flag.StringVar(&o.store, "store", "sqlite", "idemkit store: sqlite (in -db), memory or postgres (ignored with -unprotected)")
-	flag.StringVar(&o.storeDB, "store-db", "", "SQLite file of the idemkit store (default: the -db file, where a refund row commits in its claim's transaction; "+
-		"another file makes the row commit in a transaction of its own, after the claim)")
+	flag.StringVar(&o.storeDB, "store-db", "", "SQLite file of the idemkit store (default: the -db file, where a refund row commits with the call's recorded outcome; "+
+		"another file makes the row commit in a transaction of its own, before the outcome is recorded)")
 	flag.StringVar(&o.pgDSN, "postgres-dsn", os.Getenv("DATABASE_URL"), "PostgreSQL DSN for -store postgres (default $DATABASE_URL)")
 	flag.DurationVar(&o.window, "window", 10*time.Minute, "how long a completed refund deduplicates its duplicates")
+	flag.DurationVar(&o.lease, "lease", 0, "how long a refund in progress holds its claim before a duplicate may take it over (default 2m: idemkit.DefaultLease)")
 	flag.BoolVar(&o.unprotected, "unprotected", false, "serve without idemkit: plain OpenTelemetry GenAI tracing, every duplicate runs")
 	flag.StringVar(&o.otlpEndpoint, "otlp-endpoint", "127.0.0.1:4317", "Collector OTLP/gRPC endpoint, host:port (empty: no export)")
 	flag.StringVar(&o.service, "service-name", "", "service.name (default refundserver, or refundserver-unprotected)")
@@ -87,6 +91,7 @@ func parseFlags() options {
 	flag.DurationVar(&o.jobLease, "job-lease", 0, "how long a job's worker holds it without a heartbeat before it is reported lost (default 30s)")
 	flag.DurationVar(&o.exportDuration, "export-duration", refunds.DefaultExportDuration, "how long an export_refunds job works")
 	flag.StringVar(&o.holdAfterWrite, "fault-hold-after-write", "", "fault injection for crash tests: issue_refund writes this file once its row is written, then waits uncommitted")
+	flag.StringVar(&o.holdAfterPayment, "fault-hold-after-payment", "", "fault injection for crash tests: issue_refund writes this file once the gateway has refunded, then waits before writing its row")
 	flag.Parse()
 	if o.service == "" {
 		o.service = "refundserver"
@@ -152,7 +157,7 @@ func run(o options, log *slog.Logger) error {
 		Gateway: gateway, SDK: o.sdk, TracerProvider: tel.Tracer, MeterProvider: tel.Meter, Tokens: tokens,
 		FastLatency: o.fastLatency, SlowLatency: o.slowLatency,
 		Tasks: instrument.TasksConfig{Lease: o.taskLease}, Jobs: instrument.JobsConfig{Lease: o.jobLease},
-		ExportDuration: o.exportDuration, HoldAfterWrite: o.holdAfterWrite,
+		ExportDuration: o.exportDuration, HoldAfterWrite: o.holdAfterWrite, HoldAfterPayment: o.holdAfterPayment,
 	}
 	storeDesc := "none (unprotected)"
 	if o.unprotected {

@@ -27,7 +27,8 @@ CREATE TABLE IF NOT EXISTS gateway_refunds (
 	order_id     TEXT NOT NULL,
 	amount_cents INTEGER NOT NULL,
 	created_at   INTEGER NOT NULL
-);`
+);
+CREATE INDEX IF NOT EXISTS gateway_refunds_order ON gateway_refunds(order_id);`
 
 // OpenGateway opens (creating it when new) the gateway's ledger at path, a
 // SQLite file, or in memory for ":memory:".
@@ -49,11 +50,19 @@ func OpenGateway(ctx context.Context, path string) (*Gateway, error) {
 // Close closes the ledger.
 func (g *Gateway) Close() error { return g.db.Close() }
 
-// Refund moves amount cents back to the customer of orderID and returns the
-// gateway's refund reference. A request with the key of an earlier one
-// (non-empty) is answered with that one's reference, and replayed is true:
-// nothing is refunded twice.
-func (g *Gateway) Refund(ctx context.Context, key, orderID string, amount int64) (ref string, replayed bool, err error) {
+// ErrChargeRefunded is the gateway's refusal of a refund over what is left
+// of the charge (a provider refuses it, as Stripe does): nothing moved.
+var ErrChargeRefunded = errors.New("the refund exceeds what is left of the charge")
+
+// Refund moves amount cents back to the customer of orderID, whose charge
+// was charged cents, and returns the gateway's refund reference. A request
+// with the key of an earlier one (non-empty) is answered with that one's
+// reference, and replayed is true: nothing is refunded twice. A refund
+// that would take the order's refunds over the charge is refused with an
+// error matching ErrChargeRefunded: the gateway, which holds the money,
+// is what guarantees that, since the desk checks before it pays without
+// holding a lock.
+func (g *Gateway) Refund(ctx context.Context, key, orderID string, amount, charged int64) (ref string, replayed bool, err error) {
 	tx, err := g.db.BeginTx(ctx, nil)
 	if err != nil {
 		return "", false, err
@@ -67,6 +76,13 @@ func (g *Gateway) Refund(ctx context.Context, key, orderID string, amount int64)
 		if !errors.Is(err, sql.ErrNoRows) {
 			return "", false, err
 		}
+	}
+	var refunded int64
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(amount_cents), 0) FROM gateway_refunds WHERE order_id = ?`, orderID).Scan(&refunded); err != nil {
+		return "", false, err
+	}
+	if refunded+amount > charged {
+		return "", false, fmt.Errorf("%w: %d of %d cents left on %s", ErrChargeRefunded, charged-refunded, charged, orderID)
 	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])

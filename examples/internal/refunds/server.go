@@ -38,8 +38,9 @@ const (
 type Config struct {
 	// DB is the orders database. Required. With a Guard on idemkit's
 	// SQLite or PostgreSQL store, make it the store's database
-	// (NewSQLiteDB(store.DB()), NewPostgresDB(pool)): issue_refund then
-	// writes its refund row in the transaction that holds its claim.
+	// (NewSQLiteDB(store.DB(), store.ReadDB()), NewPostgresDB(pool)):
+	// issue_refund then writes its refund row in the transaction that
+	// records the call's outcome, after the payment.
 	DB *DB
 	// Gateway is the fake payment gateway's ledger. Defaults to one in
 	// memory.
@@ -75,6 +76,16 @@ type Config struct {
 	// yet committed) and then waits for its request to end, so that a test
 	// can kill the process between the write and the commit.
 	HoldAfterWrite string
+	// HoldAfterPayment, when set, is fault injection for the crash tests:
+	// issue_refund writes this file once the gateway has refunded (the
+	// refund row not yet written) and then waits for its request to end,
+	// so that a test can kill the process between the payment and the
+	// local commit.
+	HoldAfterPayment string
+
+	// beforePayment, when set (by tests), runs in issue_refund's external
+	// phase just before the gateway's latency.
+	beforePayment func(ctx context.Context, orderID string)
 }
 
 // DefaultExportDuration is how long an export_refunds job works by default.
@@ -105,23 +116,26 @@ func (cfg *Config) options(subject instrument.Option) []instrument.Option {
 
 func (cfg *Config) tools() *tools {
 	return &tools{db: cfg.DB, gw: cfg.Gateway, fast: orDefault(cfg.FastLatency, DefaultFastLatency), slow: orDefault(cfg.SlowLatency, DefaultSlowLatency),
-		export: orDefault(cfg.ExportDuration, DefaultExportDuration), holdFile: cfg.HoldAfterWrite}
+		export: orDefault(cfg.ExportDuration, DefaultExportDuration), holdFile: cfg.HoldAfterWrite, holdAfterPayment: cfg.HoldAfterPayment,
+		beforePayment: cfg.beforePayment}
 }
 
-// txMode is how issue_refund writes its row.
+// txMode is how issue_refund writes its row. In every mode the payment
+// runs outside any transaction, then the row commits in a short one.
 type txMode uint8
 
 const (
 	// txOwn: in a transaction of the desk's own, under the Guard's plain
-	// claim (the memory store), or without one (no Guard).
+	// claim (the memory store, or a store in another file: the outcome is
+	// recorded after the row commits), or without one (no Guard).
 	txOwn txMode = iota
-	// txSQLite and txPostgres: in the transaction of the store's DoInTx,
-	// with the claim and the outcome (the transactional handler form).
+	// txSQLite and txPostgres: in the store's transaction in which the
+	// outcome is recorded (the phased handler form, AddPhasedTool).
 	txSQLite
 	txPostgres
 )
 
-// txMode returns how issue_refund writes: in its claim's transaction when
+// txMode returns how issue_refund writes: with its recorded outcome when
 // the desk's database is the Guard's store's.
 func (cfg *Config) txMode() (txMode, error) {
 	if cfg.Guard == nil {
