@@ -96,6 +96,20 @@ type localTx struct {
 }
 
 func (l *localTx) Finish(ctx context.Context, req idemkit.FinishRequest) error {
+	if !req.Succeeded || req.Storage != idemkit.StorageExternal {
+		// The store's statement, prepared on the connection the
+		// transaction runs on: no parse while the write lock is held.
+		st, err := l.s.prepared(ctx)
+		if err != nil {
+			return err
+		}
+		stmt := st.failed
+		if req.Succeeded {
+			stmt = st.succeeded
+		}
+		res, err := l.tx.StmtContext(ctx, stmt).ExecContext(ctx, finishArgs(req)...)
+		return fenced("finish", res, err)
+	}
 	return (&txStore{tx: l.tx}).Finish(ctx, req)
 }
 

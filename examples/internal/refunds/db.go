@@ -65,6 +65,12 @@ type DB struct {
 	read  *sql.DB       // SQLite: the read-only pool (sql itself for ":memory:")
 	pg    *pgxpool.Pool // PostgreSQL; nil on SQLite
 	owned bool          // Close closes sql and read
+
+	// stmts are the statements of the desk's write transactions, prepared
+	// on sql when the desk opens (query -> *sql.Stmt), so that SQLite does
+	// not parse them while a transaction holds its write lock. (Preparing
+	// one later could wait for the connection the transaction holds.)
+	stmts map[string]*sql.Stmt
 }
 
 const sqliteSchema = `
@@ -227,6 +233,9 @@ func NewSQLiteDB(ctx context.Context, db, read *sql.DB) (*DB, error) {
 		read = db
 	}
 	d := &DB{sql: db, read: read}
+	if err := d.prepareWrites(ctx); err != nil {
+		return nil, err
+	}
 	for _, o := range SeedOrders() {
 		if _, err := db.ExecContext(ctx, `INSERT INTO orders (id, customer, total_cents, gateway) VALUES (?, ?, ?, ?) ON CONFLICT(id) DO NOTHING`,
 			o.ID, o.Customer, o.TotalCents, o.Gateway); err != nil {
@@ -262,8 +271,12 @@ func NewPostgresDB(ctx context.Context, pool *pgxpool.Pool) (*DB, error) {
 	return &DB{pg: pool}, nil
 }
 
-// Close closes the database when OpenDB opened it.
+// Close closes the database when OpenDB opened it (and the desk's
+// prepared statements in any case).
 func (d *DB) Close() error {
+	for _, st := range d.stmts {
+		_ = st.Close()
+	}
 	if !d.owned {
 		return nil
 	}
@@ -329,6 +342,59 @@ func (q sqlQ) query(ctx context.Context, s string, args ...any) (rows, error) {
 }
 
 type sqlRows struct{ *sql.Rows }
+
+// sqlTxQ runs statements in tx, a write transaction on the desk's SQLite
+// database, through statements prepared once.
+type sqlTxQ struct {
+	d  *DB
+	tx *sql.Tx
+}
+
+// prepareWrites prepares the statements of the desk's write transactions.
+func (d *DB) prepareWrites(ctx context.Context) error {
+	d.stmts = map[string]*sql.Stmt{}
+	for _, q := range []string{insertRefundSQL, refundByKeySQL} {
+		st, err := d.sql.PrepareContext(ctx, q)
+		if err != nil {
+			return fmt.Errorf("refunds: prepare %q: %w", q, err)
+		}
+		d.stmts[q] = st
+	}
+	return nil
+}
+
+// on returns the prepared statement of s in the transaction, or nil.
+func (q sqlTxQ) on(ctx context.Context, s string) *sql.Stmt {
+	if st := q.d.stmts[s]; st != nil {
+		return q.tx.StmtContext(ctx, st)
+	}
+	return nil
+}
+
+func (q sqlTxQ) exec(ctx context.Context, s string, args ...any) error {
+	var err error
+	if st := q.on(ctx, s); st != nil {
+		_, err = st.ExecContext(ctx, args...)
+	} else {
+		_, err = q.tx.ExecContext(ctx, s, args...)
+	}
+	return err
+}
+
+func (q sqlTxQ) row(ctx context.Context, s string, args ...any) scanner {
+	if st := q.on(ctx, s); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return q.tx.QueryRowContext(ctx, s, args...)
+}
+
+func (q sqlTxQ) query(ctx context.Context, s string, args ...any) (rows, error) {
+	return sqlQ{db: q.tx}.query(ctx, s, args...)
+}
+
+// txQ returns the querier of tx, a transaction on the desk's SQLite
+// database (the store's, in the phased handler form).
+func (d *DB) txQ(tx *sql.Tx) querier { return sqlTxQ{d: d, tx: tx} }
 
 func (r sqlRows) Close() { _ = r.Rows.Close() }
 
@@ -453,7 +519,7 @@ func checkRefund(ctx context.Context, q querier, orderID string, amount int64) (
 func refundByKey(ctx context.Context, q querier, key string) (Refund, bool, error) {
 	var r Refund
 	var created int64
-	err := q.row(ctx, `SELECT id, order_id, amount_cents, COALESCE(gateway_key, ''), gateway_ref, session_id, created_at FROM refunds WHERE gateway_key = ?`, key).
+	err := q.row(ctx, refundByKeySQL, key).
 		Scan(&r.ID, &r.OrderID, &r.AmountCents, &r.GatewayKey, &r.GatewayRef, &r.SessionID, &created)
 	if errors.Is(err, sql.ErrNoRows) || errors.Is(err, pgx.ErrNoRows) {
 		return Refund{}, false, nil
@@ -468,9 +534,14 @@ func insertRefund(ctx context.Context, q querier, r Refund) error {
 	if r.GatewayKey != "" {
 		key = r.GatewayKey
 	}
-	return q.exec(ctx, `INSERT INTO refunds (id, order_id, amount_cents, gateway_key, gateway_ref, session_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		r.ID, r.OrderID, r.AmountCents, key, r.GatewayRef, r.SessionID, r.CreatedAt.UnixNano())
+	return q.exec(ctx, insertRefundSQL, r.ID, r.OrderID, r.AmountCents, key, r.GatewayRef, r.SessionID, r.CreatedAt.UnixNano())
 }
+
+// The statements of the desk's write transactions.
+const (
+	insertRefundSQL = `INSERT INTO refunds (id, order_id, amount_cents, gateway_key, gateway_ref, session_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`
+	refundByKeySQL  = `SELECT id, order_id, amount_cents, COALESCE(gateway_key, ''), gateway_ref, session_id, created_at FROM refunds WHERE gateway_key = ?`
+)
 
 // inTx runs fn in a short transaction of the desk's own pool (a server
 // whose store cannot share it: the memory store, a store in another file,
@@ -487,7 +558,7 @@ func (d *DB) inTx(ctx context.Context, fn func(ctx context.Context, q querier) e
 		return err
 	}
 	defer tx.Rollback()
-	if err := fn(ctx, sqlQ{db: tx}); err != nil {
+	if err := fn(ctx, d.txQ(tx)); err != nil {
 		return err
 	}
 	return tx.Commit()

@@ -149,7 +149,7 @@ func startDeskMode(tb testing.TB, mode string, o deskOptions) *deskRig {
 // initialized, with alice's token).
 func deskClient(tb testing.TB, url string) *client.Client {
 	tb.Helper()
-	c, err := client.NewStreamableHttpClient(url, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer demo-token-alice"}))
+	c, err := client.NewStreamableHttpClient(url, transportAlice()...)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -159,12 +159,21 @@ func deskClient(tb testing.TB, url string) *client.Client {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = c.Close() })
-	var init mcp.InitializeRequest
-	init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
-	if _, err := c.Initialize(ctx, init); err != nil {
+	if _, err := c.Initialize(ctx, initRequest()); err != nil {
 		tb.Fatal(err)
 	}
 	return c
+}
+
+// transportAlice authenticates a client as alice.
+func transportAlice() []transport.StreamableHTTPCOption {
+	return []transport.StreamableHTTPCOption{transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer demo-token-alice"})}
+}
+
+func initRequest() mcp.InitializeRequest {
+	var init mcp.InitializeRequest
+	init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
+	return init
 }
 
 func callTool(ctx context.Context, c *client.Client, name string, args map[string]any) (*mcp.CallToolResult, error) {

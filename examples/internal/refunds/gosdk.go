@@ -75,7 +75,7 @@ func addGoSDKTools(s *mcp.Server, t *tools, mode txMode, g *idemkit.Guard, jobs 
 		// outcome commit together.
 		gosdk.AddPhasedTool(s, g.Store().(*sqlitestore.Store), tool, external,
 			func(ctx context.Context, tx *sql.Tx, req *mcp.CallToolRequest, p payment) (*mcp.CallToolResult, error) {
-				return local(ctx, sqlQ{db: tx}, req, p)
+				return local(ctx, t.db.txQ(tx), req, p)
 			})
 	case txPostgres:
 		gosdk.AddPhasedTool(s, g.Store().(*pgstore.Store), tool, external,

@@ -84,7 +84,7 @@ func addMCPGoTools(s *server.MCPServer, t *tools, mode txMode, g *idemkit.Guard,
 		// outcome commit together.
 		mcpgo.AddPhasedTool(s, g.Store().(*sqlitestore.Store), issueRefundTool(), external,
 			func(ctx context.Context, tx *sql.Tx, req mcp.CallToolRequest, p payment) (*mcp.CallToolResult, error) {
-				return local(ctx, sqlQ{db: tx}, req, p)
+				return local(ctx, t.db.txQ(tx), req, p)
 			})
 	case txPostgres:
 		mcpgo.AddPhasedTool(s, g.Store().(*pgstore.Store), issueRefundTool(), external,
