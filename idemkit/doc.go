@@ -46,7 +46,12 @@
 // Stores: MemoryStore (this package; its zero value is ready to use),
 // idemkit/sqlitestore (embedded, durable) and idemkit/pgstore (PostgreSQL);
 // both SQL stores have DoTx and DoInTx, which commit the claim, the tool's
-// own writes and the outcome in one transaction. Every store passes the conformance suite in idemkit/storetest.
+// own writes and the outcome in one transaction, and DoPhased, for work that
+// waits on the network: the claim commits first, the external part runs
+// outside any transaction, then the tool's own writes and the outcome commit
+// together in a short one (Guard.DoPhased, Call.BeginLocal; a transaction
+// is never held across a network wait). Every store passes the conformance
+// suite in idemkit/storetest.
 //
 // This package depends on the standard library and the stdlib-only span
 // contract; it never imports a database driver, an MCP SDK

@@ -54,7 +54,9 @@ func (f *phasedFixture) gateway() ([]string, int) {
 	return append([]string(nil), f.calls...), len(f.payments)
 }
 
-func (f *phasedFixture) rows(t *testing.T) int { return count(t, f.pool, `SELECT count(*) FROM `+f.lines) }
+func (f *phasedFixture) rows(t *testing.T) int {
+	return count(t, f.pool, `SELECT count(*) FROM `+f.lines)
+}
 
 // refund pays through the gateway (between runs after the payment), then
 // writes the row for order in the local transaction.

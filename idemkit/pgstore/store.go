@@ -20,7 +20,11 @@
 // When the side effect is a write to the same database, DoTx commits the
 // claim, the tool's own writes and the stored outcome in the caller's
 // transaction: there is then no window in which the work is done but not
-// recorded, even if the process is killed.
+// recorded, even if the process is killed. When the work also waits on the
+// network (a payment), DoPhased commits the claim first, runs the external
+// part outside any transaction, and commits the tool's writes with the
+// outcome in a short transaction: no lock and no pooled connection is held
+// across the wait.
 package pgstore
 
 import (

@@ -37,7 +37,8 @@ type TxWork = func(ctx context.Context, tx *sql.Tx) (idemkit.Response, error)
 // on this store meanwhile: with the default single connection, the pool has
 // none to give until tx ends. ctx bounds the claim and the work; recording
 // the outcome is bounded by the Guard's FinishTimeout instead (tx itself
-// ends with the context it was begun with).
+// ends with the context it was begun with). tx holds SQLite's only write
+// lock while work runs: work that waits on the network belongs in DoPhased.
 func (s *Store) DoTx(ctx context.Context, g *idemkit.Guard, tx *sql.Tx, key idemkit.Key, work TxWork) (idemkit.Result, error) {
 	if g == nil || tx == nil || work == nil {
 		return idemkit.Result{}, errors.New("sqlitestore: DoTx needs a Guard, a *sql.Tx and work")
