@@ -10,7 +10,12 @@
 // validated MCP session of a caller without one), arguments are validated
 // before the key (amount_cents: "100" or 12.5 is rejected, nothing runs),
 // and idemkit's per-call key is forwarded to the gateway, which
-// deduplicates on it too. Without a Guard the same tools are traced with
+// deduplicates on it too. issue_refund runs in atomic phases in every mode
+// (mcpgo.AddPhasedTool, gosdk.AddPhasedTool on the SQL stores): the claim
+// commits, the payment runs outside any transaction, then the refund row
+// (and, on the SQL stores, the recorded outcome) commits in one short
+// transaction; the server without idemkit does the same two phases. Reads
+// run on read-only connections and never wait for a writer. Without a Guard the same tools are traced with
 // the plain OpenTelemetry MCP conventions (package genaitrace), as a
 // server was before idemkit, and every duplicate refunds again.
 package refunds
