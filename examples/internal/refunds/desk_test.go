@@ -257,3 +257,67 @@ func TestDesk_ASlowPaymentHoldsUpNoOtherRefundOrRead(t *testing.T) {
 		})
 	}
 }
+
+// A caller that hangs up while its refund waits at the gateway does not
+// leave the refund half done: the payment and the row complete (and, with
+// idemkit, the outcome is recorded: the retry gets the replay). In every
+// mode of the desk.
+func TestDesk_ARefundWhoseCallerHangsUpCompletes(t *testing.T) {
+	for _, mode := range []string{modeSQLite, modeSQLiteApart, modePostgres, modeMemory, modeBareSQLite, modeBarePG} {
+		t.Run(mode, func(t *testing.T) {
+			entered, release := make(chan struct{}), make(chan struct{})
+			var once, releaseOnce sync.Once
+			r := startDeskMode(t, mode, deskOptions{fast: time.Millisecond, slow: time.Millisecond,
+				beforePayment: func(context.Context, string) {
+					once.Do(func() { close(entered) })
+					<-release
+				}})
+			t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+			c := deskClient(t, r.url)
+			args := map[string]any{"order_id": "ord_1002", "amount_cents": 250}
+			ctx, cancel := context.WithCancel(context.Background())
+			hungUp := make(chan error, 1)
+			go func() {
+				_, err := callTool(ctx, c, ToolIssueRefund, args)
+				hungUp <- err
+			}()
+			select {
+			case <-entered:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the refund never reached the gateway")
+			}
+			cancel()
+			if err := <-hungUp; err == nil {
+				t.Fatal("the call whose caller hung up answered")
+			}
+			releaseOnce.Do(func() { close(release) })
+			for deadline := time.Now().Add(30 * time.Second); refundRows(t, r.db, "ord_1002") == 0; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the refund whose caller hung up never completed")
+				}
+			}
+			if n, err := r.gw.Refunds(context.Background(), "ord_1002"); err != nil || n != 1 {
+				t.Fatalf("%d gateway refunds, %v; want 1", n, err)
+			}
+			if r.guard == nil {
+				return
+			}
+			b := deskClient(t, r.url)
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				res, err := callTool(context.Background(), b, ToolIssueRefund, args)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if marker(res, instrument.ReplayMetaKey)["replayed"] == true {
+					break
+				}
+				if !res.IsError || time.Now().After(deadline) {
+					t.Fatalf("the retry: %+v; want the replay (in progress until the outcome is recorded)", res)
+				}
+			}
+			if n := refundRows(t, r.db, "ord_1002"); n != 1 {
+				t.Fatalf("%d refund rows, want 1", n)
+			}
+		})
+	}
+}

@@ -84,6 +84,10 @@ func addGoSDKTools(s *mcp.Server, t *tools, mode txMode, g *idemkit.Guard, jobs 
 			})
 	default:
 		s.AddTool(tool, func(ctx context.Context, req *mcp.CallToolRequest) (res *mcp.CallToolResult, err error) {
+			// A refund that has reached the gateway is not abandoned
+			// because the caller hung up (nor is mcp-go's own task of it,
+			// whose context ends with its request).
+			ctx = context.WithoutCancel(ctx)
 			p, err := external(ctx, req)
 			if err != nil {
 				return nil, err

@@ -104,12 +104,11 @@ func (p *orderPicker) pick(prefix string) (order string, amount int64, slow bool
 
 // phaseStats are one phase's measurements.
 type phaseStats struct {
-	elapsed        time.Duration
-	calls, failed  int
-	lat, fast      []time.Duration // every call; first calls of fast orders
-	reads          []time.Duration
-	firstFailure   error
-	failureSamples int
+	elapsed       time.Duration
+	calls, failed int
+	lat, fast     []time.Duration // every call; first calls of fast orders
+	reads         []time.Duration
+	firstFailure  error
 }
 
 func (s *phaseStats) add(o *phaseStats) {

@@ -96,6 +96,10 @@ func addMCPGoTools(s *server.MCPServer, t *tools, mode txMode, g *idemkit.Guard,
 		// Guard's plain claim (the outcome is recorded after the row
 		// commits), or without idemkit.
 		s.AddTool(issueRefundTool(), func(ctx context.Context, req mcp.CallToolRequest) (res *mcp.CallToolResult, err error) {
+			// A refund that has reached the gateway is not abandoned
+			// because the caller hung up (nor is mcp-go's own task of it,
+			// whose context ends with its request).
+			ctx = context.WithoutCancel(ctx)
 			p, err := external(ctx, req)
 			if err != nil {
 				return nil, err
