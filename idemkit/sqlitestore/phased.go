@@ -31,7 +31,9 @@ import (
 // commit: its local writes are rolled back (an error matching
 // idemkit.ErrLeaseLost). external's error, or local's, releases the claim
 // and rolls local's writes back. State passes from external to local
-// through the caller's variables, as in any closure.
+// through the caller's variables, as in any closure. local must write
+// through its tx only (see BeginLocal); external may use the store and
+// DB() freely (Call.Heartbeat keeps a long external call's lease).
 //
 // g must be a Guard on this store. ctx bounds the claim and external;
 // local's transaction, the recorded outcome and the commit are detached
@@ -65,8 +67,11 @@ func (s *Store) DoPhased(ctx context.Context, g *idemkit.Guard, key idemkit.Key,
 // it (see idemkit.Guard.DoPhased; DoPhased and the instrument/mcpgo and
 // instrument/gosdk AddPhasedTool forms call it). The transaction queues
 // with the store's own writes, ahead of new claims, and holds the write
-// lock until lt commits or rolls back. ctx bounds the wait to begin; the
-// transaction itself is not bound to ctx's cancellation.
+// lock until lt commits or rolls back: while it is open, make the tool's
+// writes through tx only, and no other call to this store from the same
+// goroutine (a Call.Heartbeat, a Guard.Do), which would wait for the
+// transaction to end. ctx bounds the wait to begin; the transaction itself
+// is not bound to ctx's cancellation.
 func (s *Store) BeginLocal(ctx context.Context) (tx *sql.Tx, lt idemkit.LocalTx, err error) {
 	if err := s.lock(ctx, endsWork); err != nil {
 		return nil, nil, interpretError("begin", err)
