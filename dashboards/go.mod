@@ -82,7 +82,7 @@ require (
 	github.com/grafana/grafana-foundation-sdk/go v0.0.22
 	github.com/grafana/regexp v0.0.0-20250905093917-f7b3be9d1853 // indirect
 	github.com/idemkit-mcp/idemkit/examples v0.1.0
-	github.com/idemkit-mcp/idemkit/internal/devtools v0.1.0
+	github.com/idemkit-mcp/idemkit/internal/testing/harness v0.1.0
 	github.com/jpillora/backoff v1.0.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.19.1 // indirect

@@ -1,6 +1,6 @@
 package idemkit_test
 
-// Run: go test -run '^$' -bench 'Memory|NewKey' -benchmem ./idemkit
+// Run: go test -run '^$' -bench 'Memory|NewKey|Guard_' -benchmem ./idemkit
 // `make bench` prints these as ratios (see bench/README.md).
 
 import (
@@ -16,7 +16,8 @@ import (
 
 	"github.com/gowebpki/jcs"
 	"github.com/idemkit-mcp/idemkit/idemkit"
-	"github.com/idemkit-mcp/idemkit/internal/benchpair"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
+	"github.com/idemkit-mcp/idemkit/internal/testing/benchpair"
 )
 
 const benchKeys = 1 << 14
@@ -70,7 +71,7 @@ func (b *mapBaseline) do(key, fp string, token int64, work func() ([]byte, strin
 
 // BenchmarkMemoryStore compares Guard.Do on a MemoryStore (claim, work,
 // finish on a fresh key) with the hand-written map doing the same, with 1 and
-// 32 concurrent callers, interleaved (internal/benchpair). Every call claims
+// 32 concurrent callers, interleaved (internal/testing/benchpair). Every call claims
 // a fresh key: when the key pool runs out both sides move to an empty store,
 // so map growth is paid alike. Read throughput-ratio (guard over baseline).
 func BenchmarkMemoryStore(b *testing.B) {
@@ -92,7 +93,7 @@ func BenchmarkMemoryStore(b *testing.B) {
 			maps := newGenerations(func() *mapBaseline { return &mapBaseline{m: make(map[string]*baseRecord)} })
 			guardOp := func(i int) error {
 				res, err := guards.get(i).Do(ctx, keys[i%benchKeys], work)
-				if err == nil && res.Replayed() {
+				if err == nil && (res.Outcome == idemkit.OutcomeReplayed) {
 					err = errors.New("replayed a fresh key")
 				}
 				return err
@@ -209,4 +210,65 @@ func BenchmarkNewKey_LargeNumberArray(b *testing.B) {
 			b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(b.N)/float64(len(doc)), "alloc-x-input")
 		})
 	}
+}
+
+// interfaceOnly hides a *MemoryStore behind the Store interface, so that
+// the Guard takes its general path: requests and results copied through
+// the interface, and a finish bounded by a timeout context.
+type interfaceOnly struct{ idemstore.Store }
+
+// guardPair benchmarks Guard.Do on a fresh key of a MemoryStore with two
+// Guards side by side (internal/testing/benchpair), with 1 and 32 callers:
+// throughput-ratio is candidate over baseline.
+func guardPair(b *testing.B, candidate, baseline func() *idemkit.Guard) {
+	keys := benchKeyPool()
+	ctx := context.Background()
+	work := func(ctx context.Context) (idemkit.Response, error) {
+		if idemkit.CallFromContext(ctx) == nil {
+			return idemkit.Response{}, errors.New("the work's context has no Call")
+		}
+		return idemkit.Response{Body: benchBody, WriteID: "re_123"}, nil
+	}
+	for _, callers := range []int{1, 32} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			op := func(gs *generations[*idemkit.Guard]) benchpair.Op {
+				return func(i int) error {
+					res, err := gs.get(i).Do(ctx, keys[i%benchKeys], work)
+					if err == nil && (res.Outcome == idemkit.OutcomeReplayed) {
+						err = errors.New("replayed a fresh key")
+					}
+					return err
+				}
+			}
+			benchpair.Run(b, callers, 256, op(newGenerations(candidate)), op(newGenerations(baseline)))
+		})
+	}
+}
+
+func mustGuard(s idemstore.Store) *idemkit.Guard {
+	g, err := idemkit.NewGuard(s, nil)
+	if err != nil {
+		panic(err)
+	}
+	return g
+}
+
+// BenchmarkGuard_MemoryFastPath justifies the memory-store fast path
+// (Guard.setStore): the Guard calling a *MemoryStore directly, requests
+// and results by pointer and no finish timeout (candidate), against the
+// same store behind the Store interface (baseline).
+func BenchmarkGuard_MemoryFastPath(b *testing.B) {
+	guardPair(b,
+		func() *idemkit.Guard { return mustGuard(&idemkit.MemoryStore{}) },
+		func() *idemkit.Guard { return mustGuard(interfaceOnly{&idemkit.MemoryStore{}}) })
+}
+
+// BenchmarkGuard_HandRolledContexts justifies the attempt (guard.go): one
+// allocation that is the work's context, carrying the Call, and, seen as a
+// detachedAttempt, the finish's (candidate), against
+// context.WithValue and context.WithoutCancel (baseline).
+func BenchmarkGuard_HandRolledContexts(b *testing.B) {
+	guardPair(b,
+		func() *idemkit.Guard { return mustGuard(&idemkit.MemoryStore{}) },
+		func() *idemkit.Guard { g := mustGuard(&idemkit.MemoryStore{}); idemkit.UsePlainContexts(g); return g })
 }

@@ -1,24 +1,91 @@
 package idemkit
 
-import "unicode/utf8"
+import (
+	"bytes"
+	"unicode/utf8"
+)
 
 // isCanonical reports whether doc is already in RFC 8785 canonical form,
 // for a common subset of documents, so that NewKey can hash it without
 // re-encoding. It answers false whenever it is unsure (non-ASCII member
 // names, non-integer or large numbers, deep nesting, invalid input); the
-// caller then canonicalises with the JCS library, which also produces the
-// errors. A true answer is checked against the library by FuzzIsCanonical.
+// caller then canonicalises with package canonjson, which also produces
+// the errors. A true answer is checked against the library by FuzzIsCanonical.
 //
 // The subset: no whitespace; object members sorted by strictly ascending
-// ASCII names without escapes; strings in valid UTF-8 using only the escapes
-// JCS writes; integers of at most 15 digits (exactly representable, so
-// ECMAScript prints them unchanged), no "-0"; true, false, null.
+// ASCII names without escapes, no two of them equal ignoring case
+// (canonjson refuses those; an object with an upper-case name has at most
+// maxFastMembers members); strings in valid UTF-8
+// using only the escapes JCS writes; integers of at most 15 digits (exactly
+// representable, so ECMAScript prints them unchanged), no "-0"; true,
+// false, null.
 func isCanonical(doc []byte) bool {
+	if len(doc) > 1<<31-1 { // offsets are int32
+		return false
+	}
 	end, ok := canonValue(doc, 0, 0)
 	return ok && end == len(doc)
 }
 
 const canonMaxDepth = 64
+
+// maxFastMembers bounds the members of an object with an upper-case
+// name on the fast path, whose names it compares pairwise for
+// case-insensitive equality; a larger one goes to canonjson, which sorts
+// them.
+const maxFastMembers = 16
+
+// Classes of bytes in a member name on the fast path.
+const (
+	nameInvalid = 1 // not on the fast path: controls, '\\', non-ASCII
+	nameUpper   = 2 // an ASCII upper-case letter
+)
+
+// nameBytes classifies every byte for the fast path's member names: one
+// load per byte, the common (lower-case) byte 0.
+var nameBytes = func() (t [256]uint8) {
+	for c := range t {
+		switch {
+		case c < 0x20 || c >= 0x80 || c == '\\':
+			t[c] = nameInvalid
+		case c >= 'A' && c <= 'Z':
+			t[c] = nameUpper
+		}
+	}
+	return t
+}()
+
+// caseVariants reports whether the object at b[i] ('{', canonical, its
+// names plain ASCII) may have two member names equal ignoring ASCII case:
+// true when it does, and when it has more than maxFastMembers members.
+// Two such names differ in the case of some letter, so one of them holds
+// an upper-case letter; canonObject calls it only for an object that has
+// one.
+func caseVariants(b []byte, i int) bool {
+	var names [maxFastMembers][]byte
+	n := 0
+	i++ // '{'
+	for i < len(b) && b[i] == '"' {
+		end := skipString(b, i)
+		if n == maxFastMembers {
+			return true
+		}
+		names[n] = b[i+1 : end-1]
+		n++
+		i = skipValue(b, end+1) // past ':'
+		if i < len(b) && b[i] == ',' {
+			i++
+		}
+	}
+	for j := 1; j < n; j++ {
+		for k := range j {
+			if len(names[j]) == len(names[k]) && bytes.EqualFold(names[j], names[k]) {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 func canonValue(b []byte, i, depth int) (int, bool) {
 	if i >= len(b) {
@@ -55,7 +122,9 @@ func canonObject(b []byte, i, depth int) (int, bool) {
 	if i < len(b) && b[i] == '}' {
 		return i + 1, true
 	}
+	lbrace := i - 1
 	var prev []byte
+	upper := false
 	for first := true; ; first = false {
 		// Member name: plain ASCII, no escapes, strictly after the previous.
 		if i >= len(b) || b[i] != '"' {
@@ -64,8 +133,11 @@ func canonObject(b []byte, i, depth int) (int, bool) {
 		start := i + 1
 		j := start
 		for j < len(b) && b[j] != '"' {
-			if c := b[j]; c < 0x20 || c >= 0x80 || c == '\\' {
-				return 0, false
+			if k := nameBytes[b[j]]; k != 0 {
+				if k == nameInvalid {
+					return 0, false
+				}
+				upper = true
 			}
 			j++
 		}
@@ -89,6 +161,9 @@ func canonObject(b []byte, i, depth int) (int, bool) {
 		case ',':
 			i++
 		case '}':
+			if upper && caseVariants(b, lbrace) {
+				return 0, false
+			}
 			return i + 1, true
 		default:
 			return 0, false

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 )
 
 // Sentinel errors. Match them with errors.Is; the typed errors below match
@@ -20,8 +22,8 @@ var (
 	ErrInvalidKey = errors.New("idemkit: invalid idempotency key")
 
 	// ErrInProgress: the first call with this key is still running. Matched by
-	// *InProgressError.
-	ErrInProgress = errors.New("idemkit: call already in progress")
+	// *InProgressError. It is idemstore.ErrInProgress.
+	ErrInProgress = idemstore.ErrInProgress
 
 	// ErrKeyMismatch: an explicit key was reused with different arguments.
 	// Matched by *MismatchError.
@@ -33,28 +35,31 @@ var (
 
 	// ErrLeaseLost: the claim was taken over by another caller (its lease ran
 	// out), so this caller's heartbeat or finish was refused (fencing).
-	ErrLeaseLost = errors.New("idemkit: claim lease lost to another caller")
+	// It is idemstore.ErrLeaseLost.
+	ErrLeaseLost = idemstore.ErrLeaseLost
 
 	// ErrStore: the store failed (unreachable, timed out, refused). When the
 	// claim fails this way the work has not run.
 	ErrStore = errors.New("idemkit: store error")
 
-	// ErrTransient marks a store error that may pass when the call is
-	// repeated: a dropped connection, a server restarting or refusing
-	// connections for a moment, a lock or serialization conflict, SQLite's
-	// busy database. Stores wrap such errors with Transient; the Guard
-	// retries a finish that fails this way, with backoff, until
-	// Config.FinishTimeout.
-	ErrTransient = errors.New("idemkit: transient store error")
+	// ErrNotInProgress is returned by Guard.Cancel for a record that has
+	// no attempt in progress: it completed, or was released (after a
+	// failure, or by an earlier cancellation). It is
+	// idemstore.ErrNotInProgress.
+	ErrNotInProgress = idemstore.ErrNotInProgress
 
-	// ErrNotInProgress is returned by Store.Cancel and Guard.Cancel for a
-	// record that has no attempt in progress: it completed, or was released
-	// (after a failure, or by an earlier cancellation).
-	ErrNotInProgress = errors.New("idemkit: no attempt in progress")
+	// ErrNotFound is returned by Guard.Lookup and Guard.Cancel when no
+	// record of the key exists. It is idemstore.ErrNotFound.
+	ErrNotFound = idemstore.ErrNotFound
 
-	// ErrNotFound is returned by Store.Response when no stored body exists,
-	// and by Store.Lookup and Guard.Lookup when no record of the key exists.
-	ErrNotFound = errors.New("idemkit: not found")
+	// ErrRecordDamaged: the call already ran (its completed record exists),
+	// but the record cannot be read back as it was written: it fails the
+	// checksum stored with it, names a storage kind that does not exist, or
+	// its body stored apart is missing. Nothing was replayed and nothing
+	// was run again. Matched by *RecordDamagedError. It does not match
+	// ErrStore: the store answered, and a retry gets the same answer until
+	// the record's window ends.
+	ErrRecordDamaged = errors.New("idemkit: stored record is damaged")
 )
 
 // InProgressError is returned to a duplicate that arrives while the first
@@ -112,9 +117,10 @@ func (e *MismatchError) Error() string {
 func (e *MismatchError) Is(target error) bool { return target == ErrKeyMismatch }
 
 // ResponseTooLargeError is returned when a response exceeds
-// Config.MaxResponseBytes. The work has run and is recorded as done, so it
-// is not run again; its response was not kept. The first caller finds the
-// response in Result; duplicates get the error with an empty Result.
+// Config.MaxResponseBytes, or could not be kept at all (Response.NotKept;
+// Size is then 0). The work has run and is recorded as done, so it is not
+// run again; its response was not kept. The first caller finds the response
+// in Result; duplicates get the error with an empty Result.
 // It matches ErrResponseTooLarge.
 type ResponseTooLargeError struct {
 	Tool  string
@@ -126,6 +132,10 @@ type ResponseTooLargeError struct {
 }
 
 func (e *ResponseTooLargeError) Error() string {
+	if e.Size <= 0 || e.Size <= e.Limit {
+		return fmt.Sprintf("The %s call completed, but its response could not be kept. "+
+			"Do not call it again: the work is done.", e.Tool)
+	}
 	return fmt.Sprintf("The %s call completed, but its %d-byte response exceeded the %d-byte limit and was not kept. "+
 		"Do not call it again: the work is done. Raise the response limit or return a smaller result.", e.Tool, e.Size, e.Limit)
 }
@@ -133,22 +143,35 @@ func (e *ResponseTooLargeError) Error() string {
 // Is reports whether target is ErrResponseTooLarge.
 func (e *ResponseTooLargeError) Is(target error) bool { return target == ErrResponseTooLarge }
 
-// Transient marks err as transient: the result matches ErrTransient and
-// everything err matches, and its text is err's. Store implementations
-// call it on the errors a retry may cure (see ErrTransient). It returns nil
-// for nil.
-func Transient(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &transientError{err}
+// RecordDamagedError is returned to a duplicate whose call completed but
+// whose stored record cannot be read back as it was written (see
+// ErrRecordDamaged): the work ran, and its answer is lost. The Guard never
+// replays such a record (its bytes may be another call's, or garbage) and
+// never runs the work again (it already ran: a second refund is worse than
+// a missing answer); it logs every refusal (Config.Logger). Its Error text
+// is written for a model. It matches ErrRecordDamaged.
+type RecordDamagedError struct {
+	// Tool is the tool, KeyHash the key's idemkit.key.hash (keyed as the
+	// Guard's Config.HashKey says; never the raw subject), Attempt the
+	// record's attempt count (0 when the store could not read the record
+	// at all).
+	Tool    string
+	KeyHash string
+	Attempt int
+	// Reason says what is wrong with the record, for operators: "checksum
+	// mismatch", "unknown storage kind 7", "body stored apart is missing".
+	Reason string
 }
 
-type transientError struct{ err error }
+func (e *RecordDamagedError) Error() string {
+	return fmt.Sprintf("The %s call with these arguments already ran, but its stored result cannot be read: "+
+		"the idempotency record is damaged (%s, key %s). Do not call it again: the work is done, and a retry gets this same answer. "+
+		"Tell the user that the call completed but its result is unavailable, and ask the server's operator to inspect the record.",
+		e.Tool, e.Reason, e.KeyHash)
+}
 
-func (e *transientError) Error() string        { return e.err.Error() }
-func (e *transientError) Unwrap() error        { return e.err }
-func (e *transientError) Is(target error) bool { return target == ErrTransient }
+// Is reports whether target is ErrRecordDamaged.
+func (e *RecordDamagedError) Is(target error) bool { return target == ErrRecordDamaged }
 
 // FinishOp says which finish failed.
 type FinishOp string
@@ -220,7 +243,7 @@ func (e *FinishError) Unwrap() []error {
 func (e *FinishError) Is(target error) bool { return target == ErrStore }
 
 // storeError wraps a store failure so that it matches both ErrStore and the
-// underlying driver error.
-func storeError(op string, key Key, err error) error {
+// underlying driver error. key is the key's label (Guard.label).
+func storeError(op, key string, err error) error {
 	return fmt.Errorf("%w: %s %s: %w", ErrStore, op, key, err)
 }

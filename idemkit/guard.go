@@ -1,14 +1,22 @@
 package idemkit
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"time"
 
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
+	"github.com/idemkit-mcp/idemkit/internal/clip"
+	"github.com/idemkit-mcp/idemkit/internal/hashkey"
 	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
@@ -18,7 +26,7 @@ const (
 	DefaultLease             = 2 * time.Minute
 	DefaultMaxInlineResponse = 64 << 10
 	DefaultMaxResponse       = 16 << 20
-	DefaultFinishTimeout     = 10 * time.Second
+	defaultFinishTimeout     = 10 * time.Second
 	DefaultSweepBatch        = 1000
 )
 
@@ -29,18 +37,15 @@ const (
 // the field; stores clamp a larger request to it.
 const MaxDuration = 100 * 365 * 24 * time.Hour
 
-// Response is what a call produced. A successful Response is stored and
-// replayed byte for byte to every duplicate.
-type Response struct {
-	// Body is the serialised response (for MCP, the CallToolResult JSON).
-	Body []byte
-	// WriteID names the downstream write the call made (a refund ID, a row
-	// ID). It is stored with the body, so a replay reports the same one.
-	WriteID string
-	// IsError marks a tool-level error result (MCP isError). Whether such a
-	// response is stored and replayed is Config.FailurePolicy's choice.
-	IsError bool
-}
+// Response is what a call produced: its Body (the serialised response; for
+// MCP, the CallToolResult JSON), the WriteID of the downstream write it
+// made (a refund ID, a row ID: stored with the body, so a replay reports
+// the same one), and IsError, which marks a tool-level error result (MCP
+// isError; whether such a response is stored and replayed is
+// Config.FailurePolicy's choice). A successful Response is stored and
+// replayed byte for byte to every duplicate. It is idemstore.Response,
+// the form a store keeps.
+type Response = idemstore.Response
 
 // Outcome is what the Guard did with a call. The values are the
 // idemkit.outcome span attribute's.
@@ -53,7 +58,6 @@ const (
 	OutcomeInProgress Outcome = spancontract.OutcomeInProgress
 	OutcomeTakeover   Outcome = spancontract.OutcomeTakeover
 	OutcomeMismatch   Outcome = spancontract.OutcomeMismatch
-	OutcomeBypassed   Outcome = spancontract.OutcomeBypassed
 )
 
 // Result is what Do returns.
@@ -67,9 +71,6 @@ type Result struct {
 	// takeovers.
 	Attempt int
 }
-
-// Replayed reports whether the response came from the store.
-func (r Result) Replayed() bool { return r.Outcome == OutcomeReplayed }
 
 // FailurePolicy decides which failed attempts are stored and replayed.
 // A Go error returned by the work is never stored: the claim is released and
@@ -102,6 +103,11 @@ type ToolConfig struct {
 	Lease         time.Duration
 	Wait          time.Duration
 	FailurePolicy FailurePolicy
+	// MaxAttempts bounds the attempts of one call (one record): once that
+	// many have failed or crashed, a retry is no longer taken over and runs
+	// nothing; it gets an error matching ErrAttemptsExhausted (a poison-call policy),
+	// until the window ends. Defaults to 0: no limit.
+	MaxAttempts int
 }
 
 // Config configures a Guard. A nil *Config means all defaults.
@@ -143,7 +149,7 @@ type Config struct {
 	// cannot leave a done call looking unfinished. Transient store errors
 	// (a database restarting, a dropped connection, SQLite busy) are retried
 	// with backoff until it runs out: pick it above the outages the store
-	// should ride through. Defaults to DefaultFinishTimeout (10s).
+	// should ride through. Defaults to 10 seconds.
 	FinishTimeout time.Duration
 
 	// SweepBatch is how many expired records one Sweep statement deletes.
@@ -160,9 +166,20 @@ type Config struct {
 
 	// Logger receives one Error record for every finish that still failed
 	// after its retries (see FinishError), with the tool, the key hash
-	// (never the raw subject), the attempt and the store's error.
+	// (never the raw subject), the attempt and the store's error, and one
+	// for every damaged record a duplicate met (see RecordDamagedError).
 	// Defaults to slog.Default() at the time of the log call.
 	Logger *slog.Logger
+
+	// HashKey is the deployment's hash key: with it, every key hash the
+	// Guard writes into its errors and log records is an HMAC-SHA-256
+	// under it instead of a plain SHA-256, which a reader who guesses the
+	// subject and the arguments could recompute (see the package doc). Use
+	// the same key on every replica, and in the instrumentation's
+	// instrument.WithHashKey (which applies it to the Guard it is given
+	// when this is unset). It changes no stored record. At least 16 bytes;
+	// use 32 random bytes. Defaults to none.
+	HashKey []byte
 }
 
 func (c *Config) validate() error {
@@ -184,6 +201,9 @@ func (c *Config) validate() error {
 	if c.FailurePolicy > StoreToolErrors {
 		return fmt.Errorf("idemkit: Config.FailurePolicy %d is not a known policy", c.FailurePolicy)
 	}
+	if n := len(c.HashKey); n > 0 && n < hashkey.MinKeyLen {
+		return fmt.Errorf("idemkit: Config.HashKey is %d bytes, under the %d-byte minimum; use 32 random bytes", n, hashkey.MinKeyLen)
+	}
 	for name, t := range c.Tools {
 		field := fmt.Sprintf("Tools[%q].", name)
 		if err := errors.Join(check(field+"Window", t.Window), check(field+"Lease", t.Lease), check(field+"Wait", t.Wait)); err != nil {
@@ -191,6 +211,9 @@ func (c *Config) validate() error {
 		}
 		if t.FailurePolicy > StoreToolErrors {
 			return fmt.Errorf("idemkit: Config.Tools[%q].FailurePolicy %d is not a known policy", name, t.FailurePolicy)
+		}
+		if t.MaxAttempts < 0 {
+			return fmt.Errorf("idemkit: Config.Tools[%q].MaxAttempts must not be negative, got %d", name, t.MaxAttempts)
 		}
 	}
 	return nil
@@ -203,13 +226,15 @@ type toolPolicy struct {
 	lease      time.Duration
 	wait       time.Duration
 	failure    FailurePolicy
+	// maxAttempts is ToolConfig.MaxAttempts (0: no limit).
+	maxAttempts int
 }
 
 // Guard runs work at most once per Key within a window. Build it with
 // NewGuard; it is safe for concurrent use by many goroutines, and many
 // Guards (in many processes) may share one durable Store.
 type Guard struct {
-	store     Store
+	store     idemstore.Store
 	mem       *MemoryStore // store itself when it is a *MemoryStore: called directly (see Do)
 	inTx      bool         // set by InTx: never wait on a busy claim
 	cfg       Config
@@ -217,6 +242,13 @@ type Guard struct {
 	tools     map[string]toolPolicy
 	maxInline int
 	maxResp   int
+	hasher    hashkey.Hasher // the key hashes of errors and log records
+
+	// plainContexts makes run and finish build their contexts with
+	// context.WithValue and context.WithoutCancel instead of the attempt.
+	// Only BenchmarkGuard_HandRolledContexts sets it (export_test.go): the
+	// baseline that shows what the attempt saves.
+	plainContexts bool
 }
 
 // NewGuard returns a Guard that claims keys in store. cfg may be nil.
@@ -224,12 +256,17 @@ type Guard struct {
 // It returns an error when store is nil, including a typed nil (a nil
 // *sqlitestore.Store left by a failed Open), and when cfg is invalid; the
 // error names the field.
-func NewGuard(store Store, cfg *Config) (*Guard, error) {
+func NewGuard(store idemstore.Store, cfg *Config) (*Guard, error) {
 	if isNil(store) {
 		if store == nil {
 			return nil, errors.New("idemkit: NewGuard needs a Store, got nil")
 		}
 		return nil, fmt.Errorf("idemkit: NewGuard needs a Store, got a nil %T (did opening the store fail?)", store)
+	}
+	if m, ok := store.(*MemoryStore); ok {
+		if err := m.validate(); err != nil {
+			return nil, err
+		}
 	}
 	var c Config
 	if cfg != nil {
@@ -238,7 +275,7 @@ func NewGuard(store Store, cfg *Config) (*Guard, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	g := &Guard{cfg: c}
+	g := &Guard{cfg: c, hasher: hashkey.New(c.HashKey)}
 	g.setStore(store)
 	g.base = toolPolicy{
 		window:  orDuration(c.Window, DefaultWindow),
@@ -260,6 +297,7 @@ func NewGuard(store Store, cfg *Config) (*Guard, error) {
 			if t.FailurePolicy != 0 {
 				p.failure = t.FailurePolicy
 			}
+			p.maxAttempts = t.MaxAttempts
 			g.tools[name] = p
 		}
 	}
@@ -272,7 +310,7 @@ func NewGuard(store Store, cfg *Config) (*Guard, error) {
 		g.maxResp = DefaultMaxResponse
 	}
 	if g.cfg.FinishTimeout == 0 {
-		g.cfg.FinishTimeout = DefaultFinishTimeout
+		g.cfg.FinishTimeout = defaultFinishTimeout
 	}
 	if g.cfg.SweepBatch == 0 {
 		g.cfg.SweepBatch = DefaultSweepBatch
@@ -301,12 +339,34 @@ func orDuration(d, def time.Duration) time.Duration {
 }
 
 // Store returns the Guard's store.
-func (g *Guard) Store() Store { return g.store }
+func (g *Guard) Store() idemstore.Store { return g.store }
+
+// Config returns a copy of the configuration g was built with (Tools is a
+// copy too), with FinishTimeout and SweepBatch set to their defaults when
+// they were left zero, so that NewGuard(g.Store(), &cfg) builds a Guard
+// that behaves as g. A layer that runs its own kind of work through g's
+// store changes the fields it needs first: durable background runs set
+// the lease their heartbeats keep and StoreToolErrors, for every tool.
+func (g *Guard) Config() Config {
+	c := g.cfg
+	c.Tools = maps.Clone(g.cfg.Tools)
+	return c
+}
+
+// label is the form of key the Guard's errors and log records carry: the
+// tool, the key's source and its key hash (as Key.String, with the key
+// hash keyed when the Guard has a hash key). Never the raw subject.
+func (g *Guard) label(key Key) string {
+	if !g.hasher.Keyed() {
+		return key.String()
+	}
+	return key.tool + "/" + key.Source() + "/" + g.hasher.KeyHash(key.id)
+}
 
 // WithStore returns a copy of g, with the same configuration, that claims in
 // s. Store packages use it to run the Guard inside a caller's transaction
 // (see pgstore.DoTx).
-func (g *Guard) WithStore(s Store) *Guard {
+func (g *Guard) WithStore(s idemstore.Store) *Guard {
 	c := *g
 	c.setStore(s)
 	return &c
@@ -317,7 +377,7 @@ func (g *Guard) WithStore(s Store) *Guard {
 // results through the Store interface (more than its own work costs), and
 // without a finish timeout (its calls cannot block on I/O). Wrapped stores
 // go through the interface.
-func (g *Guard) setStore(s Store) {
+func (g *Guard) setStore(s idemstore.Store) {
 	g.store = s
 	g.mem, _ = s.(*MemoryStore)
 }
@@ -327,7 +387,7 @@ func (g *Guard) setStore(s Store) {
 // progress is then answered with an *InProgressError at once, whatever Wait
 // says: waiting inside the transaction would hold locks that the running
 // call needs to record its outcome.
-func (g *Guard) InTx(s Store) *Guard {
+func (g *Guard) InTx(s idemstore.Store) *Guard {
 	c := g.WithStore(s)
 	c.inTx = true
 	return c
@@ -341,12 +401,6 @@ func (g *Guard) policy(tool string) *toolPolicy {
 	}
 	return &g.base
 }
-
-// Now returns the Guard's clock for store requests: Config.Now's time, or
-// the zero time, which tells the store to use its own clock (for SQL
-// stores, the database's). Layers that call the Store directly pass it as
-// a request's Now.
-func (g *Guard) Now() time.Time { return g.now() }
 
 func (g *Guard) now() time.Time {
 	if g.cfg.Now != nil {
@@ -372,12 +426,22 @@ type Work func(ctx context.Context) (Response, error)
 //   - Duplicate while in progress: returns an *InProgressError, after
 //     waiting up to the tool's Wait for the first call to finish.
 //   - Explicit key reused with other arguments: returns a *MismatchError.
+//   - Duplicate of a completed call whose stored record cannot be read as
+//     it was written (it fails the checksum kept with the outcome, names
+//     an unknown storage kind, or its body stored apart is gone): returns
+//     a *RecordDamagedError, logged, matching ErrRecordDamaged; the work
+//     is not run again, since it ran. Records written before the stores
+//     kept checksums are replayed unchecked.
 //   - Work returns an error (or, by default, an IsError response): the claim
 //     is released, the error (or response) is returned, and the next
 //     duplicate runs the work again.
 //   - Work panics: the claim is released and the panic continues.
+//   - The call's earlier attempts failed ToolConfig.MaxAttempts times: an
+//     error matching ErrAttemptsExhausted; work does not run, and the claim is
+//     released again.
 //   - The store fails on the claim: an error matching ErrStore; work has not
-//     run.
+//     run. A store that is full (a MemoryStore at its limits) fails so with
+//     an *idemstore.StoreFullError, which also matches idemstore.ErrStoreFull.
 //   - The store fails to record the end of work that ran, after retrying
 //     transient errors (ErrTransient) with backoff until FinishTimeout: a
 //     *FinishError, matching ErrStore, which the Guard also logs. After a
@@ -399,7 +463,7 @@ func (g *Guard) do(ctx context.Context, key Key, work Work, ph *phase) (Result, 
 		return Result{}, fmt.Errorf("%w: the zero Key; build keys with NewKey", ErrInvalidKey)
 	}
 	p := g.policy(key.tool)
-	req := ClaimRequest{
+	req := idemstore.ClaimRequest{
 		Key:         key.id,
 		Tool:        key.tool,
 		Fingerprint: key.Fingerprint(),
@@ -410,11 +474,12 @@ func (g *Guard) do(ctx context.Context, key Key, work Work, ph *phase) (Result, 
 	var (
 		waitUntil time.Time
 		backoff   = 5 * time.Millisecond
+		reread    bool // the claim was repeated after a body stored apart was not found
 	)
 	for {
 		req.Now = g.now()
 		var (
-			cr  ClaimResult
+			cr  idemstore.ClaimResult
 			err error
 		)
 		if g.mem != nil {
@@ -423,16 +488,30 @@ func (g *Guard) do(ctx context.Context, key Key, work Work, ph *phase) (Result, 
 			cr, err = g.store.Claim(ctx, req)
 		}
 		if err != nil {
-			return Result{}, storeError("claim", key, err)
+			if errors.Is(err, ErrRecordDamaged) {
+				// The store found the record but cannot read it.
+				return Result{}, g.damaged(key, 0, strings.TrimPrefix(err.Error(), ErrRecordDamaged.Error()+": "))
+			}
+			return Result{}, storeError("claim", g.label(key), err)
 		}
 		switch cr.Status {
-		case ClaimAcquired, ClaimTakenOver:
+		case idemstore.ClaimAcquired, idemstore.ClaimTakenOver:
 			return g.run(ctx, &key, p, req.Token, &cr, work, ph)
-		case ClaimCompleted:
-			return g.replay(ctx, key, cr)
-		case ClaimMismatch:
+		case idemstore.ClaimCompleted:
+			res, err := g.replay(ctx, key, &cr)
+			if err == errBodyMissing {
+				if !reread {
+					// The record may have expired and been swept since the
+					// claim read it: claim again, which then starts afresh.
+					reread = true
+					continue
+				}
+				err = g.damaged(key, cr.Attempt, "its body stored apart is missing")
+			}
+			return res, err
+		case idemstore.ClaimMismatch:
 			return Result{}, &MismatchError{Tool: key.tool}
-		case ClaimBusy:
+		case idemstore.ClaimBusy:
 			if p.wait <= 0 || g.inTx {
 				return Result{}, g.inProgress(key, p, cr)
 			}
@@ -448,7 +527,7 @@ func (g *Guard) do(ctx context.Context, key Key, work Work, ph *phase) (Result, 
 			}
 			backoff = min(backoff*2, 250*time.Millisecond)
 		default:
-			return Result{}, storeError("claim", key, fmt.Errorf("store returned invalid claim status %d", cr.Status))
+			return Result{}, storeError("claim", g.label(key), fmt.Errorf("store returned invalid claim status %d", cr.Status))
 		}
 	}
 }
@@ -490,7 +569,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func (g *Guard) inProgress(key Key, p *toolPolicy, cr ClaimResult) error {
+func (g *Guard) inProgress(key Key, p *toolPolicy, cr idemstore.ClaimResult) error {
 	e := &InProgressError{Tool: key.tool, StatusTool: p.statusTool, Attempt: cr.Attempt, Started: cr.Started}
 	now := cr.Now
 	if now.IsZero() {
@@ -505,33 +584,106 @@ func (g *Guard) inProgress(key Key, p *toolPolicy, cr ClaimResult) error {
 	return e
 }
 
-func (g *Guard) replay(ctx context.Context, key Key, cr ClaimResult) (Result, error) {
+// errBodyMissing is replay's report of a body stored apart that the store
+// does not have.
+var errBodyMissing = errors.New("idemkit: the body stored apart is missing")
+
+// replay answers a duplicate from the completed record cr: the stored
+// outcome, once it is read in full and matches the checksum stored with
+// it. A record that cannot be read as it was written is refused with a
+// *RecordDamagedError (logged), never replayed and never run again; a body
+// stored apart that the store does not have is errBodyMissing.
+func (g *Guard) replay(ctx context.Context, key Key, cr *idemstore.ClaimResult) (Result, error) {
 	res := Result{Response: cr.Response, Outcome: OutcomeReplayed, Attempt: cr.Attempt}
 	switch cr.Storage {
-	case StorageExternal:
+	case idemstore.StorageInline:
+	case idemstore.StorageExternal:
 		body, err := g.store.Response(ctx, key.id)
+		if errors.Is(err, ErrNotFound) {
+			return Result{}, errBodyMissing
+		}
 		if err != nil {
-			return Result{}, storeError("load response", key, err)
+			return Result{}, storeError("load response", g.label(key), err)
 		}
 		res.Body = body
-	case StorageDropped:
+	case idemstore.StorageDropped:
+		res.Body = nil
+	default:
+		return Result{}, g.damaged(key, cr.Attempt, fmt.Sprintf("unknown storage kind %d", cr.Storage))
+	}
+	if cr.Checksum != nil && !bytes.Equal(cr.Checksum, outcomeChecksum(key.id, cr.Storage, cr.Size, &res.Response)) {
+		return Result{}, g.damaged(key, cr.Attempt, "checksum mismatch")
+	}
+	if cr.Storage == idemstore.StorageDropped {
 		return Result{}, &ResponseTooLargeError{Tool: key.tool, Size: cr.Size, Limit: int64(g.maxResp)}
 	}
 	return res, nil
 }
 
+// checksumDomain separates outcome checksums from any other SHA-256 use.
+const checksumDomain = "idemkit/outcome/v1\x00"
+
+// outcomeChecksum returns the checksum of a completed record's outcome,
+// everything a replay returns or decides by: the key, the storage kind,
+// the size, the error flag, the write ID and the body (none is kept for
+// StorageDropped). Binding the key means that a row's outcome copied onto
+// another key's row fails too.
+func outcomeChecksum(key string, storage idemstore.Storage, size int64, resp *Response) []byte {
+	var stack [192]byte
+	b := append(stack[:0], checksumDomain...)
+	b = appendField(b, key)
+	b = append(b, byte(storage))
+	b = binary.AppendVarint(b, size)
+	if resp.IsError {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	b = appendField(b, resp.WriteID)
+	h := sha256.New()
+	h.Write(b)
+	if storage != idemstore.StorageDropped {
+		h.Write(binary.AppendUvarint(stack[:0], uint64(len(resp.Body))))
+		h.Write(resp.Body)
+	}
+	return h.Sum(make([]byte, 0, sha256.Size))
+}
+
+// damaged returns the *RecordDamagedError of key's record and logs it.
+func (g *Guard) damaged(key Key, attempt int, reason string) error {
+	e := &RecordDamagedError{Tool: key.tool, KeyHash: g.hasher.KeyHash(key.id), Attempt: attempt, Reason: reason}
+	l := g.cfg.Logger
+	if l == nil {
+		l = slog.Default()
+	}
+	l.LogAttrs(context.Background(), slog.LevelError,
+		"idemkit: a completed call's stored record is damaged; its duplicate was refused, neither replayed nor run again",
+		slog.String("gen_ai.tool.name", e.Tool),
+		slog.String("idemkit.key.hash", e.KeyHash),
+		slog.Int("idemkit.attempt", e.Attempt),
+		slog.String("reason", e.Reason),
+	)
+	return e
+}
+
 // run runs work under the claim cr of key (key and cr are only read).
-func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, cr *ClaimResult, work Work, ph *phase) (res Result, err error) {
+func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, cr *idemstore.ClaimResult, work Work, ph *phase) (res Result, err error) {
 	// One allocation carries the Call and the contexts handed to the work
 	// and to the finish.
 	a := &attempt{
 		Context: ctx,
-		call:    Call{guard: g, key: *key, token: token, attempt: cr.Attempt, lease: p.lease, phase: ph},
+		call:    Call{guard: g, key: *key, token: token, generation: cr.Generation, attempt: cr.Attempt, lease: p.lease, phase: ph},
 	}
-	fin := FinishRequest{Key: key.id, Token: token, handle: cr.handle}
+	if g.inTx {
+		// The claim commits with the caller's transaction: an attempt
+		// rolled back leaves no record to remember its generation by, and
+		// its retry must forward the key it forwarded (see IdempotencyKey).
+		a.call.generation = 0
+	}
+	fin := idemstore.FinishRequest{Key: key.id, Token: token, Handle: cr.Handle}
 	res.Attempt = cr.Attempt
 	res.Outcome = OutcomeExecuted
-	if cr.Status == ClaimTakenOver {
+	if cr.Status == idemstore.ClaimTakenOver {
 		res.Outcome = OutcomeTakeover
 	}
 
@@ -545,11 +697,20 @@ func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, c
 		fin.Error = "panic"
 		_ = g.end(a, &fin, nil, false)
 	}()
-	resp, werr := work(a)
+	if p.maxAttempts > 0 && cr.Attempt > p.maxAttempts {
+		finished = true
+		return Result{}, g.exhausted(a, key, p, cr, token)
+	}
+	var wctx context.Context = a
+	if g.plainContexts {
+		c := a.call
+		wctx = context.WithValue(ctx, callKey{}, &c)
+	}
+	resp, werr := work(wctx)
 	finished = true
 
 	if werr != nil {
-		fin.Error = TruncateText(werr.Error(), MaxErrorBytes)
+		fin.Error = clip.Text(werr.Error(), idemstore.MaxErrorBytes)
 		if ferr := g.end(a, &fin, werr, false); ferr != nil {
 			return Result{}, ferr // matches werr, ErrStore and *FinishError
 		}
@@ -566,12 +727,21 @@ func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, c
 	fin.Size = int64(len(resp.Body))
 	var tooLarge error
 	switch {
-	case len(resp.Body) > g.maxResp:
-		fin.Storage = StorageDropped
-		fin.Response.Body = nil
+	case resp.NotKept || len(resp.Body) > g.maxResp:
+		fin.Storage = idemstore.StorageDropped
+		fin.Response.Body, fin.Response.NotKept = nil, false
+		if resp.NotKept {
+			fin.Size = 0 // a body that could not be kept at all (see ResponseTooLargeError)
+		}
 		tooLarge = &ResponseTooLargeError{Tool: key.tool, Size: fin.Size, Limit: int64(g.maxResp), Result: res}
 	case len(resp.Body) > g.maxInline:
-		fin.Storage = StorageExternal
+		fin.Storage = idemstore.StorageExternal
+	}
+	if g.mem == nil {
+		// A store outside the process keeps the outcome's checksum, which
+		// every replay verifies. (The memory store's records live in this
+		// process's memory, which nothing else writes.)
+		fin.Checksum = outcomeChecksum(key.id, fin.Storage, fin.Size, &fin.Response)
 	}
 	if ferr := g.end(a, &fin, nil, true); ferr != nil {
 		return res, ferr
@@ -599,8 +769,11 @@ const (
 // already took over (the release's purpose is met). Otherwise it returns an
 // error matching ErrLeaseLost (a record whose claim was taken over) or a
 // logged *FinishError.
-func (g *Guard) finish(a *attempt, fin *FinishRequest, workErr error) error {
+func (g *Guard) finish(a *attempt, fin *idemstore.FinishRequest, workErr error) error {
 	var fctx context.Context = (*detachedAttempt)(a)
+	if g.plainContexts {
+		fctx = context.WithoutCancel(a.Context)
+	}
 	timed := false
 	if g.mem == nil {
 		var cancel context.CancelFunc
@@ -625,7 +798,7 @@ func (g *Guard) finish(a *attempt, fin *FinishRequest, workErr error) error {
 // retries transient errors and reports the rest. (Apart from finish, so
 // that the common path has no defer in a loop.) timed says whether fctx
 // already carries FinishTimeout.
-func (g *Guard) finishFailed(fctx context.Context, timed bool, key Key, attemptN int, fin FinishRequest, workErr, err error) error {
+func (g *Guard) finishFailed(fctx context.Context, timed bool, key Key, attemptN int, fin idemstore.FinishRequest, workErr, err error) error {
 	var deadline time.Time
 	backoff := finishBackoffMin
 	tries := 1
@@ -639,9 +812,9 @@ func (g *Guard) finishFailed(fctx context.Context, timed bool, key Key, attemptN
 			if !fin.Succeeded {
 				return nil // released, or taken over: either way not ours to release
 			}
-			return fmt.Errorf("idemkit: finish %s: %w", key, err)
+			return fmt.Errorf("idemkit: finish %s: %w", g.label(key), err)
 		}
-		retry := !g.inTx && errors.Is(err, ErrTransient) && fctx.Err() == nil
+		retry := !g.inTx && errors.Is(err, idemstore.ErrTransient) && fctx.Err() == nil
 		if retry && !timed {
 			// An in-process store: bound the retries from the first error.
 			var cancel context.CancelFunc
@@ -665,7 +838,7 @@ func (g *Guard) finishFailed(fctx context.Context, timed bool, key Key, attemptN
 			if !fin.Succeeded {
 				op = FinishRelease
 			}
-			fe := &FinishError{Op: op, Tool: key.tool, KeyHash: key.Hash(), Attempt: attemptN, Tries: tries, Err: err, WorkErr: workErr}
+			fe := &FinishError{Op: op, Tool: key.tool, KeyHash: g.hasher.KeyHash(key.id), Attempt: attemptN, Tries: tries, Err: err, WorkErr: workErr}
 			g.logFinishError(fe)
 			return fe
 		}
@@ -707,12 +880,13 @@ type callKey struct{}
 // CallFromContext. Its methods are safe for concurrent use and safe on a nil
 // *Call (they then do nothing), so helpers may call them unconditionally.
 type Call struct {
-	guard   *Guard
-	key     Key
-	token   int64
-	attempt int
-	lease   time.Duration
-	phase   *phase // DoPhased's local phase; nil for Do
+	guard      *Guard
+	key        Key
+	token      int64
+	generation int64  // the record's (see IdempotencyKey)
+	phase      *phase // DoPhased's local phase; nil for Do
+	attempt    int
+	lease      time.Duration
 }
 
 // CallFromContext returns the attempt running in ctx, or nil outside
@@ -739,18 +913,6 @@ func (c *Call) Attempt() int {
 	return c.attempt
 }
 
-// IdempotencyKey returns a stable string to forward to a downstream API that
-// accepts idempotency keys (a payment gateway's Idempotency-Key header). It
-// is the same for every attempt of one request, so a downstream call made by
-// an attempt that crashed before recording its outcome is deduplicated by the
-// downstream when a later attempt takes over. It carries no raw subject.
-func (c *Call) IdempotencyKey() string {
-	if c == nil {
-		return ""
-	}
-	return "idk_" + c.key.id
-}
-
 // Heartbeat extends the attempt's lease by the tool's Lease from now, so
 // that a long-running call is not taken over as abandoned. It returns an
 // error matching ErrLeaseLost when another caller has already taken the
@@ -770,15 +932,15 @@ func (c *Call) HeartbeatNote(ctx context.Context, note string) error {
 	if c == nil {
 		return nil
 	}
-	req := ExtendRequest{Key: c.key.id, Token: c.token, Lease: c.lease, Note: TruncateText(note, MaxNoteBytes), Now: c.guard.now()}
+	req := idemstore.ExtendRequest{Key: c.key.id, Token: c.token, Lease: c.lease, Note: clip.Text(note, idemstore.MaxNoteBytes), Now: c.guard.now()}
 	err := c.guard.store.Extend(ctx, req)
 	if err == nil {
 		return nil
 	}
 	if errors.Is(err, ErrLeaseLost) {
-		return fmt.Errorf("idemkit: heartbeat %s: %w", c.key, err)
+		return fmt.Errorf("idemkit: heartbeat %s: %w", c.guard.label(c.key), err)
 	}
-	return storeError("heartbeat", c.key, err)
+	return storeError("heartbeat", c.guard.label(c.key), err)
 }
 
 // Lookup returns the record of key as its store holds it, with the stored
@@ -792,21 +954,42 @@ func (c *Call) HeartbeatNote(ctx context.Context, note string) error {
 // A status tool uses it to report on a call by its key: in progress (with
 // the last heartbeat's Note), completed (with the body a duplicate would
 // get), or released after a failure (with its Error).
-func (g *Guard) Lookup(ctx context.Context, key Key) (Record, error) {
+func (g *Guard) Lookup(ctx context.Context, key Key) (idemstore.Record, error) {
 	if key.IsZero() {
-		return Record{}, fmt.Errorf("%w: the zero Key; build keys with NewKey", ErrInvalidKey)
+		return idemstore.Record{}, fmt.Errorf("%w: the zero Key; build keys with NewKey", ErrInvalidKey)
 	}
-	rec, err := g.store.Lookup(ctx, LookupRequest{Key: key.id, Body: true, Now: g.now()})
+	rec, err := g.store.Lookup(ctx, idemstore.LookupRequest{Key: key.id, Body: true, Now: g.now()})
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
-			return Record{}, fmt.Errorf("idemkit: lookup %s: %w", key, err)
+			return idemstore.Record{}, fmt.Errorf("idemkit: lookup %s: %w", g.label(key), err)
 		}
-		return Record{}, storeError("lookup", key, err)
+		return idemstore.Record{}, storeError("lookup", g.label(key), err)
 	}
 	if rec.Fingerprint != key.Fingerprint() {
-		return Record{}, &MismatchError{Tool: key.tool}
+		return idemstore.Record{}, &MismatchError{Tool: key.tool}
+	}
+	if rec.State == idemstore.StateCompleted {
+		if err := g.checkRecord(key, &rec); err != nil {
+			rec.Body = nil
+			return rec, err
+		}
 	}
 	return rec, nil
+}
+
+// checkRecord verifies a completed record read by Lookup as replay does.
+func (g *Guard) checkRecord(key Key, rec *idemstore.Record) error {
+	if rec.Storage > idemstore.StorageDropped {
+		return g.damaged(key, rec.Attempt, fmt.Sprintf("unknown storage kind %d", rec.Storage))
+	}
+	if rec.Checksum == nil {
+		return nil
+	}
+	resp := Response{Body: rec.Body, WriteID: rec.WriteID, IsError: rec.IsError}
+	if !bytes.Equal(rec.Checksum, outcomeChecksum(key.id, rec.Storage, rec.Size, &resp)) {
+		return g.damaged(key, rec.Attempt, "checksum mismatch")
+	}
+	return nil
 }
 
 // Cancel ends the attempt in progress on key, whichever caller (in
@@ -822,7 +1005,7 @@ func (g *Guard) Lookup(ctx context.Context, key Key) (Record, error) {
 // released or cancelled already), an error matching ErrNotFound when there
 // is no record, and errors matching ErrStore when the store fails. ctx
 // bounds the store call.
-func (g *Guard) Cancel(ctx context.Context, key Key, reason string) (Record, error) {
+func (g *Guard) Cancel(ctx context.Context, key Key, reason string) (idemstore.Record, error) {
 	return g.cancel(ctx, key, reason, false)
 }
 
@@ -833,51 +1016,22 @@ func (g *Guard) Cancel(ctx context.Context, key Key, reason string) (Record, err
 // finds a background run abandoned, so that its answer ("the worker
 // stopped") stays true: a worker that was only slow cannot heartbeat the
 // run back to life, nor record an outcome, after it.
-func (g *Guard) ReleaseAbandoned(ctx context.Context, key Key, reason string) (Record, error) {
+func (g *Guard) ReleaseAbandoned(ctx context.Context, key Key, reason string) (idemstore.Record, error) {
 	return g.cancel(ctx, key, reason, true)
 }
 
-func (g *Guard) cancel(ctx context.Context, key Key, reason string, abandoned bool) (Record, error) {
+func (g *Guard) cancel(ctx context.Context, key Key, reason string, abandoned bool) (idemstore.Record, error) {
 	if key.IsZero() {
-		return Record{}, fmt.Errorf("%w: the zero Key; build keys with NewKey", ErrInvalidKey)
+		return idemstore.Record{}, fmt.Errorf("%w: the zero Key; build keys with NewKey", ErrInvalidKey)
 	}
-	rec, err := g.store.Cancel(ctx, CancelRequest{Key: key.id, Reason: TruncateText(reason, MaxErrorBytes), Abandoned: abandoned, Now: g.now()})
+	rec, err := g.store.Cancel(ctx, idemstore.CancelRequest{Key: key.id, Reason: clip.Text(reason, idemstore.MaxErrorBytes), Abandoned: abandoned, Now: g.now()})
 	switch {
 	case err == nil:
 		return rec, nil
 	case errors.Is(err, ErrNotInProgress), errors.Is(err, ErrInProgress), errors.Is(err, ErrNotFound):
-		return rec, fmt.Errorf("idemkit: cancel %s: %w", key, err)
+		return rec, fmt.Errorf("idemkit: cancel %s: %w", g.label(key), err)
 	}
-	return rec, storeError("cancel", key, err)
-}
-
-// WithPolicy returns a copy of g, on the same store and clock, whose calls
-// of every tool use tc's non-zero fields instead of the configured ones. A
-// layer that runs its own kind of work through g's store uses it: durable
-// background runs set the lease their heartbeats keep and StoreToolErrors,
-// so that a run's error result is its outcome.
-func (g *Guard) WithPolicy(tc ToolConfig) *Guard {
-	c := *g
-	apply := func(p toolPolicy) toolPolicy {
-		if tc.StatusTool != "" {
-			p.statusTool = tc.StatusTool
-		}
-		p.window = orDuration(min(tc.Window, MaxDuration), p.window)
-		p.lease = orDuration(min(tc.Lease, MaxDuration), p.lease)
-		p.wait = orDuration(min(tc.Wait, MaxDuration), p.wait)
-		if tc.FailurePolicy != 0 {
-			p.failure = tc.FailurePolicy
-		}
-		return p
-	}
-	c.base = apply(g.base)
-	if g.tools != nil {
-		c.tools = make(map[string]toolPolicy, len(g.tools))
-		for name, p := range g.tools {
-			c.tools[name] = apply(p)
-		}
-	}
-	return &c
+	return rec, storeError("cancel", g.label(key), err)
 }
 
 // Sweep deletes expired records in batches of Config.SweepBatch until a
@@ -886,7 +1040,7 @@ func (g *Guard) WithPolicy(tc ToolConfig) *Guard {
 func (g *Guard) Sweep(ctx context.Context) (int, error) {
 	total := 0
 	for {
-		n, err := g.store.Sweep(ctx, SweepRequest{Limit: g.cfg.SweepBatch, Now: g.now()})
+		n, err := g.store.Sweep(ctx, idemstore.SweepRequest{Limit: g.cfg.SweepBatch, Now: g.now()})
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("%w: sweep: %w", ErrStore, err)
@@ -900,12 +1054,38 @@ func (g *Guard) Sweep(ctx context.Context) (int, error) {
 	}
 }
 
-// RunSweeper calls Sweep every interval until ctx is done, and returns
+// StartSweeper runs runSweeper in a goroutine of its own until the
+// function it returns is called; that function stops the sweeper and waits
+// for it to return, so that the store may be closed right after. Run one
+// beside every Guard on a store that keeps expired records until swept
+// (the SQL stores; MemoryStore deletes its own): a sweep deletes what
+// expired in batches, safely from many replicas at once. It panics on an
+// interval that is not positive.
+//
+//	stop := guard.StartSweeper(time.Minute, func(err error) { log.Print(err) })
+//	defer stop() // before closing the store
+func (g *Guard) StartSweeper(interval time.Duration, onError func(error)) (stop func()) {
+	if interval <= 0 {
+		panic("idemkit: StartSweeper needs a positive interval")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = g.runSweeper(ctx, interval, onError)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// runSweeper calls Sweep every interval until ctx is done, and returns
 // ctx's error. Sweep errors are passed to onError (which may be nil) and do
 // not stop the loop.
-func (g *Guard) RunSweeper(ctx context.Context, interval time.Duration, onError func(error)) error {
+func (g *Guard) runSweeper(ctx context.Context, interval time.Duration, onError func(error)) error {
 	if interval <= 0 {
-		return errors.New("idemkit: RunSweeper needs a positive interval")
+		return errors.New("idemkit: runSweeper needs a positive interval")
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()

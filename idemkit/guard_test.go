@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 )
 
 func TestNewGuard_ValidatesConfig(t *testing.T) {
@@ -50,14 +51,14 @@ type faultyStore struct {
 
 var errDown = errors.New("connection refused")
 
-func (s *faultyStore) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.ClaimResult, error) {
+func (s *faultyStore) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
 	if s.failClaim.Load() {
-		return idemkit.ClaimResult{}, errDown
+		return idemstore.ClaimResult{}, errDown
 	}
 	return s.MemoryStore.Claim(ctx, req)
 }
 
-func (s *faultyStore) Finish(ctx context.Context, req idemkit.FinishRequest) error {
+func (s *faultyStore) Finish(ctx context.Context, req idemstore.FinishRequest) error {
 	s.finishes.Add(1)
 	if s.failFinish.Load() {
 		return errDown
@@ -69,7 +70,7 @@ func (s *faultyStore) Finish(ctx context.Context, req idemkit.FinishRequest) err
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		return idemkit.Transient(fmt.Errorf("terminating connection due to administrator command: %w", errDown))
+		return idemstore.Transient(fmt.Errorf("terminating connection due to administrator command: %w", errDown))
 	}
 	return s.MemoryStore.Finish(ctx, req)
 }
@@ -128,7 +129,7 @@ func TestGuard_FinishSurvivesCancelledRequest(t *testing.T) {
 		t.Error("work re-ran after the first call's client cancelled")
 		return idemkit.Response{}, nil
 	})
-	if err != nil || !res.Replayed() || string(res.Body) != "refunded" {
+	if err != nil || res.Outcome != idemkit.OutcomeReplayed || string(res.Body) != "refunded" {
 		t.Fatalf("duplicate: %+v %v, want the replay", res, err)
 	}
 }
@@ -183,7 +184,7 @@ func TestGuard_FinishRetriesTransientErrors(t *testing.T) {
 		runs.Add(1)
 		return idemkit.Response{}, nil
 	})
-	if err != nil || !rep.Replayed() || runs.Load() != 1 {
+	if err != nil || rep.Outcome != idemkit.OutcomeReplayed || runs.Load() != 1 {
 		t.Fatalf("duplicate: %+v %v (runs %d), want the replay", rep, err, runs.Load())
 	}
 }
@@ -361,7 +362,7 @@ func TestGuard_FinishOfARecordSweptOrReplacedMidWorkLosesTheLease(t *testing.T) 
 			_, err := g.Do(ctx, key, func(ctx context.Context) (idemkit.Response, error) {
 				clock = clock.Add(2 * time.Minute)
 				if sweep {
-					if n, err := store.Sweep(ctx, idemkit.SweepRequest{Now: clock}); n != 1 || err != nil {
+					if n, err := store.Sweep(ctx, idemstore.SweepRequest{Now: clock}); n != 1 || err != nil {
 						t.Fatalf("Sweep = %d, %v; want the expired record deleted", n, err)
 					}
 				}
@@ -376,8 +377,8 @@ func TestGuard_FinishOfARecordSweptOrReplacedMidWorkLosesTheLease(t *testing.T) 
 			if !errors.Is(err, idemkit.ErrLeaseLost) {
 				t.Fatalf("finish of the replaced record: %v, want ErrLeaseLost", err)
 			}
-			rec, err := store.Lookup(ctx, idemkit.LookupRequest{Key: key.ID(), Body: true, Now: clock})
-			if err != nil || rec.WriteID != "w2" || string(rec.Body) != `"second"` || rec.State != idemkit.StateCompleted {
+			rec, err := store.Lookup(ctx, idemstore.LookupRequest{Key: key.ID(), Body: true, Now: clock})
+			if err != nil || rec.WriteID != "w2" || string(rec.Body) != `"second"` || rec.State != idemstore.StateCompleted {
 				t.Fatalf("record = %+v, %v; want the second call's outcome", rec, err)
 			}
 			if store.Len() != 1 {
@@ -401,7 +402,7 @@ func TestMemoryStore_FinishRecordsItsTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := time.Now()
-	rec, err := store.Lookup(ctx, idemkit.LookupRequest{Key: key.ID()})
+	rec, err := store.Lookup(ctx, idemstore.LookupRequest{Key: key.ID()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,24 +6,23 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/idemkit-mcp/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/spancontract/canonjson"
 )
 
 // Defaults of KeyOptions.
 const (
-	// DefaultExplicitKeyField is the argument that carries a caller's explicit
-	// idempotency key.
-	DefaultExplicitKeyField = "idempotency_key"
 	// DefaultMaxArgsBytes is the largest argument document NewKey accepts.
 	DefaultMaxArgsBytes = 1 << 20
 	// MaxExplicitKeyLen is the longest explicit key accepted, in bytes.
 	MaxExplicitKeyLen = 255
-	// MaxToolNameLen is the longest tool name NewKey accepts, in bytes.
-	MaxToolNameLen = 256
+	// maxToolNameLen is the longest tool name NewKey accepts, in bytes.
+	maxToolNameLen = 256
 )
 
 // KeyOptions tunes NewKey. A nil *KeyOptions means all defaults.
@@ -36,7 +35,7 @@ type KeyOptions struct {
 	// ExplicitKeyField is the top-level argument that may carry an explicit
 	// key (a JSON string; null counts as absent). It is always stripped
 	// before hashing. Set it to "-" to disable the field. Defaults to
-	// DefaultExplicitKeyField ("idempotency_key").
+	// spancontract.KeyArgument ("idempotency_key").
 	ExplicitKeyField string
 
 	// Exclude names top-level argument fields left out of the hash, such as
@@ -66,7 +65,12 @@ type Key struct {
 //
 // The arguments are canonicalised with RFC 8785 (JCS): object members sorted
 // by UTF-16 code units, no insignificant whitespace, strings with JCS's
-// escapes, duplicate member names rejected. Numbers deviate from RFC 8785
+// escapes, duplicate member names rejected, and so are two member names of
+// one object (at any depth) that are equal under Unicode case folding, as
+// Go's encoding/json matches names to struct fields: {"order_id":"o-1",
+// "Order_Id":"o-2"} would be checked for o-1 and run by a Go handler for
+// o-2 (refused with an explicit key too: the handler still reads the
+// arguments). Numbers deviate from RFC 8785
 // on purpose: they are canonicalised by their exact decimal value, written
 // in ECMAScript form, rather than rounded to an IEEE-754 double. So 1, 1.0,
 // 1e0 and 10e-1 hash alike, and 100 and 1e2, while 9007199254740992 and
@@ -85,9 +89,10 @@ type Key struct {
 // fingerprint: reusing the key with different arguments is then a
 // *MismatchError, never a replay of another request's answer.
 //
-// Errors wrap ErrInvalidArguments (malformed JSON, too large, an explicit-key
-// field that is not a string) or ErrInvalidKey (a tool name that is empty,
-// longer than MaxToolNameLen bytes, not valid UTF-8 or holding a control
+// Errors wrap ErrInvalidArguments (malformed JSON, member names that differ
+// only in letter case, too large, an explicit-key field that is not a
+// string) or ErrInvalidKey (a tool name that is empty,
+// longer than 256 bytes, not valid UTF-8 or holding a control
 // character; an explicit key that is empty, longer than MaxExplicitKeyLen
 // bytes or not printable ASCII; or two different explicit keys).
 func NewKey(subject, tool string, args []byte, opts *KeyOptions) (Key, error) {
@@ -108,7 +113,7 @@ func NewKey(subject, tool string, args []byte, opts *KeyOptions) (Key, error) {
 	field := o.ExplicitKeyField
 	switch field {
 	case "":
-		field = DefaultExplicitKeyField
+		field = spancontract.KeyArgument
 	case "-":
 		field = ""
 	}
@@ -164,15 +169,15 @@ func ValidateExplicitKey(key string) error {
 	return nil
 }
 
-// validateToolName accepts 1 to MaxToolNameLen bytes of valid UTF-8
+// validateToolName accepts 1 to maxToolNameLen bytes of valid UTF-8
 // without control characters: stores keep the tool name as text, and a
 // name PostgreSQL refuses (NUL, invalid UTF-8) would fail every claim.
 func validateToolName(tool string) error {
 	if tool == "" {
 		return fmt.Errorf("%w: the tool name is empty", ErrInvalidKey)
 	}
-	if len(tool) > MaxToolNameLen {
-		return fmt.Errorf("%w: the tool name is %d bytes, over the %d-byte limit", ErrInvalidKey, len(tool), MaxToolNameLen)
+	if len(tool) > maxToolNameLen {
+		return fmt.Errorf("%w: the tool name is %d bytes, over the %d-byte limit", ErrInvalidKey, len(tool), maxToolNameLen)
 	}
 	for i, r := range tool {
 		switch {
@@ -246,9 +251,6 @@ func (k Key) Subject() string { return k.subject }
 // Tool returns the tool name.
 func (k Key) Tool() string { return k.tool }
 
-// Explicit returns the caller's explicit idempotency key, or "".
-func (k Key) Explicit() string { return k.explicit }
-
 // Source returns "explicit" when the key came from the caller and "derived"
 // when it was computed from the arguments.
 func (k Key) Source() string {
@@ -277,13 +279,6 @@ func short(hexSum string) string {
 	return hexSum
 }
 
-// ShortHash returns the first spancontract.HashLen hex characters of the
-// SHA-256 of s: the form the span contract uses for hashed values.
-func ShortHash(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:spancontract.HashLen/2])
-}
-
 var emptyObject = []byte("{}")
 
 // argsHash returns the SHA-256 of the canonical form of args with field
@@ -304,13 +299,31 @@ func argsHash(args []byte, field string, exclude []string) (sum [sha256.Size]byt
 	}
 	// Canonicalise straight into the hash: no copy of the document.
 	h := sha256.New()
-	c := canonicalizer{doc: trimmed, field: field, exclude: exclude}
-	c.w = canonWriter{h: h, buf: make([]byte, 0, min(4096, len(trimmed)+64))}
-	if err := c.run(); err != nil {
-		return sum, nil, fmt.Errorf("the arguments are not valid JSON: %v", err)
+	taken, err := canonjson.Write(h, trimmed, canonjson.Options{Omit: exclude, Take: field})
+	if err != nil {
+		return sum, nil, canonError(err)
+	}
+	if taken != nil && string(taken) != "null" {
+		if taken[0] != '"' {
+			return sum, nil, fmt.Errorf("the %q argument must be a string, got %s", field, truncate(taken, 40))
+		}
+		s, err := jsonString(taken)
+		if err != nil {
+			return sum, nil, err
+		}
+		explicit = &s
 	}
 	h.Sum(sum[:0])
-	return sum, c.explicit, nil
+	return sum, explicit, nil
+}
+
+// canonError describes a canonicalisation error of arguments for the
+// model that sent them.
+func canonError(err error) error {
+	if errors.Is(err, canonjson.ErrCaseVariantNames) {
+		return fmt.Errorf("the arguments are ambiguous: %v. Send each argument once, with its name spelled exactly as the tool's input schema spells it", err)
+	}
+	return fmt.Errorf("the arguments are not valid JSON: %v", err)
 }
 
 // stripCanonical returns the canonical document canon with field and
@@ -485,18 +498,19 @@ func truncate(b []byte, n int) string {
 	return string(b[:n]) + "…"
 }
 
-// CanonicalJSON returns the canonical form of a JSON document: the bytes
+// canonicalJSON returns the canonical form of a JSON document: the bytes
 // NewKey hashes for an object from which nothing is stripped. It is RFC
 // 8785 (JCS) with numbers canonicalised by their exact decimal value
 // instead of as IEEE-754 doubles (see NewKey), and it refuses what would
-// make two different documents canonicalise alike: invalid UTF-8, unpaired
-// surrogate escapes, duplicate member names. Errors wrap
-// ErrInvalidArguments.
-func CanonicalJSON(doc []byte) ([]byte, error) {
-	c := canonicalizer{doc: doc}
-	c.w.buf = make([]byte, 0, len(doc))
-	if err := c.run(); err != nil {
+// make two different documents canonicalise alike, or one document mean
+// two things: invalid UTF-8, unpaired surrogate escapes, duplicate member
+// names, and member names of one object equal under case folding (see
+// NewKey). It is package canonjson's Transform, which the Collector's dup
+// processor uses too. Errors wrap ErrInvalidArguments.
+func canonicalJSON(doc []byte) ([]byte, error) {
+	out, err := canonjson.Transform(doc)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidArguments, err)
 	}
-	return c.w.buf, nil
+	return out, nil
 }

@@ -2,6 +2,9 @@ package idemkit
 
 import (
 	"context"
+	"fmt"
+
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"math"
 	"slices"
 	"strings"
@@ -9,19 +12,51 @@ import (
 	"time"
 )
 
+// Defaults of MemoryStore.
+const (
+	defaultMemoryMaxRecords = 100_000
+	defaultMemoryMaxBytes   = 256 << 20
+)
+
 // MemoryStore is a Store that keeps records in process memory. Its zero
 // value is ready to use and it is safe for concurrent use. It forgets
 // everything when the process exits, and is shared only by the Guards of one
 // process: use it for tests, single-process servers that accept losing
 // protection on restart, and as the reference implementation of Store.
-// Records are deleted by Sweep (Guard.RunSweeper); nothing else bounds its
-// size.
+//
+// Its memory is bounded whatever its callers send. It expires its own
+// records: each claim of a new key also deletes a few of the records whose
+// window has ended (found in an index by expiry time, never by scanning),
+// so it needs no sweeper (Guard.Sweep and runSweeper work on it all the
+// same). And it holds at most MaxRecords records taking at most about
+// MaxBytes: when it is full and none of its records has expired, a Claim
+// of a new key fails with an *idemstore.StoreFullError (matching idemstore.ErrStoreFull), so
+// nothing runs, and the middleware answers the call with a refusal
+// (store_full: nothing was done, retry later). It never evicts a record
+// whose window is still open to make room: that would let a duplicate run
+// the work again. Duplicates of the calls it holds are answered as ever.
 type MemoryStore struct {
-	mu      sync.Mutex            // protects records
+	// MaxRecords caps the records held at once, expired ones not yet
+	// deleted included. Set it before the store's first use; it must not be
+	// negative. Defaults to 100,000.
+	MaxRecords int
+
+	// MaxBytes caps the memory of the records, as the store counts it: each
+	// record's key, tool name, fingerprint, stored body, write ID, error
+	// and note, plus 256 bytes for the record itself and its index entries.
+	// A new key is refused once the records take MaxBytes; the outcome of a
+	// call that ran is always recorded, so the store may exceed it by the
+	// responses of the calls in flight. Set it before the store's first
+	// use; it must not be negative. Defaults to 256 MiB.
+	MaxBytes int64
+
+	mu      sync.Mutex            // protects the fields below
 	records map[string]*memRecord // by key ID; nil until the first Claim
+	bytes   int64                 // the records' cost (memRecord.cost), summed
+	queue   memQueue              // every record in records, by deadline
 }
 
-var _ Store = (*MemoryStore)(nil)
+var _ idemstore.Store = (*MemoryStore)(nil)
 
 type memState uint8
 
@@ -33,14 +68,16 @@ const (
 
 // memRecord is one claim. Times are Unix nanoseconds: compact, and no
 // pointers for the garbage collector to chase. It is laid out to fit a
-// 144-byte allocation: a call allocates one per fresh key.
+// 160-byte allocation: a call allocates one per fresh key.
 type memRecord struct {
+	key         string // the record's key in MemoryStore.records
 	tool        string
 	fingerprint string
 	body        []byte     // the stored response's body (memSucceeded; nil when dropped)
 	writeID     string     // the stored response's WriteID
 	detail      *memDetail // nil until the record has an error or a note
 	token       int64
+	generation  int64 // the creating claim's token, kept by takeovers
 	size        int64
 	started     int64
 	leaseUntil  int64
@@ -54,7 +91,7 @@ type memRecord struct {
 	mono      int64
 	attempt   int32
 	state     memState
-	storage   Storage
+	storage   idemstore.Storage
 	isError   bool // the stored response's IsError
 	cancelled bool
 }
@@ -128,8 +165,8 @@ func (r *memRecord) expired(now int64) bool {
 }
 
 // Claim implements Store.
-func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
-	var res ClaimResult
+func (s *MemoryStore) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
+	var res idemstore.ClaimResult
 	err := s.claim(ctx, &req, &res)
 	return res, err
 }
@@ -137,7 +174,7 @@ func (s *MemoryStore) Claim(ctx context.Context, req ClaimRequest) (ClaimResult,
 // claim is Claim with its request and result by pointer: the Guard calls it
 // directly, sparing the copies of both (about 270 bytes), which cost more
 // than the claim itself.
-func (s *MemoryStore) claim(ctx context.Context, req *ClaimRequest, res *ClaimResult) error {
+func (s *MemoryStore) claim(ctx context.Context, req *idemstore.ClaimRequest, res *idemstore.ClaimResult) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -151,18 +188,30 @@ func (s *MemoryStore) claim(ctx context.Context, req *ClaimRequest, res *ClaimRe
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.records == nil {
+		if err := s.validate(); err != nil {
+			return err
+		}
 		s.records = make(map[string]*memRecord)
 	}
 	r := s.records[req.Key]
 	if r == nil || r.expired(now) {
-		if r != nil {
-			r.state = memGone
+		if s.queue.dueBy(now) {
+			// Amortised sweeping: a few of the records due are examined
+			// with every new one (r among them, perhaps).
+			s.sweepDue(now, memSweepStep, 0)
+		}
+		if r != nil && r.state != memGone {
+			s.forget(r) // replaced below, in place: the count stays
+		} else if err := s.makeRoom(now, req); err != nil {
+			return err
 		}
 		r = &memRecord{
+			key:         req.Key,
 			tool:        req.Tool,
 			fingerprint: req.Fingerprint,
 			state:       memInProgress,
 			token:       req.Token,
+			generation:  req.Token,
 			attempt:     1,
 			started:     now,
 			leaseUntil:  addDuration(now, req.Lease),
@@ -171,29 +220,33 @@ func (s *MemoryStore) claim(ctx context.Context, req *ClaimRequest, res *ClaimRe
 			mono:        mono,
 		}
 		s.records[req.Key] = r
+		s.bytes += r.cost()
+		s.queue.push(r, r.deadline())
 		t := fromNanos(now)
-		*res = ClaimResult{Status: ClaimAcquired, Attempt: 1, Started: t, Now: t, handle: r}
+		*res = idemstore.ClaimResult{Status: idemstore.ClaimAcquired, Attempt: 1, Started: t, Now: t, Generation: req.Token, Handle: r}
 		return nil
 	}
 	if r.fingerprint != req.Fingerprint {
-		*res = ClaimResult{Status: ClaimMismatch, Attempt: int(r.attempt), Started: fromNanos(r.started), Now: fromNanos(now)}
+		*res = idemstore.ClaimResult{Status: idemstore.ClaimMismatch, Attempt: int(r.attempt), Started: fromNanos(r.started), Now: fromNanos(now)}
 		return nil
 	}
 	switch {
 	case r.state == memSucceeded:
-		*res = ClaimResult{
-			Status: ClaimCompleted, Attempt: int(r.attempt), Started: fromNanos(r.started), Now: fromNanos(now),
+		*res = idemstore.ClaimResult{
+			Status: idemstore.ClaimCompleted, Attempt: int(r.attempt), Started: fromNanos(r.started), Now: fromNanos(now),
 			Response: Response{WriteID: r.writeID, IsError: r.isError}, Storage: r.storage, Size: r.size,
 		}
-		if r.storage == StorageInline {
+		if r.storage == idemstore.StorageInline {
 			res.Response.Body = append([]byte(nil), r.body...)
 		} // an external body is never read on the claim path
 		return nil
 	case r.state == memInProgress && now < r.leaseUntil:
-		*res = ClaimResult{Status: ClaimBusy, Attempt: int(r.attempt), Started: fromNanos(r.started), LeaseUntil: fromNanos(r.leaseUntil), Now: fromNanos(now)}
+		*res = idemstore.ClaimResult{Status: idemstore.ClaimBusy, Attempt: int(r.attempt), Started: fromNanos(r.started), LeaseUntil: fromNanos(r.leaseUntil), Now: fromNanos(now)}
 		return nil
 	}
-	// Failed, or in progress with a lapsed lease: take it over.
+	// Failed, or in progress with a lapsed lease: take it over. (Its
+	// deadline moves later: the index finds that when it comes to it.)
+	s.bytes -= r.cost()
 	r.state = memInProgress
 	r.token = req.Token
 	r.attempt++
@@ -203,18 +256,19 @@ func (s *MemoryStore) claim(ctx context.Context, req *ClaimRequest, res *ClaimRe
 	r.updated = now
 	r.mono = mono
 	r.detail, r.cancelled = nil, false
+	s.bytes += r.cost()
 	t := fromNanos(now)
-	*res = ClaimResult{Status: ClaimTakenOver, Attempt: int(r.attempt), Started: t, Now: t, handle: r}
+	*res = idemstore.ClaimResult{Status: idemstore.ClaimTakenOver, Attempt: int(r.attempt), Started: t, Now: t, Generation: r.generation, Handle: r}
 	return nil
 }
 
 // Finish implements Store.
-func (s *MemoryStore) Finish(ctx context.Context, req FinishRequest) error {
+func (s *MemoryStore) Finish(ctx context.Context, req idemstore.FinishRequest) error {
 	return s.finish(ctx, &req)
 }
 
 // finish is Finish with its request by pointer, for the Guard (see claim).
-func (s *MemoryStore) finish(ctx context.Context, req *FinishRequest) error {
+func (s *MemoryStore) finish(ctx context.Context, req *idemstore.FinishRequest) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -222,7 +276,7 @@ func (s *MemoryStore) finish(ctx context.Context, req *FinishRequest) error {
 	defer s.mu.Unlock()
 	// The claim's record, handed back by the Guard, saves a lookup; a
 	// record no longer in the map is memGone.
-	r, ok := req.handle.(*memRecord)
+	r, ok := req.Handle.(*memRecord)
 	if !ok {
 		r = s.records[req.Key]
 	}
@@ -240,9 +294,13 @@ func (s *MemoryStore) finish(ctx context.Context, req *FinishRequest) error {
 	} else {
 		r.updated = memNow(req.Now)
 	}
+	s.bytes -= r.cost()
+	deadline := r.deadline()
 	if !req.Succeeded {
 		r.state = memFailed
 		r.setDetail(req.Error, r.note())
+		s.bytes += r.cost()
+		s.requeue(r, deadline)
 		return nil
 	}
 	r.state = memSucceeded
@@ -250,15 +308,17 @@ func (s *MemoryStore) finish(ctx context.Context, req *FinishRequest) error {
 	r.size = req.Size
 	r.writeID, r.isError = req.Response.WriteID, req.Response.IsError
 	r.body = nil
-	if req.Storage != StorageDropped {
+	if req.Storage != idemstore.StorageDropped {
 		// Keep a private copy: the caller may reuse its buffer.
 		r.body = append([]byte(nil), req.Response.Body...)
 	}
+	s.bytes += r.cost()
+	s.requeue(r, deadline)
 	return nil
 }
 
 // Extend implements Store.
-func (s *MemoryStore) Extend(ctx context.Context, req ExtendRequest) error {
+func (s *MemoryStore) Extend(ctx context.Context, req idemstore.ExtendRequest) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -269,19 +329,23 @@ func (s *MemoryStore) Extend(ctx context.Context, req ExtendRequest) error {
 	if r == nil || r.token != req.Token || r.state != memInProgress {
 		return ErrLeaseLost
 	}
+	deadline := r.deadline()
 	r.leaseUntil = addDuration(now, req.Lease)
 	r.expiresAt = max(r.expiresAt, r.leaseUntil)
 	r.updated = now
+	s.requeue(r, deadline) // a shorter lease than the last one
 	if req.Note != "" {
+		before := r.cost()
 		r.setDetail(r.lastError(), req.Note)
+		s.bytes += r.cost() - before
 	}
 	return nil
 }
 
 // Cancel implements Store.
-func (s *MemoryStore) Cancel(ctx context.Context, req CancelRequest) (Record, error) {
+func (s *MemoryStore) Cancel(ctx context.Context, req idemstore.CancelRequest) (idemstore.Record, error) {
 	if err := ctx.Err(); err != nil {
-		return Record{}, err
+		return idemstore.Record{}, err
 	}
 	now := memNow(req.Now)
 	s.mu.Lock()
@@ -289,15 +353,18 @@ func (s *MemoryStore) Cancel(ctx context.Context, req CancelRequest) (Record, er
 	r := s.records[req.Key]
 	switch {
 	case r == nil:
-		return Record{}, ErrNotFound
+		return idemstore.Record{}, ErrNotFound
 	case r.state != memInProgress:
 		return r.record(req.Key, now), ErrNotInProgress
 	case req.Abandoned && now < r.leaseUntil:
 		return r.record(req.Key, now), ErrInProgress
 	}
+	before, deadline := r.cost(), r.deadline()
 	r.state = memFailed
 	r.token = 0 // no attempt holds token 0: the running one is fenced out
 	r.setDetail(req.Reason, r.note())
+	s.bytes += r.cost() - before
+	s.requeue(r, deadline)
 	r.cancelled = true
 	r.updated = now
 	return r.record(req.Key, now), nil
@@ -312,55 +379,46 @@ func (s *MemoryStore) Response(ctx context.Context, key string) ([]byte, error) 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.records[key]
-	if r == nil || r.state != memSucceeded || r.storage != StorageExternal {
+	if r == nil || r.state != memSucceeded || r.storage != idemstore.StorageExternal {
 		return nil, ErrNotFound
 	}
 	return append([]byte(nil), r.body...), nil
 }
 
-// Sweep implements Store.
-func (s *MemoryStore) Sweep(ctx context.Context, req SweepRequest) (int, error) {
+// Sweep implements Store. It deletes the expired records found through
+// the expiry index (a record is found within 100 ms of its deadline), never
+// scanning the others.
+func (s *MemoryStore) Sweep(ctx context.Context, req idemstore.SweepRequest) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	now := memNow(req.Now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
-	for k, r := range s.records {
-		if req.Limit > 0 && n >= req.Limit {
-			break
-		}
-		if r.expired(now) {
-			delete(s.records, k)
-			r.state = memGone
-			n++
-		}
-	}
-	return n, nil
+	return s.sweepDue(now, -1, req.Limit), nil
 }
 
 // Lookup implements Store.
-func (s *MemoryStore) Lookup(ctx context.Context, req LookupRequest) (Record, error) {
+func (s *MemoryStore) Lookup(ctx context.Context, req idemstore.LookupRequest) (idemstore.Record, error) {
 	if err := ctx.Err(); err != nil {
-		return Record{}, err
+		return idemstore.Record{}, err
 	}
 	now := memNow(req.Now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.records[req.Key]
 	if r == nil {
-		return Record{}, ErrNotFound
+		return idemstore.Record{}, ErrNotFound
 	}
 	rec := r.record(req.Key, now)
-	if req.Body && r.state == memSucceeded && r.storage != StorageDropped {
+	if req.Body && r.state == memSucceeded && r.storage != idemstore.StorageDropped {
 		rec.Body = append([]byte{}, r.body...)
 	}
 	return rec, nil
 }
 
 // List implements Store.
-func (s *MemoryStore) List(ctx context.Context, req ListRequest) ([]Record, error) {
+func (s *MemoryStore) List(ctx context.Context, req idemstore.ListRequest) ([]idemstore.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -383,31 +441,32 @@ func (s *MemoryStore) List(ctx context.Context, req ListRequest) ([]Record, erro
 	}
 	slices.Sort(keys)
 	keys = keys[:min(len(keys), limit)]
-	out := make([]Record, len(keys))
+	out := make([]idemstore.Record, len(keys))
 	for i, k := range keys {
 		out[i] = s.records[k].record(k, now)
 	}
 	return out, nil
 }
 
-func (r *memRecord) recordState() RecordState {
+func (r *memRecord) recordState() idemstore.RecordState {
 	switch r.state {
 	case memSucceeded:
-		return StateCompleted
+		return idemstore.StateCompleted
 	case memFailed:
-		return StateReleased
+		return idemstore.StateReleased
 	}
-	return StateInProgress
+	return idemstore.StateInProgress
 }
 
 // record returns r as a Record, without its body.
-func (r *memRecord) record(key string, now int64) Record {
-	rec := Record{
+func (r *memRecord) record(key string, now int64) idemstore.Record {
+	rec := idemstore.Record{
 		Key:         key,
 		Tool:        r.tool,
 		Fingerprint: r.fingerprint,
 		State:       r.recordState(),
 		Attempt:     int(r.attempt),
+		Generation:  r.generation,
 		Started:     fromNanos(r.started),
 		LeaseUntil:  fromNanos(r.leaseUntil),
 		ExpiresAt:   fromNanos(r.expiresAt),
@@ -431,4 +490,57 @@ func (s *MemoryStore) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.records)
+}
+
+// bytesUsed returns the memory the records take as MaxBytes counts it.
+func (s *MemoryStore) bytesUsed() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bytes
+}
+
+// validate checks the limits set on s.
+func (s *MemoryStore) validate() error {
+	switch {
+	case s.MaxRecords < 0:
+		return fmt.Errorf("idemkit: MemoryStore.MaxRecords must not be negative, got %d", s.MaxRecords)
+	case s.MaxBytes < 0:
+		return fmt.Errorf("idemkit: MemoryStore.MaxBytes must not be negative, got %d", s.MaxBytes)
+	}
+	return nil
+}
+
+func (s *MemoryStore) maxRecords() int {
+	if s.MaxRecords > 0 {
+		return s.MaxRecords
+	}
+	return defaultMemoryMaxRecords
+}
+
+func (s *MemoryStore) maxBytes() int64 {
+	if s.MaxBytes > 0 {
+		return s.MaxBytes
+	}
+	return defaultMemoryMaxBytes
+}
+
+// makeRoom returns nil when a record for req may be added: the store is
+// below its limits, or is once every expired record due has been deleted.
+// Otherwise it returns an *idemstore.StoreFullError, and nothing is evicted: every
+// record left holds a window still open. s.mu must be held.
+func (s *MemoryStore) makeRoom(now int64, req *idemstore.ClaimRequest) error {
+	maxRecords, maxBytes := s.maxRecords(), s.maxBytes()
+	need := int64(memRecordOverhead + len(req.Key) + len(req.Tool) + len(req.Fingerprint))
+	if len(s.records) < maxRecords && s.bytes+need <= maxBytes {
+		return nil
+	}
+	s.sweepDue(now, -1, 0)
+	if len(s.records) < maxRecords && s.bytes+need <= maxBytes {
+		return nil
+	}
+	e := &idemstore.StoreFullError{Records: len(s.records), MaxRecords: maxRecords, Bytes: s.bytes, MaxBytes: maxBytes}
+	if len(s.queue.heap) > 0 && s.queue.next > now {
+		e.RetryAfter = time.Duration(s.queue.next - now)
+	}
+	return e
 }

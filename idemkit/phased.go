@@ -5,24 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-)
 
-// LocalTx is the database transaction of a phased call's last phase (see
-// Guard.DoPhased): the tool's local writes go through it, and the Guard
-// records the call's outcome in it and then commits it, so that the writes
-// and the outcome commit together or not at all. The SQL stores supply it
-// (sqlitestore.Store.BeginLocal, pgstore.Store.BeginLocal); it must be a
-// transaction on the database of the Guard's store.
-type LocalTx interface {
-	// Finish records an attempt's outcome inside the transaction, as
-	// Store.Finish does, fenced by req.Token: it returns an error matching
-	// ErrLeaseLost when the record is no longer held by that token.
-	Finish(ctx context.Context, req FinishRequest) error
-	// Commit commits the transaction.
-	Commit(ctx context.Context) error
-	// Rollback rolls the transaction back; after Commit it does nothing.
-	Rollback(ctx context.Context) error
-}
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
+	"github.com/idemkit-mcp/idemkit/internal/clip"
+)
 
 // DoPhased is Do for a call whose work has an external part that waits on
 // the network (a payment provider, another service) and local writes to
@@ -34,11 +20,15 @@ type LocalTx interface {
 //  2. work runs outside any store transaction: it makes its external call,
 //     forwarding Call.IdempotencyKey() so that the provider deduplicates a
 //     repeat of it.
-//  3. work then calls CallFromContext(ctx).BeginLocal, which begins a
-//     transaction with begin, makes its local writes through that
-//     transaction, and returns its Response. The Guard records the outcome
-//     in the same transaction (fenced by the attempt's token) and commits
-//     it: the local writes and the recorded outcome commit together.
+//  3. work then calls beginLocal (its second argument), which begins the
+//     local transaction with begin, makes its local writes through that
+//     transaction (the one begin returned to its caller), and returns its
+//     Response. The Guard records the outcome in the same transaction
+//     (fenced by the attempt's token) and commits it: the local writes and
+//     the recorded outcome commit together. beginLocal returns an error
+//     matching ErrStore when the transaction cannot begin (work should
+//     return it: the claim is then released) or after work returned; a
+//     second call does nothing.
 //
 // A process killed during phase 2 or 3 leaves the record in progress, with
 // none of the local writes; once the lease runs out (Config.Lease; extend
@@ -51,7 +41,7 @@ type LocalTx interface {
 // DoPhased returns an error matching ErrLeaseLost. So, killed anywhere, the
 // local writes are made exactly once per record.
 //
-// A work that never calls BeginLocal (it answered without local writes) is
+// A work that never calls beginLocal (it answered without local writes) is
 // finished as in Do. When work returns an error or panics, the transaction
 // is rolled back and the claim released (the next duplicate runs it
 // again). An IsError response commits its local writes, and is recorded as
@@ -69,59 +59,54 @@ type LocalTx interface {
 // it) and on PostgreSQL the claim row's lock. ctx bounds the claim and the
 // work; recording the outcome and the commit are detached from its
 // cancellation and bounded by Config.FinishTimeout.
-func (g *Guard) DoPhased(ctx context.Context, key Key, begin func(ctx context.Context) (LocalTx, error), work Work) (Result, error) {
+func (g *Guard) DoPhased(ctx context.Context, key Key, begin func(ctx context.Context) (idemstore.LocalTx, error),
+	work func(ctx context.Context, beginLocal func(ctx context.Context) error) (Response, error)) (Result, error) {
 	if begin == nil || work == nil {
 		return Result{}, errors.New("idemkit: DoPhased needs begin and work")
 	}
-	return g.do(ctx, key, work, &phase{begin: begin})
+	ph := &phase{begin: begin}
+	return g.do(ctx, key, func(ctx context.Context) (Response, error) {
+		c := CallFromContext(ctx)
+		return work(ctx, func(ctx context.Context) error { return c.beginLocal(ctx) })
+	}, ph)
 }
 
 // phase is the local phase of a DoPhased attempt.
 type phase struct {
-	begin func(context.Context) (LocalTx, error)
+	begin func(context.Context) (idemstore.LocalTx, error)
 
-	mu   sync.Mutex // protects tx and done
-	tx   LocalTx    // begun by BeginLocal
-	done bool       // the work returned: BeginLocal refuses
+	mu   sync.Mutex        // protects tx and done
+	tx   idemstore.LocalTx // begun by beginLocal
+	done bool              // the work returned: beginLocal refuses
 }
 
-// errNotPhased is BeginLocal's answer outside DoPhased.
-var errNotPhased = errors.New("idemkit: BeginLocal is only available in the work of Guard.DoPhased")
-
-// BeginLocal begins the transaction of the attempt's local phase (see
-// Guard.DoPhased): the work makes its local writes through it and returns;
-// the Guard then records the outcome in it and commits it. Every call in
-// one attempt returns the same transaction. It returns an error outside
-// the work of DoPhased, and when the transaction cannot begin (an error
-// matching ErrStore; the work should return it: the claim is then
-// released). ctx bounds the begin.
-func (c *Call) BeginLocal(ctx context.Context) (LocalTx, error) {
-	if c == nil || c.phase == nil {
-		return nil, errNotPhased
-	}
+// beginLocal begins the transaction of the attempt's local phase (see
+// Guard.DoPhased); every call in one attempt after the first does nothing.
+// ctx bounds the begin.
+func (c *Call) beginLocal(ctx context.Context) error {
 	ph := c.phase
 	ph.mu.Lock()
 	defer ph.mu.Unlock()
 	if ph.done {
-		return nil, errors.New("idemkit: BeginLocal after the work of Guard.DoPhased returned")
+		return storeError("begin the local transaction of", c.guard.label(c.key), errors.New("the work of Guard.DoPhased already returned"))
 	}
 	if ph.tx != nil {
-		return ph.tx, nil
+		return nil
 	}
 	tx, err := ph.begin(ctx)
 	if err != nil {
-		return nil, storeError("begin the local transaction of", c.key, err)
+		return storeError("begin the local transaction of", c.guard.label(c.key), err)
 	}
 	if tx == nil {
-		return nil, storeError("begin the local transaction of", c.key, errors.New("begin returned no transaction"))
+		return storeError("begin the local transaction of", c.guard.label(c.key), errors.New("begin returned no transaction"))
 	}
 	ph.tx = tx
-	return tx, nil
+	return nil
 }
 
-// take ends the phase: it returns the transaction BeginLocal began, if any,
-// and makes later calls of BeginLocal fail.
-func (ph *phase) take() LocalTx {
+// take ends the phase: it returns the transaction beginLocal began, if any,
+// and makes later calls of beginLocal fail.
+func (ph *phase) take() idemstore.LocalTx {
 	ph.mu.Lock()
 	defer ph.mu.Unlock()
 	ph.done = true
@@ -132,7 +117,7 @@ func (ph *phase) take() LocalTx {
 // DoPhased began one (keep: the work's local writes are kept, for a
 // response; false after an error or a panic, which roll them back),
 // through the Guard's store otherwise.
-func (g *Guard) end(a *attempt, fin *FinishRequest, workErr error, keep bool) error {
+func (g *Guard) end(a *attempt, fin *idemstore.FinishRequest, workErr error, keep bool) error {
 	if ph := a.call.phase; ph != nil {
 		if tx := ph.take(); tx != nil {
 			return g.finishLocal(a, tx, fin, workErr, keep)
@@ -143,7 +128,7 @@ func (g *Guard) end(a *attempt, fin *FinishRequest, workErr error, keep bool) er
 
 // finishLocal records fin in tx and commits tx; see DoPhased for what
 // happens when that fails.
-func (g *Guard) finishLocal(a *attempt, tx LocalTx, fin *FinishRequest, workErr error, keep bool) error {
+func (g *Guard) finishLocal(a *attempt, tx idemstore.LocalTx, fin *idemstore.FinishRequest, workErr error, keep bool) error {
 	fctx, cancel := context.WithTimeout((*detachedAttempt)(a), g.cfg.FinishTimeout)
 	defer cancel()
 	if !keep {
@@ -160,7 +145,7 @@ func (g *Guard) finishLocal(a *attempt, tx LocalTx, fin *FinishRequest, workErr 
 		return nil
 	}
 	_ = tx.Rollback(fctx)
-	key := a.call.key
+	key := g.label(a.call.key)
 	if !committing && errors.Is(err, ErrLeaseLost) {
 		// Another attempt took the claim over while this one worked: its
 		// outcome is that attempt's to record, and these local writes are
@@ -173,8 +158,8 @@ func (g *Guard) finishLocal(a *attempt, tx LocalTx, fin *FinishRequest, workErr 
 	}
 	localErr := fmt.Errorf("%w: the local transaction of %s failed at %s, so none of its local writes were kept; "+
 		"its claim is released, and a retry takes it over and repeats the external work with the same Call.IdempotencyKey: %w", ErrStore, key, step, err)
-	rel := FinishRequest{Key: fin.Key, Token: fin.Token, handle: fin.handle,
-		Error: TruncateText("the local transaction did not commit: "+err.Error(), MaxErrorBytes)}
+	rel := idemstore.FinishRequest{Key: fin.Key, Token: fin.Token, Handle: fin.Handle,
+		Error: clip.Text("the local transaction did not commit: "+err.Error(), idemstore.MaxErrorBytes)}
 	if rerr := g.finish(a, &rel, nil); rerr != nil {
 		return errors.Join(localErr, rerr)
 	}

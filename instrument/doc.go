@@ -22,14 +22,21 @@
 // context (an HTTP server span) becomes a link. Methods outside the MCP
 // specification are named "_OTHER". A tools/call is one span, never two: it
 // also carries gen_ai.operation.name=execute_tool, gen_ai.tool.name and
-// every idemkit.* attribute. The attributes, all named in package
-// spancontract and checked against semconv v1.41.0:
+// every idemkit.* attribute. The notifications a client sends
+// (notifications/initialized, notifications/cancelled, …/progress,
+// …/roots/list_changed, …/tasks/status) get a SERVER span named after the
+// method, without jsonrpc.request.id (on mcp-go over Streamable HTTP served
+// by mcpgo.NewStreamableHTTPHandler, and on every go-sdk transport; mcp-go
+// over stdio or in-process shows notifications to no hook, so they have
+// none there). The attributes, all named in package spancontract and
+// checked against semconv v1.41.0:
 //
 //   - mcp.method.name; gen_ai.tool.name or gen_ai.prompt.name;
 //     mcp.resource.uri on resources/read, subscribe and unsubscribe;
 //   - jsonrpc.request.id (a string; numbers in full decimal notation;
 //     absent when the ID is null or the transport hides it), mcp.session.id
-//     (absent on stdio), mcp.protocol.version;
+//     (a hash of the session ID, which grants nothing; the ID itself only
+//     with WithRawSessionID; absent on stdio), mcp.protocol.version;
 //   - network.transport ("tcp" over HTTP, "pipe" on stdio),
 //     network.protocol.name and version, client.address and client.port
 //     (over HTTP, when the server is served through the adapter's HTTP
@@ -42,10 +49,13 @@
 //   - on tools/call: idemkit.outcome (executed, replayed, in_progress,
 //     takeover, mismatch, bypassed), idemkit.attempt, idemkit.write.id (see
 //     RecordWrite), idemkit.args.hash, idemkit.key.hash, idemkit.key.source
-//     and idemkit.subject.hash (calls that derived a key, including write
-//     tools run unprotected); idemkit.bypass.reason on bypassed calls
+//     and idemkit.subject.hash (calls that derived a key, including the
+//     calls of every tool not declared readOnlyHint that ran unprotected:
+//     no Guard, no caller scope, or not protected because idempotentHint
+//     or WithBypass says so; so that the duplicates that leak from them
+//     are visible); idemkit.bypass.reason on bypassed calls
 //     (unprotected, unscoped, no_guard); idemkit.refusal.reason on the calls
-//     idemkit answered itself (see RefusalMetaKey); idemkit.finish.error when
+//     idemkit answered itself (see spancontract.RefusalMetaKey); idemkit.finish.error when
 //     the work ran but its outcome could not be recorded;
 //     idemkit.input.requested on a result that asked the client for input,
 //     idemkit.input.continuation on a request that continues such a round;
@@ -53,20 +63,43 @@
 //     WithRecordArguments and WithRecordResults; idemkit.subject only with
 //     WithRawSubject.
 //
+// # Hashes, and what they reveal
+//
+// idemkit.args.hash, idemkit.key.hash, idemkit.subject.hash and
+// mcp.session.id are hashes, so that spans carry no
+// arguments, subjects or credentials. Without a key they are plain
+// SHA-256, and a plain hash hides only what cannot be guessed: anyone who
+// reads the spans hashes candidate inputs and compares. Arguments of low
+// entropy (an order ID and an amount: a dictionary of every plausible pair
+// is hashed in well under a second) and subjects that are user IDs or
+// e-mail addresses are recovered so. WithHashKey makes every one of
+// them an HMAC-SHA-256 under a deployment key, which nobody without the key
+// can compute; give every replica the same key, so that the Collector's
+// dup processor (which compares the hashes as opaque strings) still groups
+// their duplicates. The session ID is hashed with or without a key: it is
+// random, and in session scope it is the credential that reaches the
+// session's stored results. No exported value grants access, and no tool
+// result or argument bytes reach a span unless WithRecordArguments or
+// WithRecordResults asks.
+//
 // # Protection
 //
 // A tool is protected unless its MCP annotations say readOnlyHint or
 // idempotentHint (WithProtect and WithBypass override, per tool). A
-// protected call's arguments are validated against the tool's inputSchema;
+// protected call's arguments are validated against the tool's inputSchema
+// (an integer by its exact decimal value: 16.0 is one, 16.00000000000000000001
+// is not) and refused when two member names of one object differ only in
+// letter case (Go's encoding/json reads them as one member, the last);
 // its key is derived from its scope (the caller: see WithSubject), the tool
 // name and the canonical arguments, or from an explicit key sent as the
 // idempotency_key argument (advertised in the tool's schema and
-// description) or in params._meta under KeyMetaKey. Then:
+// description) or in params._meta under spancontract.KeyMetaKey (the
+// _meta keys and the metric names are all in package spancontract). Then:
 //
 //   - first call: the handler runs; its result, the write ID it recorded and
 //     its isError flag are stored;
 //   - duplicate after success: the stored result, verbatim, plus
-//     _meta[ReplayMetaKey]; never an error;
+//     _meta[spancontract.ReplayMetaKey]; never an error;
 //   - duplicate while the first runs: an isError result saying the work is
 //     in flight, not to retry, and which status tool to call, with a
 //     RefusalMetaKey marker (reason in_progress);
@@ -82,7 +115,11 @@
 //
 // Long tools call Progress, which sends MCP progress notifications and
 // extends the claim's lease together, or use the job-and-poll shape (Jobs,
-// mcpgo.AddJobTool, gosdk.AddJobTool), or, on mcp-go, MCP tasks.
+// mcpgo.AddJobTool, gosdk.AddJobTool), or, on mcp-go, MCP tasks. With
+// WithCallStatusTool, a model told that a call is in progress has a tool to
+// ask instead of repeating the call: it reports the caller's own record of
+// that call (in progress, completed with the stored result, released,
+// unknown) and never claims anything.
 //
 // # Durable jobs and tasks
 //
@@ -97,8 +134,14 @@
 // protected call whose stored answer names it, so that a duplicate gets the
 // same job or task back, and the work starts only once that answer is
 // stored: it runs at most once. Jobs and tasks are visible to the caller's
-// scope only (see WithSubject). See WithTasks and JobsConfig for their
+// scope only (see WithSubject). See WithTasks and jobs.Config (package instrument/jobs) for their
 // leases. The go-sdk (v1.8.0) has no tasks: see package gosdk.
+//
+// A task's work runs after its tools/call span has ended, so it gets a span
+// of its own: "execute_task {tool}", kind INTERNAL, a child of the creating
+// call's span, with gen_ai.tool.name, idemkit.task.id, idemkit.attempt,
+// idemkit.write.id (the write the work recorded) and error.type when it
+// failed. It has no gen_ai.operation.name: it is not a second tool call.
 //
 // # Transactional tools
 //
@@ -122,11 +165,32 @@
 // is recorded (see idemkit.Guard.DoPhased). AddTxTool remains the simpler
 // form when nothing waits on the network.
 //
+// # Limits
+//
+// No client, authenticated or not, can grow the server's memory without
+// bound; every limit has a default, an option and a refusal a client can
+// read (nothing is done for the refused request):
+//
+//   - Streamable HTTP (mcpgo.NewStreamableHTTPHandler,
+//     gosdk.NewStreamableHTTPHandler; see HTTPLimits): at most 10,000
+//     sessions open at once (another initialize gets HTTP 503 with a
+//     JSON-RPC error, reason too_many_sessions), each ended after 30
+//     minutes without a request, and request bodies of at most 4 MiB (HTTP
+//     413, not read).
+//   - Sockets: NewHTTPServer returns an http.Server with header, request
+//     and idle-connection timeouts, so that a client trickling its request
+//     is cut.
+//   - Records: an idemkit.MemoryStore holds at most MaxRecords (100,000) and
+//     about MaxBytes (256 MiB) and deletes its own expired records; full,
+//     it refuses a new call (reason store_full: retry later) and evicts
+//     nothing. The SQL stores keep expired records until swept: run
+//     Guard.StartSweeper beside every Guard on one.
+//
 // # Metrics
 //
-// On by default: the conventions' MetricOperationDuration (every request)
-// and MetricSessionDuration, and idemkit's MetricToolCalls,
-// MetricClaimDuration, MetricReplays, MetricInProgress and
-// MetricFinishErrors. Their attributes are bounded by the tool and prompt
+// On by default, named in package spancontract: the conventions'
+// MetricOperationDuration (every request) and MetricSessionDuration, and
+// idemkit's MetricToolCalls, MetricClaimDuration, MetricReplays,
+// MetricInProgress and MetricFinishErrors. Their attributes are bounded by the tool and prompt
 // lists: no session or request IDs, no arguments.
 package instrument

@@ -12,58 +12,42 @@ import (
 	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 )
 
-// DefaultCaptureBytes is the cap applied to raw arguments and results
-// recorded on spans when WithRecordArguments or WithRecordResults is given a
-// size of zero or less.
-const DefaultCaptureBytes = 1 << 10
-
 // UnscopedPolicy decides what happens to a call of a protected tool whose
 // caller cannot be identified: WithSubject named no one, the transport is
 // not a single-client local one (stdio), and the request has no authentic
 // session (one issued and validated by the server). That is the shape of
 // Streamable HTTP without authentication, and of any session a server does
 // not validate.
-type UnscopedPolicy uint8
+type UnscopedPolicy = mcpcall.UnscopedPolicy
 
+// Unscoped policies.
 const (
 	// UnscopedRefuse answers such a call with an isError result that tells
-	// the model nothing was done (with the RefusalMetaKey marker, reason
-	// "unscoped"), and logs once per tool what the operator can configure.
+	// the model nothing was done (with the spancontract.RefusalMetaKey
+	// marker, reason "unscoped"), and logs once per tool what the operator
+	// can configure.
 	// The tool's description does not claim that retries are safe for such
 	// callers. This is the default: a protected tool never runs unprotected,
 	// and two callers never share a stored result.
-	UnscopedRefuse UnscopedPolicy = iota
+	UnscopedRefuse UnscopedPolicy = mcpcall.UnscopedRefuse
 	// UnscopedShare protects such calls in one namespace that every
 	// unidentified caller shares: a caller may be answered with another
 	// caller's stored result. Choose it only for a server whose callers may
 	// all see each other's results, such as a single-tenant internal service.
-	UnscopedShare
+	UnscopedShare UnscopedPolicy = mcpcall.UnscopedShare
 	// UnscopedBypass runs such calls unprotected (outcome "bypassed",
 	// idemkit.bypass.reason "unscoped"); their spans still carry the key
 	// hashes, so the Collector sees the duplicates that leak.
-	UnscopedBypass
+	UnscopedBypass UnscopedPolicy = mcpcall.UnscopedBypass
 )
 
 // Option configures the instrumentation of an MCP server (see the mcpgo
 // and gosdk packages). Options are applied in order; for the per-tool
-// options a later one overrides an earlier one for the same tool.
-type Option interface {
-	apply(*mcpcall.Config)
-}
+// options a later one overrides an earlier one for the same tool. The
+// With… functions of this package make them.
+type Option = mcpcall.Option
 
-type optionFunc func(*mcpcall.Config)
-
-func (f optionFunc) apply(c *mcpcall.Config) { f(c) }
-
-func init() {
-	mcpcall.SetConfigure(func(c *mcpcall.Config, opts any) {
-		for _, o := range opts.([]Option) {
-			if o != nil {
-				o.apply(c)
-			}
-		}
-	})
-}
+type optionFunc = mcpcall.OptionFunc
 
 // WithTracerProvider sets the TracerProvider of the request spans. Defaults
 // to the global provider (otel.GetTracerProvider) when the instrumentation
@@ -116,15 +100,27 @@ func WithSubject(fn func(ctx context.Context) string) Option {
 	return optionFunc(func(c *mcpcall.Config) { c.Subject = fn })
 }
 
-// WithSubjectHashKey makes idemkit.subject.hash an HMAC-SHA-256 of the
-// subject under key instead of a plain SHA-256, so that a span reader cannot
-// confirm a guessed subject (an e-mail address) by hashing it. For the same
-// reason idemkit.key.hash becomes an HMAC of the key ID. Every replica must
-// use the same key for their hashes, and the Collector's duplicate groups,
-// to agree. Defaults to no key.
-func WithSubjectHashKey(key []byte) Option {
+// WithHashKey sets the deployment's hash key: every hash the
+// instrumentation exports becomes an HMAC-SHA-256 under key instead of a
+// plain SHA-256 (see package idemkit, "exported hashes"): idemkit.args.hash, idemkit.key.hash,
+// idemkit.subject.hash, the hashed mcp.session.id, and the key hashes in
+// the Guard's errors and log records (the instrumentation uses a copy of
+// the Guard with the key).
+//
+// Without a key, anyone who reads the spans can recompute the hashes from
+// guessed inputs: arguments of low entropy (an order ID and an amount) and
+// subjects such as e-mail addresses are recovered with a dictionary in
+// seconds. With one, nobody without the key can. Use 32 random bytes
+// (16 bytes is the least NewGuard accepts; a shorter key is
+// used, with a warning in the log), keep it with the service's other
+// secrets, and give every replica the same key: the Collector's dup
+// processor groups duplicates by these hashes, and hashes made under two
+// keys never match. Rotating the key splits the duplicate groups that
+// straddle the change, nothing else: stored records never depend on it.
+// Defaults to none, or the Guard's idemkit.Config.HashKey when it has one.
+func WithHashKey(key []byte) Option {
 	k := append([]byte(nil), key...)
-	return optionFunc(func(c *mcpcall.Config) { c.SubjectHashKey = k })
+	return optionFunc(func(c *mcpcall.Config) { c.HashKey = k })
 }
 
 // WithRawSubject also records the raw subject on spans (idemkit.subject).
@@ -132,6 +128,18 @@ func WithSubjectHashKey(key []byte) Option {
 // hold them. Defaults to off.
 func WithRawSubject() Option {
 	return optionFunc(func(c *mcpcall.Config) { c.RawSubject = true })
+}
+
+// WithRawSessionID records the MCP session ID itself as mcp.session.id,
+// instead of its hash. A session ID a server issues and validates is the
+// credential that reaches its session's stored results (in session scope,
+// a stranger who presents it gets them), so by default spans carry only a
+// hash of it (keyed with WithHashKey), which
+// tells sessions apart exactly as the ID does for the Collector's dup
+// processor. Opt in only where your tracing backend may hold credentials.
+// Defaults to off.
+func WithRawSessionID() Option {
+	return optionFunc(func(c *mcpcall.Config) { c.RawSessionID = true })
 }
 
 // WithProtect protects tools whatever their annotations say.
@@ -157,7 +165,8 @@ func setProtect(c *mcpcall.Config, tools []string, v bool) {
 // WithStatusTool names the tool a model should call to check on an
 // in-progress call of tool; the in-progress answer names it. A StatusTool
 // set in the Guard's idemkit.ToolConfig takes precedence; a tool may also
-// name its own in its _meta under StatusToolMetaKey (job tools do).
+// name its own in its _meta under spancontract.StatusToolMetaKey (job tools
+// do).
 func WithStatusTool(tool, statusTool string) Option {
 	return optionFunc(func(c *mcpcall.Config) {
 		if c.StatusTools == nil {
@@ -182,27 +191,25 @@ func WithExclude(tool string, fields ...string) Option {
 // WithUnscopedCalls sets the policy for protected calls whose caller cannot
 // be identified (see WithSubject). Defaults to UnscopedRefuse.
 func WithUnscopedCalls(p UnscopedPolicy) Option {
-	return optionFunc(func(c *mcpcall.Config) { c.Unscoped = mcpcall.UnscopedPolicy(p) })
+	return optionFunc(func(c *mcpcall.Config) { c.Unscoped = p })
 }
 
 // WithRecordArguments records the raw tool arguments on spans
-// (gen_ai.tool.call.arguments), cut to maxBytes (DefaultCaptureBytes when
-// maxBytes <= 0). Arguments may hold personal or secret data: opt in only
+// (gen_ai.tool.call.arguments), cut to maxBytes (1 KiB when maxBytes <= 0). Arguments may hold personal or secret data: opt in only
 // where your tracing backend may hold them. Defaults to off.
 func WithRecordArguments(maxBytes int) Option {
 	return optionFunc(func(c *mcpcall.Config) { c.ArgumentsCap = captureCap(maxBytes) })
 }
 
 // WithRecordResults records the raw tool results on spans
-// (gen_ai.tool.call.result), cut to maxBytes (DefaultCaptureBytes when
-// maxBytes <= 0). Defaults to off.
+// (gen_ai.tool.call.result), cut to maxBytes (1 KiB when maxBytes <= 0). Defaults to off.
 func WithRecordResults(maxBytes int) Option {
 	return optionFunc(func(c *mcpcall.Config) { c.ResultCap = captureCap(maxBytes) })
 }
 
 func captureCap(n int) int {
 	if n <= 0 {
-		return DefaultCaptureBytes
+		return mcpcall.DefaultCaptureBytes
 	}
 	return n
 }

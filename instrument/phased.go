@@ -3,7 +3,7 @@ package instrument
 import (
 	"context"
 
-	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 )
 
 // PhasedRunner is a store that runs a tool call in atomic phases (see
@@ -18,5 +18,5 @@ type PhasedRunner[T any] interface {
 	// BeginLocal begins the transaction of a call's local phase: tx for
 	// the tool's writes, and lt for the Guard, which records the call's
 	// outcome in it and commits it (see sqlitestore.Store.BeginLocal).
-	BeginLocal(ctx context.Context) (tx T, lt idemkit.LocalTx, err error)
+	BeginLocal(ctx context.Context) (tx T, lt idemstore.LocalTx, err error)
 }

@@ -14,7 +14,7 @@ scripts/ensure-postgres.sh
 out=bench/last-run.txt
 : >"$out"
 run() { go test -run '^$' -benchmem -count "$count" "$@" 2>&1 | tee -a "$out" | grep -E '^(Benchmark|ok|FAIL|---)' >&2; }
-run -bench 'BenchmarkMemoryStore|BenchmarkNewKey' ./idemkit
+run -bench 'BenchmarkMemoryStore|BenchmarkNewKey|BenchmarkGuard_' ./idemkit
 run -bench 'BenchmarkPostgres' -benchtime 3000x ./idemkit/pgstore
 run -bench 'BenchmarkDoVsBaselineRawSQL' -benchtime 3000x ./idemkit/sqlitestore
 run -bench 'BenchmarkCallTool/paired|BenchmarkListTools/paired|BenchmarkInitialize/paired' -benchtime 20000x -cpu 1 ./instrument/mcpgo
@@ -36,4 +36,4 @@ fi
 (cd collector/dupprocessor && go test -run '^$' -count "$count" \
   -bench 'BenchmarkVsSpanMetrics|BenchmarkStores_ArenaVsMaps' -benchtime 10000x . ./internal/state 2>&1) |
   tee -a "$out" | grep -E '^(Benchmark|ok|FAIL|---)' >&2
-go run ./internal/benchreport -spec bench/ratios.txt <"$out" 2>/dev/null
+go run ./internal/testing/benchreport -spec bench/ratios.txt <"$out" 2>/dev/null

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes sure PostgreSQL's server programs (initdb, pg_ctl) are installed, so
-# that the tests can start a throwaway cluster (internal/pgtest). Installs the
+# that the tests can start a throwaway cluster (internal/testing/pgtest). Installs the
 # Debian package when they are missing and we are root; fails loudly
 # otherwise. Does nothing when TEST_DATABASE_URL points at a server already.
 set -euo pipefail

@@ -73,7 +73,7 @@ scripts/lint.sh
 
 # The library module, the examples, the idemkit command and the development
 # tools (go.work ties the modules together; ./... stops at a module's edge).
-pkgs=(./... ./examples/... ./cmd/idemkit/... ./internal/devtools/... ./spancontract/...)
+pkgs=(./... ./examples/... ./cmd/idemkit/... ./internal/devtools/... ./internal/testing/harness/... ./spancontract/...)
 
 go build -o "$IDEMKIT_TESTPROGRESS" ./internal/devtools/cmd/testprogress
 

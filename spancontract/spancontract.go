@@ -3,7 +3,9 @@
 // Collector's dup processor (which reads them and annotates duplicates).
 //
 // It holds attribute keys, their enumerated values and the span naming rule,
-// as plain strings, so that both sides import the same names without pulling
+// and the other names idemkit's users and dashboards rely on (the MCP
+// request and result fields idemkit reads and writes, and the metric
+// names), as plain strings, so that both sides import the same names without pulling
 // in each other's dependencies: this package depends on the standard library
 // only, and it is its own Go module so the Collector distribution does not
 // inherit the idemkit module's database drivers.
@@ -32,7 +34,9 @@ const (
 	GenAIConversationID = "gen_ai.conversation.id"
 	// MCPMethodName is mcp.method.name.
 	MCPMethodName = "mcp.method.name"
-	// MCPSessionID is mcp.session.id.
+	// MCPSessionID is mcp.session.id. idemkit's instrumentation exports a
+	// hash of the session ID (which may be a credential), unless the user
+	// opts in to the raw ID; it tells sessions apart as the ID does.
 	MCPSessionID = "mcp.session.id"
 	// MCPProtocolVersion is mcp.protocol.version.
 	MCPProtocolVersion = "mcp.protocol.version"
@@ -124,15 +128,19 @@ const (
 const (
 	// ArgsHash (string) is the hex SHA-256, first HashLen characters, of the
 	// canonical (RFC 8785) arguments with the explicit-key parameter and any
-	// excluded fields stripped.
+	// excluded fields stripped; with a deployment hash key, an HMAC-SHA-256
+	// of it under the key. Consumers compare it as an
+	// opaque string.
 	ArgsHash = "idemkit.args.hash"
 	// KeyHash (string) is the hex SHA-256, first HashLen characters, of the
-	// full idempotency key (subject + tool + args hash or explicit key). It is
-	// the duplicate-group key.
+	// full idempotency key (subject + tool + args hash or explicit key), or,
+	// with a deployment hash key, its HMAC-SHA-256. It is the duplicate-group
+	// key, compared as an opaque string.
 	KeyHash = "idemkit.key.hash"
 	// KeySource (string) is KeySourceDerived or KeySourceExplicit.
 	KeySource = "idemkit.key.source"
-	// SubjectHash (string) is the hashed subject.
+	// SubjectHash (string) is the hashed subject (HMAC-SHA-256 with a
+	// deployment hash key).
 	SubjectHash = "idemkit.subject.hash"
 	// Subject (string) is the raw subject, written only when a user opts in.
 	Subject = "idemkit.subject"
@@ -189,8 +197,29 @@ const (
 	RefusalInvalidArguments = "invalid_arguments"
 	// RefusalStoreUnavailable: the claim failed; nothing ran.
 	RefusalStoreUnavailable = "store_unavailable"
+	// RefusalStoreFull: the store is at its capacity (a memory store's
+	// record or byte limit) and none of its records has expired, so a new
+	// call could not be claimed; nothing ran, and a later retry may pass.
+	RefusalStoreFull = "store_full"
+
+	// RefusalMissingKey: the tool requires an explicit idempotency key
+	// (instrument.WithRequireKey) and the call had none; nothing was done.
+	RefusalMissingKey = "missing_key"
+	// RefusalAttemptsExhausted: the call's attempts failed as often as the
+	// tool's idemkit.ToolConfig.MaxAttempts allows (a poison call); nothing
+	// was done, and the model is told not to retry.
+	RefusalAttemptsExhausted = "attempts_exhausted"
+	// RefusalDeclined: the user declined, or dismissed, the confirmation
+	// of a human gate (instrument.WithConfirmation); nothing was done.
+	RefusalDeclined = "declined"
+	// RefusalConfirmationUnavailable: the client cannot ask the user (it
+	// did not declare the elicitation capability), or asking failed;
+	// nothing was done.
+	RefusalConfirmationUnavailable = "confirmation_unavailable"
 	// RefusalResponseNotKept: a duplicate of a call that completed but whose
-	// response was too large to keep.
+	// response was too large to keep, or could not be encoded. (The first
+	// call whose result could not be encoded carries the reason in its
+	// answer's _meta, not on its span: it ran.)
 	RefusalResponseNotKept = "response_not_kept"
 	// RefusalResultUnreadable: a duplicate whose stored result could not be
 	// decoded.
@@ -206,7 +235,10 @@ const (
 	// FinishResponseTooLarge: the response exceeded the store's limit and
 	// was not kept; the work is recorded as done.
 	FinishResponseTooLarge = "response_too_large"
-	// FinishUnencodable: the result could not be encoded for storage.
+	// FinishUnencodable: the result could not be encoded, for storage nor
+	// for the client; the work is recorded as done without it, so that
+	// duplicates are answered response_not_kept (a tool error result is
+	// released instead).
 	FinishUnencodable = "unencodable"
 )
 
@@ -263,6 +295,12 @@ const (
 	DuplicateFirstSpanID = "idemkit.duplicate.first_span_id"
 	// DuplicateGapMS (int) is the milliseconds from the first call's start to this one's.
 	DuplicateGapMS = "idemkit.duplicate.gap_ms"
+	// DuplicateUncompared (bool) is true on a tool span that the processor
+	// could not compare with other calls: it carries no idemkit key hash
+	// and no captured arguments (gen_ai.tool.call.arguments). Such a call is
+	// never flagged a duplicate; the dup connector counts it, so that a
+	// dashboard shows what the attribution cannot see.
+	DuplicateUncompared = "idemkit.duplicate.uncompared"
 )
 
 // Values of DuplicateCause.
@@ -282,6 +320,122 @@ const (
 	EffectBlocked = "blocked"
 	// EffectLeaked: the duplicate executed again, a real double side effect.
 	EffectLeaked = "leaked"
+)
+
+// Names of the MCP request and result fields idemkit reads and writes. They
+// follow the MCP rule for _meta keys: a reverse-DNS prefix (io.idemkit/)
+// outside the reserved modelcontextprotocol/mcp labels, then a name.
+const (
+	// KeyArgument is the optional tool argument that carries a caller's
+	// explicit idempotency key. The instrumentation adds it to the input
+	// schema and description of every tool whose calls are protected, and
+	// it is the argument idemkit.NewKey reads an explicit key from by
+	// default (idemkit.KeyOptions.ExplicitKeyField).
+	KeyArgument = "idempotency_key"
+
+	// KeyMetaKey is the params._meta entry that carries an explicit
+	// idempotency key, for clients that send it outside the arguments. The
+	// plain name KeyArgument is accepted in _meta too; when both are present
+	// (or the argument too) they must be equal.
+	KeyMetaKey = "io.idemkit/idempotency_key"
+
+	// ReplayMetaKey is the result _meta entry that marks a replayed result.
+	// Its value is an object {"replayed": true, "attempt": N, "write_id":
+	// "…"} (write_id only when the tool recorded one). A replay is the
+	// original result plus this entry, never an error.
+	ReplayMetaKey = "io.idemkit/replay"
+
+	// RefusalMetaKey is the result _meta entry of an isError result that the
+	// instrumentation produced instead of running the tool, so that a client
+	// can tell such answers apart without reading their text. Its value is
+	// an object {"reason": "…"}, where reason is one of the Refusal* values
+	// (the RefusalReason attribute's):
+	//
+	//   - "in_progress": the first call with the same key is still running;
+	//     nothing new was started. The object also has "attempt", and
+	//     "status_tool" and "retry_after_ms" (how long the running attempt's
+	//     lease still holds) when known;
+	//   - "mismatch": the explicit key was used before with other arguments;
+	//   - "unscoped": the caller cannot be identified (see
+	//     instrument.WithSubject);
+	//   - "invalid_key", "invalid_arguments": the request was malformed;
+	//   - "store_unavailable": the idempotency store could not be reached;
+	//     nothing was done, a retry is safe;
+	//   - "store_full": the idempotency store is at its capacity (a
+	//     MemoryStore's MaxRecords or MaxBytes) with none of its records
+	//     expired; nothing was done, a later retry may pass. The object also
+	//     has "retry_after_ms" (when the next record may expire) when known;
+	//   - "response_not_kept", "result_unreadable": the call already ran,
+	//     but its result cannot be replayed: it was too large to keep, or
+	//     its stored record cannot be read (it fails its checksum, or is
+	//     damaged otherwise: see idemkit.ErrRecordDamaged). Retrying gets
+	//     the same answer; the work is not run again;
+	//   - "missing_key", "declined", "confirmation_unavailable",
+	//     "attempts_exhausted": a per-tool policy refused the call (an
+	//     explicit key is required; the user declined the confirmation, or
+	//     could not be asked; the call failed too often to be taken over
+	//     again). Nothing ran for this request.
+	//
+	// In every case but in_progress nothing ran for this request.
+	RefusalMetaKey = "io.idemkit/refusal"
+
+	// JobMetaKey is the result _meta entry of a job status answer:
+	// {"job_id": "…", "state": "…"}.
+	JobMetaKey = "io.idemkit/job"
+
+	// StatusToolMetaKey is the tool _meta entry (in tools/list) that names
+	// the tool reporting on an in-progress call of the tool; the in-progress
+	// answer names it. Job tools carry it.
+	StatusToolMetaKey = "io.idemkit/status_tool"
+
+	// CallStatusMetaKey is the result _meta entry of a call status tool's
+	// answer (instrument.WithCallStatusTool, the gateway's
+	// idemkit_call_status): {"state": "…", "tool": "…"}, state one of
+	// in_progress, abandoned, completed, released, unknown, mismatch,
+	// not_recorded, rejected, unscoped, store_unavailable.
+	CallStatusMetaKey = "io.idemkit/call_status"
+)
+
+// Metric names the instrumentation records. Through an OpenTelemetry
+// Prometheus exporter (the Go SDK's or the Collector's, with its default
+// unit and type suffixes) they become the names in brackets.
+const (
+	// MetricToolCalls counts tool calls by gen_ai.tool.name and
+	// idemkit.outcome, plus idemkit.bypass.reason on bypassed calls
+	// (unprotected, unscoped, no_guard) and idemkit.refusal.reason on calls
+	// the instrumentation answered itself (in_progress, mismatch, unscoped,
+	// invalid_key, invalid_arguments, store_unavailable, store_full, response_not_kept,
+	// result_unreadable; idemkit.outcome is absent on the calls refused
+	// before a claim). [idemkit_tool_calls_total]
+	MetricToolCalls = "idemkit.tool.calls"
+	// MetricClaimDuration is the time from the start of the claim to the
+	// start of the work, or to the answer for a duplicate, in seconds, by
+	// gen_ai.tool.name. [idemkit_claim_duration_seconds_{bucket,sum,count}]
+	MetricClaimDuration = "idemkit.claim.duration"
+	// MetricReplays counts duplicates answered with a stored result, by
+	// gen_ai.tool.name: MetricToolCalls with outcome replayed, kept as its
+	// own series for dashboards. [idemkit_replays_total]
+	MetricReplays = "idemkit.replays"
+	// MetricInProgress counts duplicates answered "in progress" (not calls
+	// in flight), by gen_ai.tool.name. [idemkit_in_progress_total]
+	MetricInProgress = "idemkit.in_progress"
+	// MetricFinishErrors counts calls whose work ran and whose result was
+	// delivered, but whose outcome could not be recorded, so that a
+	// duplicate may run the work again; by gen_ai.tool.name and
+	// idemkit.finish.error (store_error, lease_lost, response_too_large,
+	// unencodable). [idemkit_finish_errors_total]
+	MetricFinishErrors = "idemkit.finish.errors"
+	// MetricOperationDuration is the conventions' mcp.server.operation.duration
+	// (seconds, the conventions' buckets) of every request, by
+	// mcp.method.name, gen_ai.tool.name or gen_ai.prompt.name,
+	// gen_ai.operation.name (execute_tool on tools/call), error.type,
+	// rpc.response.status_code, mcp.protocol.version and the network.*
+	// attributes. [mcp_server_operation_duration_seconds_{bucket,sum,count}]
+	MetricOperationDuration = "mcp.server.operation.duration"
+	// MetricSessionDuration is the conventions' mcp.server.session.duration
+	// (seconds) of every session that ended, by mcp.protocol.version and the
+	// network.* attributes. [mcp_server_session_duration_seconds_{bucket,sum,count}]
+	MetricSessionDuration = "mcp.server.session.duration"
 )
 
 // HashLen is the number of hex characters kept of a SHA-256 in span attributes.

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemkit-mcp/idemkit/cmd/idemkit/internal/attribution"
-	"github.com/idemkit-mcp/idemkit/internal/report"
+	"github.com/idemkit-mcp/idemkit/cmd/idemkit/report"
 )
 
 func newAttributeCmd() *cobra.Command {

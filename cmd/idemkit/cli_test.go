@@ -16,9 +16,10 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
-	"github.com/idemkit-mcp/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
@@ -133,7 +134,7 @@ func TestParseStoreURL(t *testing.T) {
 }
 
 // expiredRecord writes a completed record whose window ended an hour ago.
-func expiredRecord(t *testing.T, st idemkit.Store, tool string) {
+func expiredRecord(t *testing.T, st idemstore.Store, tool string) {
 	t.Helper()
 	ctx := context.Background()
 	past := time.Now().Add(-2 * time.Hour)
@@ -141,10 +142,10 @@ func expiredRecord(t *testing.T, st idemkit.Store, tool string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Claim(ctx, idemkit.ClaimRequest{Key: key.ID(), Tool: tool, Token: 7, Lease: time.Minute, Window: time.Hour, Now: past}); err != nil {
+	if _, err := st.Claim(ctx, idemstore.ClaimRequest{Key: key.ID(), Tool: tool, Token: 7, Lease: time.Minute, Window: time.Hour, Now: past}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Finish(ctx, idemkit.FinishRequest{Key: key.ID(), Token: 7, Succeeded: true, Response: idemkit.Response{Body: []byte(`{}`)}, Now: past}); err != nil {
+	if err := st.Finish(ctx, idemstore.FinishRequest{Key: key.ID(), Token: 7, Succeeded: true, Response: idemkit.Response{Body: []byte(`{}`)}, Now: past}); err != nil {
 		t.Fatal(err)
 	}
 }

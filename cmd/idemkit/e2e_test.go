@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/cmd/idemkit/internal/tsfixture"
-	"github.com/idemkit-mcp/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
 )
 
 // TestMain lets the test binary stand in for the idemkit command: with

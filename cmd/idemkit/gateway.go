@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkit-mcp/idemkit/internal/hashkey"
 	"io"
 	"log/slog"
 	"net"
@@ -17,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/idemkit-mcp/idemkit/cmd/idemkit/internal/gateway"
+	"github.com/idemkit-mcp/idemkit/cmd/idemkit/internal/gatewayconfig"
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 )
@@ -44,6 +47,15 @@ type gatewayFlags struct {
 	sessionIdle   time.Duration
 	readTimeout   time.Duration
 	idleTimeout   time.Duration
+	hashKeyFile   string
+	config        string
+	// callStatusFlag is --call-status-tool; callStatus the name resolved
+	// with the file ("" for none).
+	callStatusFlag string
+	callStatus     string
+	shareUpstream  string
+
+	file *gatewayconfig.File // --config, once loaded
 }
 
 // DefaultIdleTimeout is how long the gateway keeps an idle keep-alive
@@ -79,6 +91,21 @@ write tool); --protect and --bypass override. Protected tools advertise an
 optional idempotency_key argument, which the gateway strips before
 forwarding.
 
+A status tool for every slow call: the gateway adds a read-only tool,
+idemkit_call_status (--call-status-tool NAME renames it, - switches it
+off), to the server's tools. Given a tool and the same arguments (or the
+call's idempotency_key as key), it answers the caller's own record of that call without
+running anything: in progress (with the last progress and when to ask
+again), completed (the stored result, replayed), released, or unknown.
+In-progress answers name it for tools without a status tool of their own.
+
+Tasks: when the server advertises MCP tasks, a task-augmented call of a
+protected tool is a task the gateway keeps in its store (the server's own
+task is followed to its end on its session): its duplicate on a new
+session gets the same task back, and tasks/get, tasks/result,
+tasks/cancel and tasks/list answer for it on any session of the same
+caller, and after a restart on a durable store.
+
 Who the caller is: the --subject-header value (default Authorization: the
 scheme and the SHA-256 of the credential after it, "bearer:<hex>", never
 the credential itself; Basic and any other scheme alike, each its own
@@ -94,6 +121,22 @@ the gateway's own session instead (its IDs are random and only those it
 issued are accepted), which catches retries within a session but not a
 call replayed on a new session.
 
+Per-tool settings: --config FILE reads a YAML file with, per tool, the
+settings idemkit's Go middleware has (window, lease, wait, failure_policy,
+status_tool, exclude, protect, require_key, version, max_attempts) and
+defaults for every tool:
+
+  defaults: {window: 10m, lease: 2m, failure_policy: release}
+  tools:
+    issue_refund: {window: 30m, exclude: [requested_at]}
+    charge_card:  {failure_policy: store}
+    search:       {protect: false}
+
+The file is checked whole at start: an unknown setting, a bad value or a
+contradiction stops the gateway with the file, line and setting. A setting
+that a flag gives too (--window and defaults.window, --protect X and
+tools.X.protect) is an error; the flags stay for the simple cases.
+
 Authentication is the upstream's: its HTTP 401 and 403 reach the client as
 they are, WWW-Authenticate included (MCP's OAuth discovery). An answer from
 the gateway's records (a replay, an in-progress answer) is given only after
@@ -107,14 +150,31 @@ an initialize without one gets HTTP 401 and starts nothing), at most
 one; beyond: 503) and --max-upstreams-per-subject per caller (default 4,
 or 64; beyond: 429). A session unused for --session-idle-timeout (default
 5m; no request, no open stream) is closed with its process: the TypeScript
-SDK's Client.close() sends no DELETE. --read-timeout (10s) bounds reading
+SDK's Client.close() sends no DELETE. --share-upstream subject runs one
+process per caller instead, shared by the caller's sessions (then
+--max-upstreams counts processes, --max-upstreams-per-subject sessions):
+only for a server that keeps no per-session state, since it sees one
+client (the first session's capabilities; a logging level, subscriptions,
+roots or state one session sets are every session's). --read-timeout (10s) bounds reading
 a request's headers and its body, --idle-timeout (2m) an idle keep-alive
-connection, --max-message-bytes (16 MiB) one message.`,
+connection, --max-message-bytes (16 MiB) one message.
+
+What the spans reveal: no arguments, results, subjects or credentials;
+idemkit.args.hash, idemkit.key.hash and idemkit.subject.hash are hashes of
+them, and mcp.session.id is a hash of the gateway's session ID (which, with
+--subject-header -, is the credential that reaches a session's results).
+Without --hash-key-file those hashes are plain SHA-256: anyone who reads the
+spans can hash guessed arguments (an order ID and an amount) and confirm
+them. --hash-key-file makes every one an HMAC-SHA-256 under a deployment
+key; give every replica the same file, so that the Collector still groups
+their duplicates. The key never changes what the store keeps. An upstream
+answer the gateway cannot read is reported by its size, never its bytes.`,
 		Example: `  idemkit gateway --listen 127.0.0.1:8787 --upstream http://127.0.0.1:3000/mcp --store sqlite:idemkit.db
   idemkit gateway --listen 127.0.0.1:8787 --store sqlite:idemkit.db -- node build/server.js
   idemkit gateway --stdio --store sqlite:idemkit.db -- python -m my_server
   idemkit gateway --upstream http://api:3000/mcp --store postgres://idemkit@db/idemkit \
-      --otlp-endpoint 127.0.0.1:4317 --window 15m --protect send_email --bypass search`,
+      --otlp-endpoint 127.0.0.1:4317 --window 15m --protect send_email --bypass search
+  idemkit gateway --upstream http://127.0.0.1:3000/mcp --store sqlite:idemkit.db --config gateway.yaml`,
 		RunE: func(c *cobra.Command, args []string) error {
 			var command []string
 			if at := c.ArgsLenAtDash(); at >= 0 {
@@ -125,7 +185,7 @@ connection, --max-message-bytes (16 MiB) one message.`,
 			} else if len(args) > 0 {
 				return usagef("unexpected arguments %q: to run a stdio server, put its command after --, as in: idemkit gateway --store memory -- node server.js", args)
 			}
-			return runGateway(c.Context(), c.ErrOrStderr(), c.InOrStdin(), c.OutOrStdout(), c.Flags().Changed("listen"), f, command)
+			return runGateway(c.Context(), c.ErrOrStderr(), c.InOrStdin(), c.OutOrStdout(), c.Flags().Changed, f, command)
 		},
 	}
 	fl := c.Flags()
@@ -151,7 +211,11 @@ connection, --max-message-bytes (16 MiB) one message.`,
 	fl.DurationVar(&f.readTimeout, "read-timeout", gateway.DefaultReadTimeout, "how long a client may take to send a request's headers, and again its body (slower: the connection is closed, or HTTP 408)")
 	fl.DurationVar(&f.idleTimeout, "idle-timeout", DefaultIdleTimeout, "how long an idle keep-alive connection is kept open between requests")
 	fl.DurationVar(&f.sweepEvery, "sweep-interval", time.Minute, "how often the gateway deletes the store's expired records (0: never, for a SQLite or Postgres store swept by 'idemkit sweep' from cron; a memory store is always swept)")
+	fl.StringVar(&f.config, "config", "", configHelp)
+	fl.StringVar(&f.shareUpstream, "share-upstream", "session", "how a stdio server's processes are shared: session (one per session) or subject (one per caller, shared by the caller's sessions: only for a server that keeps no per-session state)")
+	fl.StringVar(&f.callStatusFlag, "call-status-tool", gatewayconfig.DefaultCallStatusTool, "the name of the gateway's read-only call status tool, which answers a caller's own record of a call (in progress, completed with its result, released, unknown) and which in-progress answers name (-: none)")
 	fl.StringVar(&f.readyFile, "ready-file", "", "once serving, write the MCP endpoint's URL to this file (for scripts that start the gateway on --listen 127.0.0.1:0)")
+	fl.StringVar(&f.hashKeyFile, "hash-key-file", "", "a file holding the deployment's hash key (at least 16 bytes; surrounding whitespace is ignored): every exported hash becomes an HMAC under it; the same file on every replica (make one: head -c 32 /dev/urandom | base64 > FILE)")
 	return c
 }
 
@@ -178,6 +242,12 @@ func (f *gatewayFlags) validate(listenSet bool, command []string) error {
 		return usagef("--session-idle-timeout, --read-timeout and --idle-timeout must be positive")
 	case f.lease > f.window:
 		return usagef("--lease (%s) must not be longer than --window (%s): a completed call must outlive its claim", f.lease, f.window)
+	case f.shareUpstream != "session" && f.shareUpstream != "subject":
+		return usagef("--share-upstream must be session or subject, got %q", f.shareUpstream)
+	case f.shareUpstream == "subject" && (len(command) == 0 || f.stdio):
+		return usagef("--share-upstream subject shares a stdio server's processes between the HTTP sessions of one caller: it needs a command after -- and no --stdio")
+	case f.shareUpstream == "subject" && f.subjectHeader == "-":
+		return usagef("--share-upstream subject needs a subject header: with --subject-header - every caller would share one process")
 	}
 	for _, t := range f.protect {
 		if slices.Contains(f.bypass, t) {
@@ -208,8 +278,13 @@ func parseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout io.Writer, listenSet bool, f gatewayFlags, command []string) error {
-	if err := f.validate(listenSet, command); err != nil {
+func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout io.Writer, changed func(flag string) bool, f gatewayFlags, command []string) error {
+	// The file first: its defaults are the window and lease validate
+	// checks.
+	if err := f.loadConfig(changed); err != nil {
+		return err
+	}
+	if err := f.validate(changed("listen"), command); err != nil {
 		return err
 	}
 	su, err := parseStoreURL(f.store)
@@ -222,14 +297,26 @@ func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout i
 	case f.sweepEvery == 0 && su.kind == kindMemory:
 		return usagef("--sweep-interval 0 with --store memory: a memory store is only emptied by sweeping, and would grow with every distinct call; give an interval (default 1m)")
 	}
+	hashKey, err := readHashKey(f.hashKeyFile)
+	if err != nil {
+		return err
+	}
 	level, _ := parseLevel(f.logLevel)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if f.file != nil {
+		log.Info("per-tool settings loaded", "config", f.describeConfig())
+	}
 
 	var up gateway.Upstream
 	if f.upstream != "" {
 		up, err = gateway.NewHTTPUpstream(f.upstream, nil)
 	} else {
-		up, err = gateway.NewStdioUpstream(command, nil, stderr, log)
+		var base *gateway.StdioUpstream
+		base, err = gateway.NewStdioUpstream(command, nil, stderr, log)
+		up = base
+		if err == nil && f.shareUpstream == "subject" {
+			up = gateway.NewSharedStdioUpstream(base)
+		}
 	}
 	if err != nil {
 		return &usageError{err}
@@ -254,7 +341,9 @@ func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout i
 			log.Warn("flushing telemetry failed", "error", err)
 		}
 	}()
-	guard, err := idemkit.NewGuard(st.Store, &idemkit.Config{Window: f.window, Lease: f.lease, MaxResponseBytes: f.maxMessage})
+	gcfg := f.guardConfig()
+	gcfg.HashKey = hashKey
+	guard, err := idemkit.NewGuard(st.Store, gcfg)
 	if err != nil {
 		return err
 	}
@@ -273,7 +362,7 @@ func runGateway(ctx context.Context, stderr io.Writer, stdin io.Reader, stdout i
 	gw, err := gateway.New(gateway.Config{
 		Upstream:               up,
 		Guard:                  guard,
-		Instrumentation:        instrumentation(tel, f),
+		Instrumentation:        instrumentation(tel, f, hashKey),
 		SubjectHeader:          f.subjectHeader,
 		MaxMessageBytes:        f.maxMessage,
 		SessionIdleTimeout:     f.sessionIdle,
@@ -356,24 +445,44 @@ func sweep(ctx context.Context, g *idemkit.Guard, every time.Duration, log *slog
 
 // instrumentation configures the spans and metrics of every request and
 // which tools are protected.
-func instrumentation(tel *telemetry, f gatewayFlags) *mcpcall.Config {
+func instrumentation(tel *telemetry, f gatewayFlags, hashKey []byte) *mcpcall.Config {
 	cfg := mcpcall.DefaultConfig()
 	cfg.TracerProvider, cfg.MeterProvider = tel.tp, tel.mp
+	cfg.HashKey = hashKey
 	// The trace context clients send in params._meta (traceparent).
 	cfg.Propagator = propagation.TraceContext{}
-	for _, t := range f.protect {
-		if cfg.Protect == nil {
-			cfg.Protect = map[string]bool{}
-		}
-		cfg.Protect[t] = true
-	}
-	for _, t := range f.bypass {
-		if cfg.Protect == nil {
-			cfg.Protect = map[string]bool{}
-		}
-		cfg.Protect[t] = false
-	}
+	f.applyToolSettings(&cfg)
 	return &cfg
+}
+
+// maxHashKeyFile bounds what --hash-key-file reads: a key is a few dozen
+// bytes, and a larger file is the wrong file.
+const maxHashKeyFile = 4096
+
+// readHashKey returns the hash key in the file at path (none for ""): its
+// bytes with surrounding whitespace (a trailing newline) removed.
+func readHashKey(path string) ([]byte, error) {
+	if path == "" {
+		return nil, nil
+	}
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, usagef("--hash-key-file: %v", err)
+	}
+	defer fh.Close()
+	b, err := io.ReadAll(io.LimitReader(fh, maxHashKeyFile+1))
+	if err != nil {
+		return nil, usagef("--hash-key-file %s: %v", path, err)
+	}
+	if len(b) > maxHashKeyFile {
+		return nil, usagef("--hash-key-file %s is over %d bytes: it should hold only the key (make one with: head -c 32 /dev/urandom | base64 > %s)", path, maxHashKeyFile, path)
+	}
+	key := bytes.TrimSpace(b)
+	if len(key) < hashkey.MinKeyLen {
+		return nil, usagef("--hash-key-file %s holds a %d-byte key; it needs at least %d bytes, so that nobody can guess it (make one with: head -c 32 /dev/urandom | base64 > %s)",
+			path, len(key), hashkey.MinKeyLen, path)
+	}
+	return key, nil
 }
 
 // writeFileAtomic writes b to path through a temporary file and a rename,

@@ -27,8 +27,10 @@ func TestGatewaySweep_EmptiesAMemoryStore(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if st.Len() != 51 {
-		t.Fatalf("%d records before the sweep", st.Len())
+	// A memory store deletes a few expired records on each new claim by
+	// itself; the rest wait for the sweeper.
+	if st.Len() < 2 {
+		t.Fatalf("%d records before the sweep: the test needs expired records left to sweep", st.Len())
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -14,6 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
+	"github.com/idemkit-mcp/idemkit/internal/clip"
 	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
@@ -47,8 +49,9 @@ middleware's is what instrument.WithSubject returned, and a stdio server's
 is empty (--subject ""). Stores hold no raw subject; inspect prints only its
 hash.
 
-A key hash that is an HMAC (the middleware's WithSubjectHashKey) is not the
-key's prefix: inspect such a call by --subject, --tool and --arguments.`,
+A key hash that is an HMAC (the middleware's WithHashKey, the gateway's
+--hash-key-file) is not the key's prefix: inspect such a call by --subject,
+--tool and --arguments.`,
 		Example: `  idemkit inspect --store sqlite:idemkit.db 3f2a9c0e51d84b7a9e6f1c2d3b4a5968
   idemkit inspect --store postgres://idemkit@db/idemkit --json 3f2a9c0e51d84b7a9e6f1c2d3b4a5968
   idemkit inspect --store sqlite:idemkit.db --subject "bearer:$(printf %s "$TOKEN" | sha256sum | cut -c1-64)" \
@@ -90,7 +93,7 @@ key's prefix: inspect such a call by --subject, --tool and --arguments.`,
 			}
 			v := viewRecord(&rec)
 			if byCall {
-				v.SubjectHash = idemkit.ShortHash(subject)
+				v.SubjectHash = clip.Hash(subject)
 				if rec.Fingerprint != k.Fingerprint() {
 					v.Mismatch = true
 				}
@@ -130,9 +133,9 @@ func checkKeyHash(h string) error {
 
 // lookupRecord finds the record of the key whose ID starts with hash, or
 // of k when hash is "".
-func lookupRecord(ctx context.Context, st *openedStore, hash string, k idemkit.Key) (idemkit.Record, error) {
+func lookupRecord(ctx context.Context, st *openedStore, hash string, k idemkit.Key) (idemstore.Record, error) {
 	if hash == "" {
-		rec, err := st.Lookup(ctx, idemkit.LookupRequest{Key: k.ID()})
+		rec, err := st.Lookup(ctx, idemstore.LookupRequest{Key: k.ID()})
 		if errors.Is(err, idemkit.ErrNotFound) {
 			return rec, fmt.Errorf("the %s store has no record of the %s call with these arguments (key hash %s): it never ran here, or its window ended and a sweep deleted it",
 				st.url, k.Tool(), k.Hash())
@@ -142,14 +145,14 @@ func lookupRecord(ctx context.Context, st *openedStore, hash string, k idemkit.K
 		}
 		return rec, nil
 	}
-	recs, err := st.List(ctx, idemkit.ListRequest{KeyPrefix: hash, Limit: 5})
+	recs, err := st.List(ctx, idemstore.ListRequest{KeyPrefix: hash, Limit: 5})
 	if err != nil {
-		return idemkit.Record{}, fmt.Errorf("read the %s store: %w", st.url, err)
+		return idemstore.Record{}, fmt.Errorf("read the %s store: %w", st.url, err)
 	}
 	switch len(recs) {
 	case 0:
-		return idemkit.Record{}, fmt.Errorf("the %s store has no record whose key starts with %s: the call never ran here, its window ended and a sweep deleted it, "+
-			"or the hash is an HMAC (WithSubjectHashKey; then inspect by --subject, --tool and --arguments)", st.url, hash)
+		return idemstore.Record{}, fmt.Errorf("the %s store has no record whose key starts with %s: the call never ran here, its window ended and a sweep deleted it, "+
+			"or the hash is an HMAC (WithHashKey, --hash-key-file; then inspect by --subject, --tool and --arguments)", st.url, hash)
 	case 1:
 		return recs[0], nil
 	}
@@ -157,7 +160,7 @@ func lookupRecord(ctx context.Context, st *openedStore, hash string, k idemkit.K
 	for _, r := range recs {
 		fmt.Fprintf(&b, "\n  %s  %s", r.Key, r.Tool)
 	}
-	return idemkit.Record{}, &usageError{fmt.Errorf("%s names more than one record; give more of the key:%s", hash, b.String())}
+	return idemstore.Record{}, &usageError{fmt.Errorf("%s names more than one record; give more of the key:%s", hash, b.String())}
 }
 
 // openAdminStore opens a SQL store for an operator command and checks its
@@ -215,16 +218,16 @@ type recordView struct {
 	Note     string `json:"note,omitempty"`
 }
 
-func viewRecord(r *idemkit.Record) recordView {
+func viewRecord(r *idemstore.Record) recordView {
 	v := recordView{
 		Key: r.Key, KeyHash: shortKey(r.Key), Tool: r.Tool, State: r.State.String(),
 		Abandoned: r.Abandoned(), Expired: r.Expired(), Attempt: r.Attempt,
 		Started: r.Started.UTC(), LeaseUntil: r.LeaseUntil.UTC(), ExpiresAt: r.ExpiresAt.UTC(), Now: r.Now.UTC(),
 		Explicit: r.Fingerprint != "", Error: r.Error, Note: r.Note,
 	}
-	if r.State == idemkit.StateCompleted {
+	if r.State == idemstore.StateCompleted {
 		v.WriteID, v.IsError, v.Size = r.WriteID, r.IsError, r.Size
-		v.Storage = map[idemkit.Storage]string{idemkit.StorageInline: "inline", idemkit.StorageExternal: "external", idemkit.StorageDropped: "dropped"}[r.Storage]
+		v.Storage = map[idemstore.Storage]string{idemstore.StorageInline: "inline", idemstore.StorageExternal: "external", idemstore.StorageDropped: "dropped"}[r.Storage]
 	}
 	return v
 }
@@ -332,15 +335,15 @@ page is full, the last line says how to ask for the next one (--after).`,
   idemkit inflight --store postgres://idemkit@db/idemkit --tool issue_refund --json`,
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			if limit <= 0 || limit > idemkit.MaxListLimit {
-				return usagef("--limit must be 1 to %d, got %d", idemkit.MaxListLimit, limit)
+			if limit <= 0 || limit > idemstore.MaxListLimit {
+				return usagef("--limit must be 1 to %d, got %d", idemstore.MaxListLimit, limit)
 			}
 			st, err := openAdminStore(c.Context(), store)
 			if err != nil {
 				return err
 			}
 			defer st.Close()
-			recs, err := st.List(c.Context(), idemkit.ListRequest{State: idemkit.StateInProgress, Tool: tool, After: after, Limit: limit})
+			recs, err := st.List(c.Context(), idemstore.ListRequest{State: idemstore.StateInProgress, Tool: tool, After: after, Limit: limit})
 			if err != nil {
 				return fmt.Errorf("read the %s store: %w", st.url, err)
 			}
@@ -369,7 +372,7 @@ page is full, the last line says how to ask for the next one (--after).`,
 	f.StringVar(&store, "store", "", storeHelp)
 	f.StringVar(&tool, "tool", "", "only this tool's claims")
 	f.StringVar(&after, "after", "", "start after this key (the last key of the previous page)")
-	f.IntVar(&limit, "limit", idemkit.DefaultListLimit, "records per page")
+	f.IntVar(&limit, "limit", idemstore.DefaultListLimit, "records per page")
 	f.BoolVar(&asJSON, "json", false, `print {"records": [...], "next_after": "KEY"} as JSON`)
 	return c
 }
@@ -408,7 +411,7 @@ func writeInflight(w io.Writer, u storeURL, views []recordView, next string) err
 func oneLine(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
 	if len(s) > n {
-		return idemkit.TruncateText(s, n) + "…"
+		return clip.Text(s, n) + "…"
 	}
 	return dash(s)
 }

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
-	"github.com/idemkit-mcp/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
+	"github.com/idemkit-mcp/idemkit/internal/clip"
+	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
 )
 
 // storeRecords are the records seeded for the inspect and inflight tests.
@@ -26,7 +28,7 @@ const inspectSubject = "bearer:4f7c0e2a1b9d8c3e5f6a7b8c9d0e1f2a3b4c5d6e7f8091a2b
 // seed writes, through the Store and a Guard: a completed refund with a
 // write ID, a running call with a progress note, an abandoned one (its
 // lease ran out), and a released one with its failure.
-func seed(t *testing.T, st idemkit.Store) storeRecords {
+func seed(t *testing.T, st idemstore.Store) storeRecords {
 	t.Helper()
 	ctx := context.Background()
 	key := func(tool, args string) idemkit.Key {
@@ -55,21 +57,21 @@ func seed(t *testing.T, st idemkit.Store) storeRecords {
 	}
 	claim := func(k idemkit.Key, token int64, now time.Time) {
 		t.Helper()
-		res, err := st.Claim(ctx, idemkit.ClaimRequest{Key: k.ID(), Tool: k.Tool(), Token: token, Lease: time.Minute, Window: 2 * time.Hour, Now: now})
-		if err != nil || res.Status != idemkit.ClaimAcquired {
+		res, err := st.Claim(ctx, idemstore.ClaimRequest{Key: k.ID(), Tool: k.Tool(), Token: token, Lease: time.Minute, Window: 2 * time.Hour, Now: now})
+		if err != nil || res.Status != idemstore.ClaimAcquired {
 			t.Fatalf("claim %s: %v %v", k.Tool(), res.Status, err)
 		}
 	}
 	r.running = key("send_email", `{"to":"a@example.com"}`)
 	claim(r.running, 7, time.Time{})
-	if err := st.Extend(ctx, idemkit.ExtendRequest{Key: r.running.ID(), Token: 7, Lease: time.Minute, Note: "rendered the template; sending"}); err != nil {
+	if err := st.Extend(ctx, idemstore.ExtendRequest{Key: r.running.ID(), Token: 7, Lease: time.Minute, Note: "rendered the template; sending"}); err != nil {
 		t.Fatal(err)
 	}
 	r.abandoned = key("issue_refund", `{"order_id":"o-2"}`)
 	claim(r.abandoned, 8, time.Now().Add(-10*time.Minute))
 	r.released = key("issue_refund", `{"order_id":"o-3"}`)
 	claim(r.released, 9, time.Time{})
-	if err := st.Finish(ctx, idemkit.FinishRequest{Key: r.released.ID(), Token: 9, Error: "card declined"}); err != nil {
+	if err := st.Finish(ctx, idemstore.FinishRequest{Key: r.released.ID(), Token: 9, Error: "card declined"}); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -113,7 +115,7 @@ func exerciseInspect(t *testing.T, url string) {
 			t.Fatalf("%v: %s", err, out)
 		}
 		if v.Key != r.completed.ID() || v.KeyHash != r.completed.Hash() || v.State != "completed" || v.WriteID != "re_42" || v.Size != int64(len(refundBody)) ||
-			v.SubjectHash != idemkit.ShortHash(inspectSubject) || v.Attempt != 1 || v.Expired || !v.ExpiresAt.After(v.Now) {
+			v.SubjectHash != clip.Hash(inspectSubject) || v.Attempt != 1 || v.Expired || !v.ExpiresAt.After(v.Now) {
 			t.Errorf("inspect --json: %+v", v)
 		}
 		if strings.Contains(out, inspectSubject) {

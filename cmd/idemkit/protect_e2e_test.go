@@ -9,12 +9,12 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/cmd/idemkit/internal/tsfixture"
-	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // replayMarker returns the result's replay marker, or nil.
 func replayMarker(r toolResult) map[string]any {
-	m, _ := r.Meta[instrument.ReplayMetaKey].(map[string]any)
+	m, _ := r.Meta[spancontract.ReplayMetaKey].(map[string]any)
 	return m
 }
 
@@ -185,7 +185,7 @@ func TestProtect_ToolsListAdvertisesTheKeyOnWriteToolsOnly(t *testing.T) {
 		}
 	}
 	r := decodeResult(t, call(c, "anon", "issue_refund", map[string]any{"order_id": "o-4", "amount_cents": 1}))
-	refusal, _ := r.Meta[instrument.RefusalMetaKey].(map[string]any)
+	refusal, _ := r.Meta[spancontract.RefusalMetaKey].(map[string]any)
 	if !r.IsError || refusal["reason"] != "unscoped" || !strings.Contains(r.text(), "caller's credentials") || countExecutions(t, srv.Log, "issue_refund") != 0 {
 		t.Errorf("a protected call without credentials: %+v, %d runs", r, countExecutions(t, srv.Log, "issue_refund"))
 	}

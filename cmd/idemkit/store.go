@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
 )
@@ -84,7 +85,7 @@ func (u storeURL) String() string {
 
 // openedStore is a store opened from a --store URL.
 type openedStore struct {
-	idemkit.Store
+	idemstore.Store
 	url storeURL
 	// migrate applies the pending migrations and returns the version.
 	migrate func(ctx context.Context) (int, error)

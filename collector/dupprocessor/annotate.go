@@ -20,9 +20,7 @@ const duplicatePrefix = sc.Duplicate + "."
 func annotate(s ptrace.Span, key state.Key, v *verdict, stale bool) {
 	attrs := s.Attributes()
 	if stale {
-		attrs.RemoveIf(func(k string, _ pcommon.Value) bool {
-			return k == sc.Duplicate || strings.HasPrefix(k, duplicatePrefix)
-		})
+		removeAnnotations(attrs)
 	}
 	if !v.dup {
 		return
@@ -36,6 +34,13 @@ func annotate(s ptrace.Span, key state.Key, v *verdict, stale bool) {
 		attrs.PutStr(sc.DuplicateFirstSpanID, spanIDString(v.firstSpanID))
 		attrs.PutInt(sc.DuplicateGapMS, v.gapMS)
 	}
+}
+
+// removeAnnotations removes every idemkit.duplicate* attribute.
+func removeAnnotations(attrs pcommon.Map) {
+	attrs.RemoveIf(func(k string, _ pcommon.Value) bool {
+		return k == sc.Duplicate || strings.HasPrefix(k, duplicatePrefix)
+	})
 }
 
 // spanIDString is SpanID.String (16 lowercase hex characters) with one

@@ -20,6 +20,7 @@ type verdict struct {
 	prevStart   int64  // the call before the duplicate
 	prevTrace   uint64 // its trace context
 	prevConv    uint64 // its conversation context
+	user        uint64 // the user the pair names; 0 for none
 }
 
 // inputRound marks the rounds of one multi-round call.
@@ -45,18 +46,26 @@ func (p *dupProcessor) classify(gi uint32, m *state.Member) verdict {
 			}
 		}
 	}
+	otherUsers := false
 	if len(earlier) == 0 && unlinked && m.Flags&state.FlagProvenDup != 0 {
 		// No evidence links m to an earlier call of its key, but its own
-		// outcome says the Guard saw one: those calls are its candidates.
+		// outcome says the Guard saw one: those calls are its candidates,
+		// unless their users say they are another caller's.
 		for i := range ms {
 			if e := &ms[i]; !e.Same(m) && e.Before(m) {
-				earlier = append(earlier, *e)
+				if e.OtherUser(m) {
+					otherUsers = true
+				} else {
+					earlier = append(earlier, *e)
+				}
 			}
 		}
 	}
 	p.scratch = earlier
 	if len(earlier) == 0 {
-		if m.Flags&state.FlagProvenDup != 0 {
+		if m.Flags&state.FlagProvenDup != 0 && !otherUsers {
+			// (With only other users' calls before it, the Guard's earlier
+			// call was theirs: a key shared by two users, not a retry.)
 			return verdict{dup: true, orphan: true, cause: sc.CauseUnknown, effect: effectOf(nil, m)}
 		}
 		return verdict{}
@@ -91,7 +100,44 @@ func (p *dupProcessor) classify(gi uint32, m *state.Member) verdict {
 		prevStart:   prev.Start,
 		prevTrace:   prev.Trace,
 		prevConv:    prev.Conv,
+		user:        userOfPair(prev, m),
 	}
+}
+
+// userOfPair returns the user that m or prev names (they do not differ:
+// the calls are linked); 0 for none.
+func userOfPair(prev, m *state.Member) uint64 {
+	if m.User != 0 {
+		return m.User
+	}
+	return prev.User
+}
+
+// chatCtxs returns the contexts whose inference spans are evidence for the
+// pair of calls prev, m: their traces and conversations; for a trace, the
+// chats that name no user, and those of the pair's user (when the calls
+// name one) or of any user (when they do not). Duplicates and absent
+// contexts are 0.
+func chatCtxs(mTrace, mConv, prevTrace, prevConv, user uint64) [6]uint64 {
+	u := user
+	if u == 0 {
+		u = state.AnyUser
+	}
+	var c [6]uint64
+	c[0], c[1] = mTrace, mConv
+	if mTrace != 0 {
+		c[2] = state.WithUser(mTrace, u)
+	}
+	if prevTrace != mTrace {
+		c[3] = prevTrace
+		if prevTrace != 0 {
+			c[4] = state.WithUser(prevTrace, u)
+		}
+	}
+	if prevConv != mConv {
+		c[5] = prevConv
+	}
+	return c
 }
 
 // continuesInput reports whether m, unmarked, is the continuation of prev,
@@ -127,9 +173,10 @@ func (p *dupProcessor) newOccurrence(short uint64, first, prev, m *state.Member)
 }
 
 // chatBetween reports whether an inference span of prev's or m's trace or
-// conversation started between the two calls.
+// conversation started between the two calls (in a trace, one that names
+// no user or the calls' user: see chatCtxs).
 func (p *dupProcessor) chatBetween(prev, m *state.Member) bool {
-	ctxs := [4]uint64{m.Trace, m.Conv, prev.Trace, prev.Conv}
+	ctxs := chatCtxs(m.Trace, m.Conv, prev.Trace, prev.Conv, userOfPair(prev, m))
 	for i, c := range ctxs {
 		if c == 0 || slices.Contains(ctxs[:i], c) {
 			continue
@@ -159,19 +206,30 @@ func (p *dupProcessor) cause(run []state.Member, prev, m *state.Member) string {
 		return sc.CauseReconnectReplay
 	}
 	chat := p.chatBetween(prev, m)
+	// The client's parent context in params._meta differs: the client sent
+	// a new request (a transport retry or a replay re-sends the same one).
+	newReq := m.NewRequest(prev)
 	// 5, 6. Sessions cannot be told apart (empty, or shared like stdio's):
-	// only the model speaking in between is evidence enough.
+	// only the model speaking in between, or the client's parents, are
+	// evidence enough.
 	if m.Session == 0 || prev.Session == 0 {
-		if chat && (m.ReqID == 0 || m.ReqID != prev.ReqID) {
+		if chat && (newReq || m.ReqID == 0 || m.ReqID != prev.ReqID) {
 			return sc.CauseModelReissue
+		}
+		if newReq {
+			return p.byGap(prev, m)
 		}
 		return sc.CauseUnknown
 	}
 	// 7, 8. Same session, a request ID missing (the official go-sdk does
-	// not report it): transport and harness cannot be told apart.
+	// not report it): transport and harness cannot be told apart, unless
+	// the client's parents differ.
 	if m.ReqID == 0 || prev.ReqID == 0 {
 		if chat {
 			return sc.CauseModelReissue
+		}
+		if newReq {
+			return p.byGap(prev, m)
 		}
 		return sc.CauseUnknown
 	}
@@ -179,6 +237,13 @@ func (p *dupProcessor) cause(run []state.Member, prev, m *state.Member) string {
 	if chat {
 		return sc.CauseModelReissue
 	}
+	return p.byGap(prev, m)
+}
+
+// byGap names a new request of the same caller with no inference span
+// between: a harness retry under harness_threshold, a model re-issue at or
+// over it (a gap of seconds).
+func (p *dupProcessor) byGap(prev, m *state.Member) string {
 	if m.Start-prev.Start < p.harness {
 		return sc.CauseHarnessRetry
 	}

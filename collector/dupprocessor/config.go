@@ -41,8 +41,8 @@ const (
 	// deliberate repeat, not a duplicate.
 	DefaultDeliberateRepeatGap = 2 * time.Minute
 	// DefaultMaxArgumentsBytes is the largest gen_ai.tool.call.arguments value
-	// that is parsed and canonicalised (RFC 8785) before hashing; a larger one
-	// is hashed as it is.
+	// that is parsed and canonicalised (package spancontract/canonjson, as
+	// idemkit's keys are) before hashing; a larger one is hashed as it is.
 	DefaultMaxArgumentsBytes = 64 << 10
 )
 

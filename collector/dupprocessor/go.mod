@@ -3,7 +3,6 @@ module github.com/idemkit-mcp/idemkit/collector/dupprocessor
 go 1.26.0
 
 require (
-	github.com/gowebpki/jcs v1.0.2
 	github.com/idemkit-mcp/idemkit/spancontract v0.1.0
 	github.com/open-telemetry/opentelemetry-collector-contrib/connector/spanmetricsconnector v0.161.0
 	github.com/open-telemetry/opentelemetry-collector-contrib/pkg/golden v0.161.0

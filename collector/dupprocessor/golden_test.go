@@ -490,6 +490,163 @@ func goldenCases() []goldenCase {
 				"K2": dup(sc.CauseReconnectReplay, sc.EffectSuppressed, k("refund-29"), "K1", 8*time.Second),
 			},
 		},
+		{
+			// Issue 22: a differing user beats shared context. A gateway
+			// reports one session, "default", for everyone: carol's and
+			// dave's identical calls on it are not duplicates (C1, D1);
+			// carol's own retry is (C2). Two users served inside one
+			// orchestrator's trace are not one caller either (E1, F1). A
+			// gateway authenticating as one service account gives its
+			// users one subject, so one key hash, and the Guard even
+			// replayed gina's answer to hal (H1): their users differ, so
+			// it is not a retry of anything. Without a key that names the
+			// caller, a span naming a user and one naming none are not
+			// linked by the shared session (I1, A1); with such a key they
+			// are (K1, K2: the subject is the caller). enduser.id is read
+			// when user.id is absent (M1, M2).
+			name: "users_differ",
+			batches: []batch{{spans: []sp{
+				{tag: "C1", kind: "mcp", trace: "tc1", args: `{"city":"Paris"}`, tool: "book_flight", user: "carol", session: "default", req: "1", at: 0},
+				{tag: "D1", kind: "mcp", trace: "td1", args: `{"city":"Paris"}`, tool: "book_flight", user: "dave", session: "default", req: "1", at: 300 * time.Millisecond},
+				{tag: "C2", kind: "mcp", trace: "tc2", args: `{"city":"Paris"}`, tool: "book_flight", user: "carol", session: "default", req: "2", at: 700 * time.Millisecond},
+				{tag: "E1", kind: "mcp", trace: "orch", args: `{"city":"Lyon"}`, tool: "book_flight", user: "erin", req: "4", at: 0},
+				{tag: "F1", kind: "mcp", trace: "orch", args: `{"city":"Lyon"}`, tool: "book_flight", user: "frank", req: "4", at: 200 * time.Millisecond},
+				{tag: "G1", kind: "server", trace: "tg", key: "refund-40", subject: "gateway-account", user: "gina", session: s1, req: "1", at: 0, outcome: sc.OutcomeExecuted, attempt: 1},
+				{tag: "H1", kind: "server", trace: "th", key: "refund-40", subject: "gateway-account", user: "hal", session: s2, req: "1", at: time.Second, outcome: sc.OutcomeReplayed, attempt: 2},
+				{tag: "I1", kind: "mcp", trace: "ti", args: `{"city":"Nice"}`, tool: "book_flight", user: "ivan", session: "default", req: "1", at: 0},
+				{tag: "A1", kind: "mcp", trace: "ta", args: `{"city":"Nice"}`, tool: "book_flight", session: "default", req: "2", at: 300 * time.Millisecond},
+				{tag: "K1", kind: "server", trace: "tk", key: "refund-41", subject: "u-7", user: "kim", session: s1, req: "3", at: 0, outcome: sc.OutcomeExecuted, attempt: 1},
+				{tag: "K2", kind: "server", trace: "tk", key: "refund-41", subject: "u-7", session: s1, req: "4", at: 500 * time.Millisecond, outcome: sc.OutcomeInProgress, attempt: 2},
+				{tag: "M1", kind: "mcp", trace: "orch", args: `{"city":"Pau"}`, tool: "book_flight", endUser: "max", req: "5", at: 0},
+				{tag: "M2", kind: "mcp", trace: "orch", args: `{"city":"Pau"}`, tool: "book_flight", user: "max", req: "6", at: 600 * time.Millisecond},
+			}}},
+			want: map[string]map[string]any{
+				"C1": none(), "D1": none(),
+				"C2": dup(sc.CauseHarnessRetry, sc.EffectLeaked, anyGroup, "C1", 700*time.Millisecond),
+				"E1": none(), "F1": none(),
+				"G1": none(), "H1": none(),
+				"I1": none(), "A1": none(),
+				"K1": none(),
+				"K2": dup(sc.CauseHarnessRetry, sc.EffectBlocked, k("refund-41"), "K1", 500*time.Millisecond),
+				"M1": none(),
+				"M2": dup(sc.CauseUnknown, sc.EffectLeaked, anyGroup, "M1", 600*time.Millisecond),
+			},
+		},
+		{
+			// Issue 22: in a trace shared by several users (an
+			// orchestrator's), an inference span that names its user is
+			// evidence for that user's calls only: vic's model spoke
+			// between una's two calls, which stay a harness retry (U2),
+			// and between vic's own, a model re-issue (V2). Calls that
+			// name no user cannot be told apart: any chat of the trace is
+			// evidence for them (W2).
+			name: "shared_trace_chats",
+			batches: []batch{{spans: []sp{
+				{tag: "U1", kind: "server", trace: "orch", key: "refund-42", subject: "una", user: "una", session: s1, req: "1", at: 0, outcome: sc.OutcomeExecuted, attempt: 1},
+				{tag: "V1", kind: "server", trace: "orch", key: "refund-43", subject: "vic", user: "vic", session: s2, req: "1", at: 100 * time.Millisecond, outcome: sc.OutcomeExecuted, attempt: 1},
+				{tag: "W1", kind: "server", trace: "orch", key: "refund-44", subject: "wes", session: "sess-w", req: "1", at: 150 * time.Millisecond, outcome: sc.OutcomeExecuted, attempt: 1},
+				{tag: "chat-vic", kind: "chat", svc: "orchestrator", trace: "orch", user: "vic", at: 300 * time.Millisecond},
+				{tag: "U2", kind: "server", trace: "orch", key: "refund-42", subject: "una", user: "una", session: s1, req: "2", at: 600 * time.Millisecond, outcome: sc.OutcomeReplayed, attempt: 2},
+				{tag: "V2", kind: "server", trace: "orch", key: "refund-43", subject: "vic", user: "vic", session: s2, req: "2", at: 900 * time.Millisecond, outcome: sc.OutcomeReplayed, attempt: 2},
+				{tag: "W2", kind: "server", trace: "orch", key: "refund-44", subject: "wes", session: "sess-w", req: "2", at: 950 * time.Millisecond, outcome: sc.OutcomeReplayed, attempt: 2},
+			}}},
+			want: map[string]map[string]any{
+				"U1": none(), "V1": none(), "W1": none(),
+				"U2": dup(sc.CauseHarnessRetry, sc.EffectSuppressed, k("refund-42"), "U1", 600*time.Millisecond),
+				"V2": dup(sc.CauseModelReissue, sc.EffectSuppressed, k("refund-43"), "V1", 800*time.Millisecond),
+				"W2": dup(sc.CauseModelReissue, sc.EffectSuppressed, k("refund-44"), "W1", 800*time.Millisecond),
+			},
+		},
+		{
+			// Issue 22: calls whose arguments were not captured. Another
+			// instrumentation's tool spans without gen_ai.tool.call.arguments
+			// cannot be compared: never duplicates, however alike, and
+			// marked idemkit.duplicate.uncompared so that the connector
+			// counts them (N1, N2); so is a write idemkit ran unprotected
+			// without its hashes (B1). A read listed in read_only_tools is
+			// not a call to compare (R1). An idemkit span with a key hash
+			// is grouped by its key, arguments recorded or not (K2).
+			name: "uncompared",
+			cfg:  func(c *Config) { c.ReadOnlyTools = []string{"get_*"} },
+			batches: []batch{{spans: []sp{
+				{tag: "N1", kind: "mcp", trace: "t1", tool: "send_email", session: s1, req: "1", at: 0},
+				{tag: "N2", kind: "mcp", trace: "t1", tool: "send_email", session: s1, req: "1", at: 100 * time.Millisecond},
+				{tag: "B1", kind: "server", trace: "t2", tool: "send_email", session: s2, req: "1", at: 0, outcome: sc.OutcomeBypassed, bypass: sc.BypassUnscoped},
+				{tag: "R1", kind: "mcp", trace: "t1", tool: "get_weather", session: s1, req: "2", at: 200 * time.Millisecond},
+				{tag: "K1", kind: "server", trace: "t3", key: "email-1", subject: "u-1", session: s1, req: "3", at: 0, outcome: sc.OutcomeExecuted, attempt: 1},
+				{tag: "K2", kind: "server", trace: "t3", key: "email-1", subject: "u-1", session: s1, req: "3", at: 150 * time.Millisecond, outcome: sc.OutcomeReplayed, attempt: 2},
+			}}},
+			want: map[string]map[string]any{
+				"N1": uncompared(), "N2": uncompared(), "B1": uncompared(),
+				"R1": none(),
+				"K1": none(),
+				"K2": dup(sc.CauseTransportRetry, sc.EffectSuppressed, k("email-1"), "K1", 150*time.Millisecond),
+			},
+		},
+		{
+			// Issue 22: a write tool the configuration leaves unprotected
+			// (bypassed, reason unprotected) carries its argument hash, so
+			// its repeats are compared like any other call: W2 ran again,
+			// a real double side effect. An unprotected read carries no
+			// argument hash and is never a duplicate (R2).
+			name: "unprotected_write",
+			batches: []batch{{spans: []sp{
+				{tag: "W1", kind: "server", trace: "t1", tool: "send_email", key: "email-2", argsHash: "email-2", subject: "u-1", session: s1, req: "1", at: 0, outcome: sc.OutcomeBypassed, bypass: sc.BypassUnprotected},
+				{tag: "W2", kind: "server", trace: "t1", tool: "send_email", key: "email-2", argsHash: "email-2", subject: "u-1", session: s1, req: "2", at: 400 * time.Millisecond, outcome: sc.OutcomeBypassed, bypass: sc.BypassUnprotected},
+				{tag: "R1", kind: "server", trace: "t1", tool: "lookup_order", key: "read-3", subject: "u-1", session: s1, req: "3", at: 0, outcome: sc.OutcomeBypassed, bypass: sc.BypassUnprotected},
+				{tag: "R2", kind: "server", trace: "t1", tool: "lookup_order", key: "read-3", subject: "u-1", session: s1, req: "4", at: 300 * time.Millisecond, outcome: sc.OutcomeBypassed, bypass: sc.BypassUnprotected},
+			}}},
+			want: map[string]map[string]any{
+				"W1": none(),
+				"W2": dup(sc.CauseHarnessRetry, sc.EffectLeaked, k("email-2"), "W1", 400*time.Millisecond),
+				"R1": none(), "R2": none(),
+			},
+		},
+		{
+			// Issue 22: the client's parent context tells a new request
+			// from the same one delivered twice. idemkit takes a span's
+			// parent from the request's params._meta, and the Go SDK's
+			// exporter says it is remote; a transport retry re-sends the
+			// same bytes, so the same parent. Two parents: the client sent
+			// the call again, a harness retry under harness_threshold with
+			// no chat between, though the sessions say nothing (P2:
+			// stateless; Q2: stdio) or no request ID is reported (R3, the
+			// go-sdk); R2, same parent, stays unknown. Two parents 3s
+			// apart: a model re-issue (S2). A parent the exporter calls
+			// local (T2), or another instrumentation's parent, whose
+			// origin is unknown (F2), is no evidence.
+			name: "client_parents",
+			batches: []batch{{spans: []sp{
+				{tag: "P1", kind: "server", trace: "tp", parent: "pa", key: "refund-45", subject: "u-1", req: "1", at: 0, outcome: sc.OutcomeExecuted, attempt: 1},
+				{tag: "P2", kind: "server", trace: "tp", parent: "pb", key: "refund-45", subject: "u-1", req: "2", at: 400 * time.Millisecond, outcome: sc.OutcomeInProgress, attempt: 2},
+				{tag: "Q1", kind: "server", trace: "tq", parent: "qa", key: "refund-46", session: "stdio", req: "1", at: 0, outcome: sc.OutcomeExecuted, attempt: 1},
+				{tag: "Q2", kind: "server", trace: "tq", parent: "qb", key: "refund-46", session: "stdio", req: "2", at: 300 * time.Millisecond, outcome: sc.OutcomeReplayed, attempt: 2},
+				{tag: "R1", kind: "server", trace: "tr", parent: "ra", key: "refund-47", subject: "u-1", session: s1, at: 0, outcome: sc.OutcomeExecuted, attempt: 1},
+				{tag: "R2", kind: "server", trace: "tr", parent: "ra", key: "refund-47", subject: "u-1", session: s1, at: 200 * time.Millisecond, outcome: sc.OutcomeReplayed, attempt: 2},
+				{tag: "R3", kind: "server", trace: "tr", parent: "rc", key: "refund-47", subject: "u-1", session: s1, at: 800 * time.Millisecond, outcome: sc.OutcomeReplayed, attempt: 3},
+				{tag: "S1", kind: "server", trace: "ts", parent: "sa", key: "refund-48", subject: "u-1", req: "1", at: 0, outcome: sc.OutcomeExecuted, attempt: 1},
+				{tag: "S2", kind: "server", trace: "ts", parent: "sb", key: "refund-48", subject: "u-1", req: "2", at: 3 * time.Second, outcome: sc.OutcomeExecuted, attempt: 1},
+				{tag: "T1", kind: "server", trace: "tt", parent: "ta", localParent: true, key: "refund-49", subject: "u-1", req: "1", at: 0, outcome: sc.OutcomeExecuted, attempt: 1},
+				{tag: "T2", kind: "server", trace: "tt", parent: "tb", localParent: true, key: "refund-49", subject: "u-1", req: "2", at: 300 * time.Millisecond, outcome: sc.OutcomeReplayed, attempt: 2},
+				{tag: "F1", kind: "mcp", trace: "tf", parent: "fa", args: `{"order":"o-9"}`, user: "u-1", req: "1", at: 0},
+				{tag: "F2", kind: "mcp", trace: "tf", parent: "fb", args: `{"order":"o-9"}`, user: "u-1", req: "2", at: 300 * time.Millisecond},
+			}}},
+			want: map[string]map[string]any{
+				"P1": none(),
+				"P2": dup(sc.CauseHarnessRetry, sc.EffectBlocked, k("refund-45"), "P1", 400*time.Millisecond),
+				"Q1": none(),
+				"Q2": dup(sc.CauseHarnessRetry, sc.EffectSuppressed, k("refund-46"), "Q1", 300*time.Millisecond),
+				"R1": none(),
+				"R2": dup(sc.CauseUnknown, sc.EffectSuppressed, k("refund-47"), "R1", 200*time.Millisecond),
+				"R3": dup(sc.CauseHarnessRetry, sc.EffectSuppressed, k("refund-47"), "R1", 800*time.Millisecond),
+				"S1": none(),
+				"S2": dup(sc.CauseModelReissue, sc.EffectLeaked, k("refund-48"), "S1", 3*time.Second),
+				"T1": none(),
+				"T2": dup(sc.CauseUnknown, sc.EffectSuppressed, k("refund-49"), "T1", 300*time.Millisecond),
+				"F1": none(),
+				"F2": dup(sc.CauseUnknown, sc.EffectLeaked, anyGroup, "F1", 300*time.Millisecond),
+			},
+		},
 	}
 }
 

@@ -24,29 +24,35 @@ var eventBase = time.Date(2026, 1, 5, 9, 0, 0, 0, time.UTC)
 
 // sp describes one span of a test batch.
 type sp struct {
-	tag     string        // seeds the span ID; unique within a case
-	trace   string        // seeds the trace ID
-	svc     string        // service.name of the span's resource; "mcp-billing" when empty
-	kind    string        // see appendSpan: "tool" (default), "server", "mcp", "method", "chat", "http"
-	method  string        // mcp.method.name of a "method" span
-	tool    string        // gen_ai.tool.name; "issue_refund" when empty
-	key     string        // seeds idemkit.key.hash; none when empty
-	args    string        // gen_ai.tool.call.arguments
-	session string        // mcp.session.id
-	req     string        // jsonrpc.request.id
-	at      time.Duration // start, after eventBase
-	dur     time.Duration // duration; 50ms when zero
-	outcome string        // idemkit.outcome
-	attempt int64         // idemkit.attempt, when positive
-	writeID string        // idemkit.write.id
-	conv    string        // gen_ai.conversation.id
-	subject string        // seeds idemkit.subject.hash; none when empty
-	user    string        // user.id
-	endUser string        // enduser.id
-	bypass  string        // idemkit.bypass.reason
-	refusal string        // idemkit.refusal.reason
-	input   string        // "requested", "continuation" or "both": the idemkit.input.* marks
-	copy    bool          // in a resource marked idemkit.evidence.copy (a tier-1 evidence copy)
+	tag      string        // seeds the span ID; unique within a case
+	trace    string        // seeds the trace ID
+	svc      string        // service.name of the span's resource; "mcp-billing" when empty
+	kind     string        // see appendSpan: "tool" (default), "server", "mcp", "method", "chat", "http"
+	method   string        // mcp.method.name of a "method" span
+	tool     string        // gen_ai.tool.name; "issue_refund" when empty
+	key      string        // seeds idemkit.key.hash; none when empty
+	args     string        // gen_ai.tool.call.arguments
+	session  string        // mcp.session.id
+	req      string        // jsonrpc.request.id
+	at       time.Duration // start, after eventBase
+	dur      time.Duration // duration; 50ms when zero
+	outcome  string        // idemkit.outcome
+	attempt  int64         // idemkit.attempt, when positive
+	writeID  string        // idemkit.write.id
+	conv     string        // gen_ai.conversation.id
+	subject  string        // seeds idemkit.subject.hash; none when empty
+	user     string        // user.id
+	endUser  string        // enduser.id
+	bypass   string        // idemkit.bypass.reason
+	refusal  string        // idemkit.refusal.reason
+	input    string        // "requested", "continuation" or "both": the idemkit.input.* marks
+	copy     bool          // in a resource marked idemkit.evidence.copy (a tier-1 evidence copy)
+	argsHash string        // seeds idemkit.args.hash; none when empty
+	parent   string        // seeds the parent span ID; none when empty
+	// localParent: the exporter says the parent is local (flags without
+	// IS_REMOTE); otherwise a span with a parent says it is remote, as the
+	// Go SDK's OTLP exporter does for a parent from params._meta.
+	localParent bool
 }
 
 func seedID(s string) []byte {
@@ -109,6 +115,14 @@ func appendSpan(dst ptrace.SpanSlice, s sp) ptrace.Span {
 	span := dst.AppendEmpty()
 	span.SetTraceID(traceIDOf(s.trace))
 	span.SetSpanID(spanIDOf(s.tag))
+	if s.parent != "" {
+		span.SetParentSpanID(spanIDOf("parent/" + s.parent))
+		flags := uint32(0x101) // sampled, HAS_IS_REMOTE
+		if !s.localParent {
+			flags |= 0x200 // IS_REMOTE
+		}
+		span.SetFlags(flags)
+	}
 	dur := s.dur
 	if dur == 0 {
 		dur = 50 * time.Millisecond
@@ -147,6 +161,12 @@ func appendSpan(dst ptrace.SpanSlice, s sp) ptrace.Span {
 		if s.conv != "" {
 			attrs.PutStr(sc.GenAIConversationID, s.conv)
 		}
+		if s.user != "" {
+			attrs.PutStr(sc.UserID, s.user)
+		}
+		if s.endUser != "" {
+			attrs.PutStr(sc.EndUserID, s.endUser)
+		}
 		return span
 	case "http":
 		span.SetName("POST /mcp")
@@ -170,6 +190,9 @@ func appendSpan(dst ptrace.SpanSlice, s sp) ptrace.Span {
 	}
 	if s.subject != "" {
 		attrs.PutStr(sc.SubjectHash, subjectHashOf(s.subject))
+	}
+	if s.argsHash != "" {
+		attrs.PutStr(sc.ArgsHash, hex.EncodeToString(seedID("args/" + s.argsHash))[:sc.HashLen])
 	}
 	if s.user != "" {
 		attrs.PutStr(sc.UserID, s.user)
@@ -330,3 +353,7 @@ func dup(cause, effect, key, firstTag string, gap time.Duration) map[string]any 
 
 // none is the expected annotation of a span that is not a duplicate.
 func none() map[string]any { return map[string]any{} }
+
+// uncompared is the annotation of a tool span the processor could not
+// compare with other calls (no key, no captured arguments).
+func uncompared() map[string]any { return map[string]any{sc.DuplicateUncompared: true} }

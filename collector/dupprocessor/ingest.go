@@ -1,6 +1,8 @@
 package dupprocessor // import "github.com/idemkit-mcp/idemkit/collector/dupprocessor"
 
 import (
+	"encoding/binary"
+
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
@@ -19,11 +21,13 @@ type toolFact struct {
 	ctxTag uint32 // the tag of m.CallCtx() in the evidence index; 0 for none
 }
 
-// chatFact is what the processor keeps of an inference span.
+// chatFact is what the processor keeps of an inference span: its start and
+// its contexts, the conversation and the trace (narrowed to its user, and
+// anyCtx, when it names one).
 type chatFact struct {
-	start             int64
-	traceCtx, convCtx uint64
-	traceTag, convTag uint32 // their tags in the evidence index; 0 for none
+	start                     int64
+	traceCtx, convCtx, anyCtx uint64
+	traceTag, convTag, anyTag uint32 // their tags in the evidence index; 0 for none
 }
 
 // ingest records the evidence of every span of td and adds the tracked tool
@@ -40,7 +44,7 @@ func (p *dupProcessor) ingest(td ptrace.Traces, now int64) (tracked, total int) 
 	}
 	for i := 0; i < rss.Len(); i++ {
 		rs := rss.At(i)
-		res := rs.Resource()
+		res := resourceOf{res: rs.Resource()}
 		sss := rs.ScopeSpans()
 		for j := 0; j < sss.Len(); j++ {
 			spans := sss.At(j).Spans()
@@ -50,12 +54,12 @@ func (p *dupProcessor) ingest(td ptrace.Traces, now int64) (tracked, total int) 
 				s := spans.At(k)
 				switch spanview.Classify(s) {
 				case spanview.Chat:
-					p.chatFact(s)
+					p.chatFact(s, &res)
 				case spanview.Tool:
 					p.facts = append(p.facts, toolFact{})
 					f := &p.facts[len(p.facts)-1]
 					f.pos = spanPos{int32(i), int32(j), int32(k)}
-					if reason := p.extract(s, res, now+p.decWait, f); reason != reasonNone {
+					if reason := p.extract(s, &res, now+p.decWait, f); reason != reasonNone {
 						p.counts.ignored[reasonIndex(reason)]++
 						p.facts = p.facts[:len(p.facts)-1]
 						continue
@@ -101,13 +105,14 @@ func (p *dupProcessor) takeEvidenceCopies(rss ptrace.ResourceSpansSlice) bool {
 		if !isEvidenceCopy(rs.Resource()) {
 			return false
 		}
+		res := resourceOf{res: rs.Resource()}
 		sss := rs.ScopeSpans()
 		for j := 0; j < sss.Len(); j++ {
 			spans := sss.At(j).Spans()
 			for k := 0; k < spans.Len(); k++ {
 				p.counts.evidenceCopies++
 				if s := spans.At(k); spanview.Classify(s) == spanview.Chat {
-					p.chatFact(s)
+					p.chatFact(s, &res)
 				}
 			}
 		}
@@ -141,6 +146,9 @@ func (p *dupProcessor) prefetch() {
 		if t := p.chats[i].convTag; t != 0 {
 			sink += p.evidence.Touch(t)
 		}
+		if t := p.chats[i].anyTag; t != 0 {
+			sink += p.evidence.Touch(t)
+		}
 	}
 	if n := len(p.chats) + len(p.facts); p.evidence.Len()+n > p.cfg.MaxGroups {
 		q := p.evidence.Queue()
@@ -159,15 +167,52 @@ func (p *dupProcessor) prefetch() {
 	p.sink += sink
 }
 
+// resourceOf is a resource of the batch, with the user it names (user.id,
+// else enduser.id) read once for all its spans.
+type resourceOf struct {
+	res      pcommon.Resource
+	user     string
+	userRead bool
+}
+
+// userOf returns the caller's identifier that the resource names; "" for none.
+func (r *resourceOf) userOf() string {
+	if !r.userRead {
+		r.userRead = true
+		ra := r.res.Attributes()
+		for _, k := range [2]string{sc.UserID, sc.EndUserID} {
+			if v, ok := ra.Get(k); ok {
+				if u := scalar(v); u != "" {
+					r.user = u
+					break
+				}
+			}
+		}
+	}
+	return r.user
+}
+
 // extract reads a tool span into f: its key and member (to be decided at
-// decideAt), or why it stays untracked.
-func (p *dupProcessor) extract(s ptrace.Span, res pcommon.Resource, decideAt int64, f *toolFact) ignoreReason {
+// decideAt), or why it stays untracked. An untracked span loses any
+// idemkit.duplicate* attribute it arrived with (the processor owns them:
+// a forged one must not reach the connector), and a span that could not be
+// compared with other calls (no key: no idemkit key hash and no captured
+// arguments) is marked idemkit.duplicate.uncompared.
+func (p *dupProcessor) extract(s ptrace.Span, res *resourceOf, decideAt int64, f *toolFact) ignoreReason {
+	var a toolAttrs
+	reason := p.extractAttrs(s, res, decideAt, f, &a)
+	if reason != reasonNone && (a.annotated || reason == reasonNoKey) {
+		markUntracked(s, a.annotated, reason == reasonNoKey)
+	}
+	return reason
+}
+
+func (p *dupProcessor) extractAttrs(s ptrace.Span, res *resourceOf, decideAt int64, f *toolFact, a *toolAttrs) ignoreReason {
+	readToolAttrs(s.Attributes(), a)
 	start, ok := startNanos(s.StartTimestamp())
 	if !ok {
 		return reasonBadTimestamp
 	}
-	var a toolAttrs
-	readToolAttrs(s.Attributes(), &a)
 	switch a.outcome {
 	case sc.OutcomeBypassed:
 		switch a.bypassReason {
@@ -177,8 +222,18 @@ func (p *dupProcessor) extract(s ptrace.Span, res pcommon.Resource, decideAt int
 			// hashes precisely so that a second run shows as the real
 			// double side effect it is.
 			a.outcome = sc.OutcomeExecuted
-		case sc.BypassUnprotected, "":
-			// A read (or an idempotent tool): a second run changes nothing.
+		case sc.BypassUnprotected:
+			// A tool the configuration leaves unprotected. A write says so
+			// with its argument hash (idemkit records the hashes of the
+			// write tools it runs unprotected): its second run is a real
+			// double side effect. A read (or an idempotent tool) carries
+			// none: a second run changes nothing.
+			if !hasArgsHash(a, res.res) {
+				return reasonReadOnly
+			}
+			a.outcome = sc.OutcomeExecuted
+		case "":
+			// An older instrumentation's read.
 			return reasonReadOnly
 		default:
 			return reasonExcludedOutcome
@@ -198,19 +253,25 @@ func (p *dupProcessor) extract(s ptrace.Span, res pcommon.Resource, decideAt int
 			return reasonReadOnly
 		}
 	}
-	ok, weak := p.keys.groupKey(&f.key, &a, res, s)
+	ok, weak := p.keys.groupKey(&f.key, a, res.res, s)
 	if !ok {
 		return reasonNoKey
 	}
 	oc := parseOutcome(a.outcome)
 	var flags uint8
-	var session, user uint64
+	var session uint64
 	if p.reliable(a.session) {
 		session = p.keys.str(ctxSession, a.session)
 	}
 	if weak {
 		flags |= state.FlagWeakKey
-		user = p.keys.str(ctxUser, userOf(&a, res))
+	}
+	user := a.user
+	if user == "" {
+		user = a.endUser
+	}
+	if user == "" {
+		user = res.userOf()
 	}
 	switch {
 	case a.inputContinuation:
@@ -233,32 +294,65 @@ func (p *dupProcessor) extract(s ptrace.Span, res pcommon.Resource, decideAt int
 	m.Start, m.DecideAt = start, decideAt
 	m.Trace = traceKey(s.TraceID())
 	m.Conv = p.keys.str(ctxConversation, a.conv)
-	m.Session, m.User = session, user
+	m.Session, m.User = session, p.keys.str(ctxUser, user)
 	m.SpanID = s.SpanID()
 	m.ReqID = p.keys.str32(a.requestID)
 	m.WriteID = p.keys.str32(a.writeID)
+	if oc != state.OutcomeNone {
+		m.Parent = clientParent(s)
+	}
 	m.Outcome, m.Flags = oc, flags
 	return reasonNone
 }
 
-// userOf returns the caller's identifier: user.id, else enduser.id, from
-// the span or else its resource; "" when there is none.
-func userOf(a *toolAttrs, res pcommon.Resource) string {
-	if a.user != "" {
-		return a.user
+// Span flags of OTLP (SpanFlags in trace.proto): the exporter knows whether
+// the parent is remote, and it is.
+const (
+	flagHasIsRemote = 0x100
+	flagIsRemote    = 0x200
+)
+
+// clientParent folds the parent span ID of an idemkit span into a non-zero
+// 32-bit value when that parent is the client's context for this request:
+// a SERVER span whose exporter says its parent is remote. idemkit takes the
+// parent from params._meta (never from HTTP headers; the ambient HTTP span
+// becomes a link), so it is part of the request's bytes. 0 otherwise.
+func clientParent(s ptrace.Span) uint32 {
+	if s.Kind() != ptrace.SpanKindServer || s.Flags()&(flagHasIsRemote|flagIsRemote) != flagHasIsRemote|flagIsRemote {
+		return 0
 	}
-	if a.endUser != "" {
-		return a.endUser
+	id := s.ParentSpanID()
+	if id.IsEmpty() {
+		return 0
 	}
-	ra := res.Attributes()
-	for _, k := range [2]string{sc.UserID, sc.EndUserID} {
-		if v, ok := ra.Get(k); ok {
-			if u := scalar(v); u != "" {
-				return u
-			}
-		}
+	v := binary.LittleEndian.Uint32(id[:4]) ^ binary.LittleEndian.Uint32(id[4:])
+	if v == 0 {
+		return 1
 	}
-	return ""
+	return v
+}
+
+// hasArgsHash reports whether the span, or else its resource, carries
+// idemkit.args.hash.
+func hasArgsHash(a *toolAttrs, res pcommon.Resource) bool {
+	if a.argsHash != "" {
+		return true
+	}
+	v, ok := res.Attributes().Get(sc.ArgsHash)
+	return ok && scalar(v) != ""
+}
+
+// markUntracked removes the idemkit.duplicate* attributes of an untracked
+// tool span (stale: it carries some) and marks it
+// idemkit.duplicate.uncompared when uncompared.
+func markUntracked(s ptrace.Span, stale, uncompared bool) {
+	attrs := s.Attributes()
+	if stale {
+		removeAnnotations(attrs)
+	}
+	if uncompared {
+		attrs.PutBool(sc.DuplicateUncompared, true)
+	}
 }
 
 // reliable reports whether an mcp.session.id tells sessions apart: not
@@ -324,19 +418,40 @@ func (p *dupProcessor) track(f *toolFact, now int64) ignoreReason {
 
 // chatFact reads an inference span into p.chats; a span with an unusable
 // start is ignored.
-func (p *dupProcessor) chatFact(s ptrace.Span) {
+func (p *dupProcessor) chatFact(s ptrace.Span, res *resourceOf) {
 	start, ok := startNanos(s.StartTimestamp())
 	if !ok {
 		return
 	}
-	conv := ""
-	if v, ok := s.Attributes().Get(sc.GenAIConversationID); ok {
-		conv = scalar(v)
+	var conv, user, endUser string
+	for k, v := range s.Attributes().All() {
+		switch k {
+		case sc.GenAIConversationID:
+			conv = scalar(v)
+		case sc.UserID:
+			user = scalar(v)
+		case sc.EndUserID:
+			endUser = scalar(v)
+		}
+	}
+	if user == "" {
+		user = endUser
+	}
+	if user == "" {
+		user = res.userOf()
 	}
 	p.chats = append(p.chats, chatFact{}) // filled in place, not copied
 	f := &p.chats[len(p.chats)-1]
-	f.start, f.traceCtx, f.convCtx = start, traceKey(s.TraceID()), p.keys.str(ctxConversation, conv)
-	if f.traceCtx != 0 {
+	f.start, f.convCtx = start, p.keys.str(ctxConversation, conv)
+	if t := traceKey(s.TraceID()); t != 0 {
+		if u := p.keys.str(ctxUser, user); u != 0 {
+			// A chat that names its user is evidence for that user's calls
+			// of the trace, and for the calls that name no user.
+			f.traceCtx, f.anyCtx = state.WithUser(t, u), state.WithUser(t, state.AnyUser)
+			f.anyTag = p.evidence.Tag(f.anyCtx)
+		} else {
+			f.traceCtx = t
+		}
 		f.traceTag = p.evidence.Tag(f.traceCtx)
 	}
 	if f.convCtx != 0 {
@@ -348,10 +463,10 @@ func (p *dupProcessor) chatFact(s ptrace.Span) {
 // conversation, and counts it late when it would have changed a decision.
 func (p *dupProcessor) recordChat(f *chatFact, now int64) {
 	late := false
-	for _, c := range [2]struct {
+	for _, c := range [3]struct {
 		key uint64
 		tag uint32
-	}{{f.traceCtx, f.traceTag}, {f.convCtx, f.convTag}} {
+	}{{f.traceCtx, f.traceTag}, {f.convCtx, f.convTag}, {f.anyCtx, f.anyTag}} {
 		if c.key == 0 {
 			continue
 		}

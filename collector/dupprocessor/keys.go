@@ -4,11 +4,12 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"hash/maphash"
 	"math"
+	"strconv"
 	"strings"
 
-	"github.com/gowebpki/jcs"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
@@ -16,6 +17,7 @@ import (
 	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/spanview"
 	"github.com/idemkit-mcp/idemkit/collector/dupprocessor/internal/state"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/spancontract/canonjson"
 )
 
 // serviceNameKey is the resource attribute service.name (not in spancontract:
@@ -303,9 +305,20 @@ func (k *keyer) sum(domain byte, parts ...string) state.Key {
 	return key
 }
 
-// canonicalArgs returns the RFC 8785 form of the arguments when they are
-// JSON no larger than maxArgs, prefixed "c"; otherwise their raw text
-// prefixed "r", so identical retries still group together.
+// canonicalArgs returns the canonical form of the arguments when they are
+// JSON no larger than maxArgs, prefixed "c": the form idemkit's keys hash
+// (package canonjson: RFC 8785 with numbers by exact decimal value, so
+// 9007199254740993 and 9007199254740992 stay apart while 1, 1.0 and 1e0
+// group). Otherwise it returns their raw text prefixed "r", so identical
+// retries still group together.
+//
+// Arguments with two member names equal under case folding
+// ({"a":1,"A":2}) are not canonicalised: a Go server reads them as one
+// member, the last, so two calls that differ only in the order of those
+// members are different calls that one canonical form would merge. They
+// are compared by their text as recorded (a map attribute in its own
+// order), so that only the same bytes group: those are the same call to
+// any reader.
 func (k *keyer) canonicalArgs(v pcommon.Value) string {
 	var raw []byte
 	switch v.Type() {
@@ -325,11 +338,58 @@ func (k *keyer) canonicalArgs(v pcommon.Value) string {
 	if len(raw) > k.maxArgs {
 		return "r" + string(raw)
 	}
-	out, err := jcs.Transform(raw)
+	out, err := canonjson.Transform(raw)
 	if err != nil {
+		if v.Type() != pcommon.ValueTypeStr && errors.Is(err, canonjson.ErrCaseVariantNames) {
+			// json.Marshal sorted the map: write it in its own order.
+			return "r" + string(appendOrdered(nil, v))
+		}
 		return "r" + string(raw)
 	}
 	return "c" + string(out)
+}
+
+// appendOrdered appends a text form of v that keeps the order of its maps'
+// members: Go-quoted strings and keys, numbers in Go's shortest form. Two
+// values with the same form are equal member for member, in order.
+func appendOrdered(b []byte, v pcommon.Value) []byte {
+	switch v.Type() {
+	case pcommon.ValueTypeMap:
+		b = append(b, '{')
+		first := true
+		for key, val := range v.Map().All() {
+			if !first {
+				b = append(b, ',')
+			}
+			first = false
+			b = strconv.AppendQuote(b, key)
+			b = append(b, ':')
+			b = appendOrdered(b, val)
+		}
+		return append(b, '}')
+	case pcommon.ValueTypeSlice:
+		b = append(b, '[')
+		s := v.Slice()
+		for i := range s.Len() {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendOrdered(b, s.At(i))
+		}
+		return append(b, ']')
+	case pcommon.ValueTypeStr:
+		return strconv.AppendQuote(b, v.Str())
+	case pcommon.ValueTypeInt:
+		return strconv.AppendInt(b, v.Int(), 10)
+	case pcommon.ValueTypeDouble:
+		return strconv.AppendFloat(b, v.Double(), 'g', -1, 64)
+	case pcommon.ValueTypeBool:
+		return strconv.AppendBool(b, v.Bool())
+	case pcommon.ValueTypeBytes:
+		b = append(b, 'b')
+		return strconv.AppendQuote(b, string(v.Bytes().AsRaw()))
+	}
+	return append(b, "null"...)
 }
 
 // str hashes a non-empty string into a context key of the given kind; 0 for "".

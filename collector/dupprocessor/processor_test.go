@@ -147,6 +147,47 @@ func TestProcessor_ForgedAnnotationsAreReplaced(t *testing.T) {
 	require.Equal(t, none(), dupAttrs(t, h.finish(), "A")["A"])
 }
 
+// Tool spans the processor does not track (a read, a refusal, a span that
+// could not be compared) lose forged idemkit.duplicate* attributes too:
+// the connector would count them as duplicates.
+func TestProcessor_UntrackedToolSpansLoseForgedAnnotations(t *testing.T) {
+	cfg := createDefaultConfig()
+	cfg.ReadOnlyTools = []string{"get_*"}
+	h := newHarness(t, cfg)
+	td := buildTraces(
+		sp{tag: "read", kind: "mcp", trace: "t", tool: "get_weather", args: `{"city":"Paris"}`, session: "s", req: "1"},
+		sp{tag: "noargs", kind: "mcp", trace: "t", tool: "send_email", session: "s", req: "2"},
+		sp{tag: "refused", trace: "t", key: "k", session: "s", req: "3", refusal: sc.RefusalInvalidArguments},
+	)
+	spans := td.ResourceSpans().At(0).ScopeSpans().At(0).Spans()
+	for i := 0; i < spans.Len(); i++ {
+		attrs := spans.At(i).Attributes()
+		attrs.PutBool(sc.Duplicate, true)
+		attrs.PutStr(sc.DuplicateCause, sc.CauseHarnessRetry)
+		attrs.PutStr(sc.DuplicateEffect, sc.EffectLeaked)
+	}
+	h.consume(td)
+	got := dupAttrs(t, h.finish(), "read", "noargs", "refused")
+	require.Equal(t, none(), got["read"])
+	require.Equal(t, uncompared(), got["noargs"])
+	require.Equal(t, none(), got["refused"])
+}
+
+// A bypassed call with reason unprotected is a read unless it carries an
+// argument hash, on the span or (an older two-tier setup moved it there)
+// its resource.
+func TestProcessor_UnprotectedWriteIsToldByItsArgumentHash(t *testing.T) {
+	h := newHarness(t, nil)
+	td := buildTraces(
+		sp{tag: "A", kind: "server", trace: "t", key: "k", subject: "u", session: "s", req: "1", outcome: sc.OutcomeBypassed, bypass: sc.BypassUnprotected},
+		sp{tag: "B", kind: "server", trace: "t", key: "k", subject: "u", session: "s", req: "2", at: 300 * time.Millisecond, outcome: sc.OutcomeBypassed, bypass: sc.BypassUnprotected},
+	)
+	td.ResourceSpans().At(0).Resource().Attributes().PutStr(sc.ArgsHash, keyHashOf("args"))
+	h.consume(td)
+	got := dupAttrs(t, h.finish(), "A", "B")
+	require.Equal(t, dup(sc.CauseHarnessRetry, sc.EffectLeaked, keyHashOf("k"), "A", 300*time.Millisecond), got["B"])
+}
+
 func TestProcessor_ResentSpanIsNotADuplicate(t *testing.T) {
 	h := newHarness(t, nil)
 	a := sp{tag: "A", trace: "t", key: "k", session: "s", req: "1", outcome: sc.OutcomeExecuted}

@@ -139,7 +139,7 @@ func (p *dupProcessor) decide(hs *heldSpan, td ptrace.Traces, now int64, final b
 	if v.dup && !v.orphan && (v.cause == sc.CauseHarnessRetry || v.cause == sc.CauseUnknown) {
 		// A chat span arriving later inside this interval is late evidence.
 		gm := state.GapMark{From: v.prevStart, To: hs.m.Start}
-		ctxs := [4]uint64{hs.m.Trace, hs.m.Conv, v.prevTrace, v.prevConv}
+		ctxs := chatCtxs(hs.m.Trace, hs.m.Conv, v.prevTrace, v.prevConv, v.user)
 		for i, c := range ctxs {
 			if c != 0 && !slices.Contains(ctxs[:i], c) {
 				p.evidence.AddGap(p.touchEvidence(c, p.evidence.Tag(c), now), gm)

@@ -94,6 +94,17 @@ func TestDistribution_AttributionReachesPrometheus(t *testing.T) {
 	toolSpan(spans, "b2", "t2", "refund-b", "sess-1", "9", 400*time.Millisecond, sc.OutcomeInProgress)
 	toolSpan(spans, "c1", "t3", "refund-c", "sess-1", "3", 0, sc.OutcomeExecuted)
 	toolSpan(spans, "c2", "t3", "refund-c", "sess-2", "3", 20*time.Second, sc.OutcomeExecuted)
+	// Another instrumentation's tool call without captured arguments: the
+	// processor cannot compare it, and the connector counts it.
+	s := spans.AppendEmpty()
+	s.SetName("tools/call issue_refund")
+	s.SetKind(ptrace.SpanKindServer)
+	s.SetTraceID(id16("t4"))
+	s.SetSpanID(id8("d1"))
+	s.SetStartTimestamp(pcommon.NewTimestampFromTime(eventBase))
+	s.SetEndTimestamp(pcommon.NewTimestampFromTime(eventBase.Add(30 * time.Millisecond)))
+	s.Attributes().PutStr(sc.MCPMethodName, sc.MethodToolsCall)
+	s.Attributes().PutStr(sc.GenAIToolName, "issue_refund")
 	exportSpans(t, otlp, td)
 
 	promURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", prom)
@@ -114,7 +125,8 @@ func TestDistribution_AttributionReachesPrometheus(t *testing.T) {
 		{"idemkit_duplicate_calls_total", with("idemkit_duplicate_cause", "reconnect_replay", "idemkit_duplicate_effect", "leaked"), 1},
 		{"idemkit_duplicate_calls_total", nil, 3},
 		{"idemkit_duplicate_calls_total", map[string]string{"idemkit_duplicate_effect": "leaked"}, 1},
-		{"idemkit_duplicate_candidates_total", base, 6},
+		{"idemkit_duplicate_candidates_total", base, 7},
+		{"idemkit_duplicate_uncompared_total", base, 1},
 		{"idemkit_duplicate_gap_seconds_count", map[string]string{"idemkit_duplicate_cause": "transport_retry", "service_name": "mcp-billing"}, 1},
 		{"idemkit_duplicate_gap_seconds_bucket", map[string]string{"idemkit_duplicate_cause": "transport_retry", "le": "0.25"}, 1},
 		{"idemkit_duplicate_gap_seconds_bucket", map[string]string{"idemkit_duplicate_cause": "transport_retry", "le": "0.1"}, 0},
@@ -138,6 +150,7 @@ func TestDistribution_AttributionReachesPrometheus(t *testing.T) {
 		{"otelcol_processor_dup_spans_classified", map[string]string{"cause": "none"}, 3},
 		{"otelcol_processor_dup_spans_classified", map[string]string{"cause": "transport_retry"}, 1},
 		{"otelcol_processor_dup_groups_tracked", nil, 3},
+		{"otelcol_processor_dup_spans_ignored", map[string]string{"reason": "no_key"}, 1},
 	})
 }
 

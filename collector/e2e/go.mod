@@ -20,7 +20,7 @@ require (
 
 require (
 	github.com/hashicorp/go-version v1.9.0 // indirect
-	github.com/idemkit-mcp/idemkit/internal/devtools v0.1.0
+	github.com/idemkit-mcp/idemkit/internal/testing/harness v0.1.0
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect

@@ -17,11 +17,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
+	"github.com/idemkit-mcp/idemkit/internal/testing/harness"
 )
 
 // The helpers below are the tests' names for the shared end-to-end harness
-// (internal/devtools/harness): processes, ports, readiness and scraping
+// (internal/testing/harness): processes, ports, readiness and scraping
 // live there, once for the e2e tests, the dashboards test and the demo.
 
 func repoRoot(t *testing.T) string {

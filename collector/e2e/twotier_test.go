@@ -123,7 +123,11 @@ type twoTierStream struct {
 
 type call struct {
 	tag, trace, key, subject, session, req, outcome string
-	args, user                                      string // another instrumentation's call: arguments and user.id, no key
+	args                                            string // another instrumentation's call: its arguments, no key
+	noArgs                                          bool   // another instrumentation's call without captured arguments
+	user                                            string // user.id
+	bypass, argsHash                                string // idemkit.bypass.reason; seeds idemkit.args.hash
+	parent                                          string // seeds the remote parent (the client's span, from params._meta)
 	at                                              time.Duration
 }
 
@@ -143,6 +147,12 @@ func (st *twoTierStream) export(service, instance string, spans ...any) {
 			s.SetSpanID(id8(c.tag))
 			s.SetStartTimestamp(pcommon.NewTimestampFromTime(eventBase.Add(c.at)))
 			s.SetEndTimestamp(pcommon.NewTimestampFromTime(eventBase.Add(c.at + 30*time.Millisecond)))
+			if c.parent != "" {
+				// What the Go SDK's exporter writes for a parent from
+				// params._meta: sampled, HAS_IS_REMOTE, IS_REMOTE.
+				s.SetParentSpanID(id8("parent/" + c.parent))
+				s.SetFlags(0x301)
+			}
 			m := s.Attributes()
 			m.PutStr(sc.MCPMethodName, sc.MethodToolsCall)
 			m.PutStr(sc.GenAIToolName, "issue_refund")
@@ -152,11 +162,13 @@ func (st *twoTierStream) export(service, instance string, spans ...any) {
 			if c.req != "" {
 				m.PutStr(sc.JSONRPCRequestID, c.req)
 			}
-			if c.args != "" {
+			if c.user != "" {
+				m.PutStr(sc.UserID, c.user)
+			}
+			if c.args != "" || c.noArgs {
 				// Another instrumentation: no gen_ai.operation.name, no key.
-				m.PutStr(sc.GenAIToolCallArguments, c.args)
-				if c.user != "" {
-					m.PutStr(sc.UserID, c.user)
+				if c.args != "" {
+					m.PutStr(sc.GenAIToolCallArguments, c.args)
 				}
 				continue
 			}
@@ -165,6 +177,12 @@ func (st *twoTierStream) export(service, instance string, spans ...any) {
 			m.PutStr(sc.KeySource, sc.KeySourceDerived)
 			m.PutStr(sc.SubjectHash, keyHash("subject/"+c.subject))
 			m.PutStr(sc.Outcome, c.outcome)
+			if c.bypass != "" {
+				m.PutStr(sc.BypassReason, c.bypass)
+			}
+			if c.argsHash != "" {
+				m.PutStr(sc.ArgsHash, keyHash("args/"+c.argsHash))
+			}
 		case chatAt:
 			s := ss.AppendEmpty()
 			s.SetName("chat gpt-test")
@@ -174,14 +192,17 @@ func (st *twoTierStream) export(service, instance string, spans ...any) {
 			s.SetStartTimestamp(pcommon.NewTimestampFromTime(eventBase.Add(c.at)))
 			s.SetEndTimestamp(pcommon.NewTimestampFromTime(eventBase.Add(c.at + 200*time.Millisecond)))
 			s.Attributes().PutStr(sc.GenAIOperationName, sc.OperationChat)
+			if c.user != "" {
+				s.Attributes().PutStr(sc.UserID, c.user)
+			}
 		}
 	}
 	st.exports = append(st.exports, td)
 }
 
 type chatAt struct {
-	tag, trace string
-	at         time.Duration
+	tag, trace, user string
+	at               time.Duration
 }
 
 func (st *twoTierStream) label(tag, group string, want map[string]any) {
@@ -210,7 +231,17 @@ func annotation(cause, effect, group, firstTag string, gap time.Duration) map[st
 //   - the same repeat without a chat span (harness retry);
 //   - another instrumentation's call (no key) by user u-i, made again by
 //     the same user from a new session and trace (reconnect replay), and
-//     the same call by another user (not a duplicate).
+//     the same call by another user (not a duplicate);
+//   - issue 22: carol's and dave's identical calls on a gateway's one
+//     session "default" (not duplicates) and carol's harness retry; erin's
+//     and frank's identical calls inside one orchestrator's trace (not
+//     duplicates); una's harness retry and vic's model re-issue in that
+//     trace, where only vic's inference span (naming vic) lies between
+//     (the spans of the two groups may go to different tier-2
+//     Collectors, the chat to both); two calls without captured arguments
+//     (uncompared); a write left unprotected, with its argument hash,
+//     repeated (leaked); a harness retry over stateless HTTP that only the
+//     client's parents in params._meta prove.
 func newTwoTierStream(n int) *twoTierStream {
 	st := &twoTierStream{groups: map[string][]string{}}
 	for i := 0; i < n; i++ {
@@ -248,6 +279,51 @@ func newTwoTierStream(n int) *twoTierStream {
 		st.label(fg+"/other", fg, nil)
 		st.label(mk+"/chat", "", nil)
 		st.model = append(st.model, mg)
+
+		// Issue 22. Another instrumentation's spans route together (one
+		// service and tool); idemkit's by their key.
+		orch := fmt.Sprintf("orchestrator-%d", i)
+		ua, va, pa, wa := fmt.Sprintf("una-%d", i), fmt.Sprintf("vic-%d", i), fmt.Sprintf("parents-%d", i), fmt.Sprintf("unprotected-%d", i)
+		gw, ab, nc := fmt.Sprintf("gw-%d", i), fmt.Sprintf("orch-%d", i), fmt.Sprintf("noargs-%d", i)
+		gwArgs, orchArgs := fmt.Sprintf(`{"order":"gw-%d"}`, i), fmt.Sprintf(`{"order":"orch-%d"}`, i)
+		st.export("mcp-billing", "r1",
+			call{tag: gw + "/carol", trace: gw + "/t1", args: gwArgs, user: "carol", session: "default", req: "1", at: base + 400*time.Millisecond},
+			call{tag: gw + "/dave", trace: gw + "/t2", args: gwArgs, user: "dave", session: "default", req: "1", at: base + 600*time.Millisecond},
+			call{tag: ab + "/erin", trace: orch, args: orchArgs, user: "erin", req: "1", at: base + 400*time.Millisecond},
+			call{tag: ab + "/frank", trace: orch, args: orchArgs, user: "frank", req: "1", at: base + 700*time.Millisecond},
+			call{tag: ua + "/a", trace: orch, key: ua, subject: "una", user: "una", session: ua, req: "1", outcome: sc.OutcomeExecuted, at: base + time.Second},
+			call{tag: va + "/a", trace: orch, key: va, subject: "vic", user: "vic", session: va, req: "1", outcome: sc.OutcomeExecuted, at: base + 1100*time.Millisecond},
+			call{tag: nc + "/a", trace: nc, noArgs: true, session: sess, req: "11", at: base + 500*time.Millisecond},
+			call{tag: wa + "/a", trace: agent, key: wa, subject: "u", session: sess, req: "12", outcome: sc.OutcomeBypassed, bypass: sc.BypassUnprotected, argsHash: wa, at: base + 1200*time.Millisecond},
+			call{tag: pa + "/a", trace: agent + "/p", parent: pa + "/client-a", key: pa, subject: "u", req: "1", outcome: sc.OutcomeExecuted, at: base + 100*time.Millisecond},
+		)
+		st.export("orchestrator", "orchestrator-1", chatAt{tag: va + "/chat", trace: orch, user: "vic", at: base + 1300*time.Millisecond})
+		st.export("mcp-billing", "r2",
+			call{tag: gw + "/carol-b", trace: gw + "/t3", args: gwArgs, user: "carol", session: "default", req: "2", at: base + 900*time.Millisecond},
+			call{tag: ua + "/b", trace: orch, key: ua, subject: "una", user: "una", session: ua, req: "2", outcome: sc.OutcomeReplayed, at: base + 1600*time.Millisecond},
+			call{tag: va + "/b", trace: orch, key: va, subject: "vic", user: "vic", session: va, req: "2", outcome: sc.OutcomeReplayed, at: base + 1700*time.Millisecond},
+			call{tag: nc + "/b", trace: nc + "/b", noArgs: true, session: sess, req: "13", at: base + 700*time.Millisecond},
+			call{tag: wa + "/b", trace: agent, key: wa, subject: "u", session: sess, req: "14", outcome: sc.OutcomeBypassed, bypass: sc.BypassUnprotected, argsHash: wa, at: base + 1500*time.Millisecond},
+			call{tag: pa + "/b", trace: agent + "/p", parent: pa + "/client-b", key: pa, subject: "u", req: "2", outcome: sc.OutcomeInProgress, at: base + 500*time.Millisecond},
+		)
+		uncomp := map[string]any{sc.DuplicateUncompared: true}
+		st.label(gw+"/carol", gw, nil)
+		st.label(gw+"/dave", gw, nil)
+		st.label(gw+"/carol-b", gw, annotation(sc.CauseHarnessRetry, sc.EffectLeaked, "", gw+"/carol", 500*time.Millisecond))
+		st.label(ab+"/erin", ab, nil)
+		st.label(ab+"/frank", ab, nil)
+		st.label(ua+"/a", keyHash(ua), nil)
+		st.label(ua+"/b", keyHash(ua), annotation(sc.CauseHarnessRetry, sc.EffectSuppressed, keyHash(ua), ua+"/a", 600*time.Millisecond))
+		st.label(va+"/a", keyHash(va), nil)
+		st.label(va+"/b", keyHash(va), annotation(sc.CauseModelReissue, sc.EffectSuppressed, keyHash(va), va+"/a", 600*time.Millisecond))
+		st.label(va+"/chat", "", nil)
+		st.label(nc+"/a", nc, uncomp)
+		st.label(nc+"/b", nc, uncomp)
+		st.label(wa+"/a", keyHash(wa), nil)
+		st.label(wa+"/b", keyHash(wa), annotation(sc.CauseHarnessRetry, sc.EffectLeaked, keyHash(wa), wa+"/a", 300*time.Millisecond))
+		st.label(pa+"/a", keyHash(pa), nil)
+		st.label(pa+"/b", keyHash(pa), annotation(sc.CauseHarnessRetry, sc.EffectBlocked, keyHash(pa), pa+"/a", 400*time.Millisecond))
+		st.model = append(st.model, keyHash(va))
 	}
 	return st
 }

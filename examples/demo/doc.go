@@ -10,6 +10,6 @@
 //
 // The dashboards test (dashboards/cmd/dashtest) runs the same pipeline with
 // a Prometheus scraping it, through Hooks. Every process runs through the
-// shared harness (internal/devtools/harness). The scenarios' in-process
+// shared harness (internal/testing/harness). The scenarios' in-process
 // tests are in this folder too (no Collector: real servers and agent).
 package demo

@@ -12,13 +12,14 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit-mcp/idemkit/examples/internal/agent"
 	"github.com/idemkit-mcp/idemkit/examples/internal/refunds"
 	"github.com/idemkit-mcp/idemkit/examples/internal/report"
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
-	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
+	"github.com/idemkit-mcp/idemkit/internal/testing/harness"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
@@ -278,7 +279,9 @@ func checkOutcomeMetrics(t *testing.T, srv *server, m *agent.Manifest) {
 	}
 	fromSpans := map[string]int64{}
 	for _, s := range toSpans("", srv.spans.Ended()) {
-		if s.Str(sc.GenAIToolName) == refunds.ToolIssueRefund {
+		// The tool calls' SERVER spans (a task's execute_task span names the
+		// tool too, and carries its write ID, not an outcome).
+		if s.Str(sc.GenAIToolName) == refunds.ToolIssueRefund && s.Kind == int(trace.SpanKindServer) {
 			fromSpans[s.Str(sc.Outcome)]++
 		}
 	}

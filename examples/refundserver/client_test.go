@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit-mcp/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
 )
 
 // childEnv makes the test binary run the refund server with the flags in

@@ -10,10 +10,11 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/examples/internal/refunds"
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
-	"github.com/idemkit-mcp/idemkit/instrument"
-	"github.com/idemkit-mcp/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // counts reads, in the files a killed server left, the refund rows and the
@@ -126,7 +127,7 @@ func TestKill_TaskThenRestart(t *testing.T) {
 	}
 	// The duplicate is answered with the same task, replayed: nothing new runs.
 	dup := result(t, c.call("tools/call", args))
-	if dup["task"].(map[string]any)["taskId"] != id || metaOf(dup, instrument.ReplayMetaKey)["replayed"] != true {
+	if dup["task"].(map[string]any)["taskId"] != id || metaOf(dup, spancontract.ReplayMetaKey)["replayed"] != true {
 		t.Fatalf("the duplicate after the restart: %v", dup)
 	}
 	if list := result(t, c.call("tasks/list", map[string]any{})); len(list["tasks"].([]any)) != 1 {
@@ -154,7 +155,7 @@ func TestKill_JobThenRestart(t *testing.T) {
 		t.Fatalf("start answer %v", started)
 	}
 	status := map[string]any{"name": refunds.ToolExportRefunds + "_status", "arguments": map[string]any{"job_id": jobID}}
-	if st := result(t, c.call("tools/call", status)); metaOf(st, instrument.JobMetaKey)["state"] != "running" {
+	if st := result(t, c.call("tools/call", status)); metaOf(st, spancontract.JobMetaKey)["state"] != "running" {
 		t.Fatalf("before the kill: %v", st)
 	}
 	p.kill()
@@ -164,7 +165,7 @@ func TestKill_JobThenRestart(t *testing.T) {
 	var st map[string]any
 	eventually(t, 10*time.Second, "the killed job is reported lost", func() bool {
 		st = result(t, c.call("tools/call", status))
-		switch metaOf(st, instrument.JobMetaKey)["state"] {
+		switch metaOf(st, spancontract.JobMetaKey)["state"] {
 		case "running":
 			return false
 		case "lost":
@@ -177,7 +178,7 @@ func TestKill_JobThenRestart(t *testing.T) {
 		t.Errorf("the lost job's status %v", st)
 	}
 	dup := result(t, c.call("tools/call", start))
-	if dsc, _ := dup["structuredContent"].(map[string]any); dsc["job_id"] != jobID || metaOf(dup, instrument.ReplayMetaKey) == nil {
+	if dsc, _ := dup["structuredContent"].(map[string]any); dsc["job_id"] != jobID || metaOf(dup, spancontract.ReplayMetaKey) == nil {
 		t.Fatalf("the duplicate start after the restart: %v", dup)
 	}
 	p.kill()
@@ -225,13 +226,13 @@ func testKillPhased(t *testing.T, backend, hold string) {
 		r, _, g := counts(t, dir, order)
 		return r, g
 	}
-	record := func() (idemkit.Record, error) {
+	record := func() (idemstore.Record, error) {
 		// The key the instrumentation derives for the call.
 		k, err := idemkit.NewKey("user:alice", refunds.ToolIssueRefund, []byte(`{"order_id":"`+order+`","amount_cents":1200}`), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var store idemkit.Store
+		var store idemstore.Store
 		if backend == "postgres" {
 			if store, err = pgstore.New(pgtest.Pool(t), nil); err != nil {
 				t.Fatal(err)
@@ -244,7 +245,7 @@ func testKillPhased(t *testing.T, backend, hold string) {
 			defer s.Close()
 			store = s
 		}
-		return store.Lookup(context.Background(), idemkit.LookupRequest{Key: k.ID()})
+		return store.Lookup(context.Background(), idemstore.LookupRequest{Key: k.ID()})
 	}
 	const lease = "3s"
 
@@ -268,7 +269,7 @@ func testKillPhased(t *testing.T, backend, hold string) {
 	if r, gw := rows(); r != 0 || gw != 1 {
 		t.Fatalf("after the kill: %d refund rows, %d gateway refunds; want no row and the gateway's one refund", r, gw)
 	}
-	if rec, err := record(); err != nil || rec.State != idemkit.StateInProgress {
+	if rec, err := record(); err != nil || rec.State != idemstore.StateInProgress {
 		t.Fatalf("after the kill the claim record: %+v, %v; want in progress (the claim committed before the payment)", rec, err)
 	}
 
@@ -278,25 +279,25 @@ func testKillPhased(t *testing.T, backend, hold string) {
 	eventually(t, 30*time.Second, "the duplicate takes the call over once its lease has run out", func() bool {
 		again = result(t, c.call("tools/call", call))
 		if again["isError"] == true {
-			if reason := metaOf(again, instrument.RefusalMetaKey)["reason"]; reason != "in_progress" {
+			if reason := metaOf(again, spancontract.RefusalMetaKey)["reason"]; reason != "in_progress" {
 				t.Fatalf("the duplicate after the restart: %v; want in progress until the lease runs out, then the refund", again)
 			}
 			return false
 		}
 		return true
 	})
-	if metaOf(again, instrument.ReplayMetaKey) != nil || !strings.Contains(text(again), "recognised the idempotency key") {
+	if metaOf(again, spancontract.ReplayMetaKey) != nil || !strings.Contains(text(again), "recognised the idempotency key") {
 		t.Fatalf("the takeover: %v, want it to run, and the gateway to return its refund", again)
 	}
 	replay := result(t, c.call("tools/call", call))
-	if metaOf(replay, instrument.ReplayMetaKey)["replayed"] != true {
+	if metaOf(replay, spancontract.ReplayMetaKey)["replayed"] != true {
 		t.Fatalf("the next duplicate: %v, want a replay", replay)
 	}
 	p.kill()
 	if r, gw := rows(); r != 1 || gw != 1 {
 		t.Fatalf("in the end: %d refund rows, %d gateway refunds; want one of each", r, gw)
 	}
-	if rec, err := record(); err != nil || rec.State != idemkit.StateCompleted || rec.Attempt != 2 {
+	if rec, err := record(); err != nil || rec.State != idemstore.StateCompleted || rec.Attempt != 2 {
 		t.Fatalf("in the end the claim record: %+v, %v; want completed by attempt 2", rec, err)
 	}
 }

@@ -26,6 +26,16 @@
 // new MCP session still gets its first call's result. Without the header
 // the keys are scoped by the (server-validated) session.
 //
+// Every limit a server exposed to untrusted clients needs is on, with a
+// flag each: at most -max-sessions MCP sessions (10,000; another
+// initialize gets HTTP 503 with a JSON-RPC error), each ended after
+// -session-idle-timeout without a request (30m); request bodies of at most
+// -max-body-bytes (4 MiB; HTTP 413, not read); -read-header-timeout (10s)
+// and -read-timeout (30s) to send a request, -http-idle-timeout (2m) for
+// an idle connection; with -store memory, at most -memory-max-records
+// records (100,000; a new call beyond them is refused store_full and
+// nothing runs). Expired records are swept every -sweep-interval (1m).
+//
 // SIGINT or SIGTERM stops it gracefully: in-flight calls finish, then the
 // stores close and the telemetry is flushed.
 package main
@@ -35,6 +45,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/idemkit-mcp/idemkit/internal/httplimit"
 	"log/slog"
 	"net"
 	"net/http"
@@ -47,6 +58,7 @@ import (
 	"github.com/idemkit-mcp/idemkit/examples/internal/refunds"
 	"github.com/idemkit-mcp/idemkit/examples/internal/telemetry"
 	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/instrument/jobs"
 )
 
 // options are the command-line flags.
@@ -65,6 +77,12 @@ type options struct {
 	exportDuration           time.Duration
 	holdAfterWrite           string
 	holdAfterPayment         string
+	sweepInterval            time.Duration
+	memoryMaxRecords         int
+	limits                   instrument.HTTPLimits
+	readHeaderTimeout        time.Duration
+	readTimeout, idleTimeout time.Duration
+	confirmAbove             int64
 }
 
 func parseFlags() options {
@@ -92,6 +110,16 @@ func parseFlags() options {
 	flag.DurationVar(&o.exportDuration, "export-duration", refunds.DefaultExportDuration, "how long an export_refunds job works")
 	flag.StringVar(&o.holdAfterWrite, "fault-hold-after-write", "", "fault injection for crash tests: issue_refund writes this file once its row is written, then waits uncommitted")
 	flag.StringVar(&o.holdAfterPayment, "fault-hold-after-payment", "", "fault injection for crash tests: issue_refund writes this file once the gateway has refunded, then waits before writing its row")
+	flag.DurationVar(&o.sweepInterval, "sweep-interval", time.Minute, "how often expired idemkit records are deleted from the store")
+	flag.IntVar(&o.memoryMaxRecords, "memory-max-records", 0,
+		"with -store memory, the most records the store holds (0: the store's default, 100,000): a new call beyond them, with none expired, is refused (store_full) and nothing runs")
+	flag.IntVar(&o.limits.MaxSessions, "max-sessions", httplimit.DefaultMaxSessions, "the most MCP sessions open at once: another initialize gets HTTP 503 (negative: no limit)")
+	flag.DurationVar(&o.limits.SessionIdleTimeout, "session-idle-timeout", httplimit.DefaultIdleTimeout, "an MCP session with no request for this long is ended (negative: never)")
+	flag.Int64Var(&o.limits.MaxBodyBytes, "max-body-bytes", httplimit.DefaultMaxBodyBytes, "the largest request body: a larger one gets HTTP 413 (negative: no limit)")
+	flag.DurationVar(&o.readHeaderTimeout, "read-header-timeout", httplimit.ServerReadHeaderTimeout, "how long a client may take to send its request headers")
+	flag.DurationVar(&o.readTimeout, "read-timeout", httplimit.ServerReadTimeout, "how long a client may take to send a whole request, body included")
+	flag.DurationVar(&o.idleTimeout, "http-idle-timeout", httplimit.ServerIdleTimeout, "how long an idle keep-alive connection stays open")
+	flag.Int64Var(&o.confirmAbove, "confirm-above-cents", 0, "ask the user (MCP elicitation) before a refund of more than this many cents; a client that cannot be asked is refused (0: never ask)")
 	flag.Parse()
 	if o.service == "" {
 		o.service = "refundserver"
@@ -156,8 +184,9 @@ func run(o options, log *slog.Logger) error {
 	cfg := refunds.Config{
 		Gateway: gateway, SDK: o.sdk, TracerProvider: tel.Tracer, MeterProvider: tel.Meter, Tokens: tokens,
 		FastLatency: o.fastLatency, SlowLatency: o.slowLatency,
-		Tasks: instrument.TasksConfig{Lease: o.taskLease}, Jobs: instrument.JobsConfig{Lease: o.jobLease},
+		Tasks: instrument.TasksConfig{Lease: o.taskLease}, Jobs: jobs.Config{Lease: o.jobLease},
 		ExportDuration: o.exportDuration, HoldAfterWrite: o.holdAfterWrite, HoldAfterPayment: o.holdAfterPayment,
+		ConfirmAboveCents: o.confirmAbove, HTTPLimits: o.limits,
 	}
 	storeDesc := "none (unprotected)"
 	if o.unprotected {
@@ -171,6 +200,14 @@ func run(o options, log *slog.Logger) error {
 		}
 		defer st.close()
 		cfg.Guard, cfg.DB, storeDesc = st.guard, st.db, st.desc
+		// Expired records are deleted as the store's windows end: a SQL
+		// store keeps them otherwise (the memory store deletes its own;
+		// sweeping it too is harmless). Stopped before the store closes.
+		if o.sweepInterval <= 0 {
+			return fmt.Errorf("-sweep-interval must be positive, got %s", o.sweepInterval)
+		}
+		stopSweeper := st.guard.StartSweeper(o.sweepInterval, func(err error) { log.Error("sweeping expired records", "err", err) })
+		defer stopSweeper()
 	}
 	defer cfg.DB.Close()
 	desk, err := refunds.NewServer(cfg)
@@ -186,7 +223,10 @@ func run(o options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// Read timeouts: a client that trickles its request cannot hold a
+	// connection for long; no write timeout, for SSE streams.
+	srv := instrument.NewHTTPServer(mux)
+	srv.ReadHeaderTimeout, srv.ReadTimeout, srv.IdleTimeout = o.readHeaderTimeout, o.readTimeout, o.idleTimeout
 	url := fmt.Sprintf("http://%s/mcp", ln.Addr())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

@@ -15,7 +15,9 @@ import (
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
 	"github.com/idemkit-mcp/idemkit/instrument"
-	"github.com/idemkit-mcp/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/instrument/jobs"
+	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // replica is one refund desk replica: its own pool, store, Guard, tasks
@@ -52,7 +54,7 @@ func startReplica(t *testing.T, gw *refunds.Gateway, sdk string) *replica {
 	desk, err := refunds.NewServer(refunds.Config{DB: db, Gateway: gw, Guard: guard, SDK: sdk, TracerProvider: tp, MeterProvider: mp,
 		Tokens: refunds.DemoTokens, FastLatency: time.Millisecond, SlowLatency: time.Second, ExportDuration: 200 * time.Millisecond,
 		Tasks: instrument.TasksConfig{Lease: 2 * time.Second, Heartbeat: 50 * time.Millisecond, PollInterval: 50 * time.Millisecond},
-		Jobs:  instrument.JobsConfig{Lease: 2 * time.Second, Heartbeat: 50 * time.Millisecond}})
+		Jobs:  jobs.Config{Lease: 2 * time.Second, Heartbeat: 50 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +95,7 @@ func TestReplicas_SharePostgres(t *testing.T) {
 	created := result(t, ca.call("tools/call", taskCall))
 	id := created["task"].(map[string]any)["taskId"].(string)
 	dup := result(t, cb.call("tools/call", taskCall))
-	if dup["task"].(map[string]any)["taskId"] != id || metaOf(dup, instrument.ReplayMetaKey)["replayed"] != true {
+	if dup["task"].(map[string]any)["taskId"] != id || metaOf(dup, spancontract.ReplayMetaKey)["replayed"] != true {
 		t.Fatalf("the duplicate on replica B: %v, want A's task %s, replayed", dup, id)
 	}
 	res := result(t, cb.call("tasks/result", map[string]any{"taskId": id}))
@@ -139,9 +141,9 @@ func TestReplicas_SharePostgres(t *testing.T) {
 	var st map[string]any
 	eventually(t, 10*time.Second, "the job ends", func() bool {
 		st = result(t, cb.call("tools/call", status))
-		return metaOf(st, instrument.JobMetaKey)["state"] != "running"
+		return metaOf(st, spancontract.JobMetaKey)["state"] != "running"
 	})
-	if metaOf(st, instrument.JobMetaKey)["state"] != "succeeded" || !strings.Contains(text(st), "Exported the 1 refund(s) of order ord_1010") {
+	if metaOf(st, spancontract.JobMetaKey)["state"] != "succeeded" || !strings.Contains(text(st), "Exported the 1 refund(s) of order ord_1010") {
 		t.Fatalf("the job's status on B: %v", st)
 	}
 	if n, err := a.db.Exports(context.Background(), "ord_1010"); err != nil || n != 1 {
@@ -152,7 +154,7 @@ func TestReplicas_SharePostgres(t *testing.T) {
 	plain := map[string]any{"name": "issue_refund", "arguments": map[string]any{"order_id": "ord_1011", "amount_cents": 250}}
 	first := result(t, cb.call("tools/call", plain))
 	again := result(t, ca.call("tools/call", plain))
-	if first["isError"] == true || metaOf(again, instrument.ReplayMetaKey)["replayed"] != true || rows("ord_1011") != 1 {
+	if first["isError"] == true || metaOf(again, spancontract.ReplayMetaKey)["replayed"] != true || rows("ord_1011") != 1 {
 		t.Fatalf("plain refund on B %v, duplicate on A %v, %d rows", first, again, rows("ord_1011"))
 	}
 	// bob sees none of alice's tasks.
@@ -196,7 +198,7 @@ func TestReplicas_GoSDKOnPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first["isError"] == true || metaOf(again, instrument.ReplayMetaKey)["replayed"] != true || text(again) != text(first) || len(list) != 1 {
+	if first["isError"] == true || metaOf(again, spancontract.ReplayMetaKey)["replayed"] != true || text(again) != text(first) || len(list) != 1 {
 		t.Fatalf("go-sdk on PostgreSQL: first %v, the task-augmented duplicate on B %v, %d rows", first, again, len(list))
 	}
 	if code, _ := rpcError(cb.call("tasks/get", map[string]any{"taskId": "task-x"})); code != -32601 {

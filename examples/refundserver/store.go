@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/examples/internal/refunds"
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
 )
@@ -30,7 +31,7 @@ type openedStore struct {
 // outcome is recorded (keyed by the gateway key, so a takeover finds it).
 func openStore(ctx context.Context, o options) (*openedStore, error) {
 	var (
-		store idemkit.Store
+		store idemstore.Store
 		st    = &openedStore{close: func() {}}
 		err   error
 	)
@@ -56,7 +57,7 @@ func openStore(ctx context.Context, o options) (*openedStore, error) {
 		if st.db, err = refunds.OpenDB(ctx, o.dbPath); err != nil {
 			return nil, err
 		}
-		store, st.desc = &idemkit.MemoryStore{}, "memory (lost on restart)"
+		store, st.desc = &idemkit.MemoryStore{MaxRecords: o.memoryMaxRecords}, fmt.Sprintf("memory (lost on restart; at most %d records)", o.memoryMaxRecords)
 	case "postgres":
 		if o.pgDSN == "" {
 			return nil, errors.New("-store postgres needs -postgres-dsn (or $DATABASE_URL)")

@@ -12,8 +12,8 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
-	"github.com/idemkit-mcp/idemkit/internal/benchpair"
-	"github.com/idemkit-mcp/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/internal/testing/benchpair"
+	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -189,7 +189,7 @@ func benchReplay(b *testing.B, dsn string) {
 	}
 	guardOp := func(i int) error {
 		res, err := guard.Do(ctx, keys[2*(i%n)], work)
-		if err == nil && !res.Replayed() {
+		if err == nil && res.Outcome != idemkit.OutcomeReplayed {
 			err = fmt.Errorf("outcome %s on a completed key", res.Outcome)
 		}
 		return err

@@ -12,8 +12,9 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
-	"github.com/idemkit-mcp/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -24,9 +25,9 @@ type finishCounter struct {
 	transient atomic.Int64
 }
 
-func (s *finishCounter) Finish(ctx context.Context, req idemkit.FinishRequest) error {
+func (s *finishCounter) Finish(ctx context.Context, req idemstore.FinishRequest) error {
 	err := s.Store.Finish(ctx, req)
-	if errors.Is(err, idemkit.ErrTransient) {
+	if errors.Is(err, idemstore.ErrTransient) {
 		s.transient.Add(1)
 	}
 	return err
@@ -179,7 +180,7 @@ func testRestart(t *testing.T, mode string) {
 	stuck := 0
 	for _, k := range keys {
 		rec, err := g.Lookup(ctx, k)
-		if err != nil || rec.State != idemkit.StateCompleted {
+		if err != nil || rec.State != idemstore.StateCompleted {
 			stuck++
 		}
 	}

@@ -47,7 +47,7 @@ func TestDoInTx_CommitsAllOrNothing(t *testing.T) {
 	if res, err := f.store.DoInTx(ctx, f.guard, k, insert("o-1", nil)); err != nil || res.Outcome != idemkit.OutcomeExecuted {
 		t.Fatalf("DoInTx: %+v, %v", res, err)
 	}
-	if res, err := f.store.DoInTx(ctx, f.guard, k, insert("o-1", nil)); err != nil || !res.Replayed() || n() != 1 || claims(k) != 1 {
+	if res, err := f.store.DoInTx(ctx, f.guard, k, insert("o-1", nil)); err != nil || res.Outcome != idemkit.OutcomeReplayed || n() != 1 || claims(k) != 1 {
 		t.Fatalf("duplicate: %+v, %v, %d lines", res, err, n())
 	}
 	boom := errors.New("gateway refused")

@@ -15,7 +15,7 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
-	"github.com/idemkit-mcp/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -95,7 +95,7 @@ func TestDoTx_CommitsClaimAndSideEffectTogether(t *testing.T) {
 	// Duplicates through DoTx and through Do replay the committed outcome.
 	err = pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
 		res, err := f.store.DoTx(ctx, f.guard, tx, k, f.insertRefund("o-1"))
-		if err == nil && (!res.Replayed() || string(res.Body) != string(first.Body) || res.WriteID != first.WriteID) {
+		if err == nil && (res.Outcome != idemkit.OutcomeReplayed || string(res.Body) != string(first.Body) || res.WriteID != first.WriteID) {
 			err = fmt.Errorf("DoTx duplicate: %+v", res)
 		}
 		return err
@@ -104,7 +104,7 @@ func TestDoTx_CommitsClaimAndSideEffectTogether(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := f.guard.Do(ctx, k, nil)
-	if err != nil || !res.Replayed() || string(res.Body) != string(first.Body) {
+	if err != nil || res.Outcome != idemkit.OutcomeReplayed || string(res.Body) != string(first.Body) {
 		t.Fatalf("Do duplicate: %+v %v", res, err)
 	}
 	if f.refunds(t) != 1 {
@@ -215,7 +215,7 @@ func TestDoTx_DuplicateWaitsThenReplays(t *testing.T) {
 			if a.err != nil {
 				t.Fatalf("duplicate: %v", a.err)
 			}
-			if commit && (!a.res.Replayed() || string(a.res.Body) != string(first.Body) || dupRuns.Load() != 0) {
+			if commit && (a.res.Outcome != idemkit.OutcomeReplayed || string(a.res.Body) != string(first.Body) || dupRuns.Load() != 0) {
 				t.Fatalf("after commit the duplicate got %+v (ran %d), want the replay", a.res, dupRuns.Load())
 			}
 			if !commit && (a.res.Outcome != idemkit.OutcomeExecuted || dupRuns.Load() != 1) {
@@ -378,7 +378,7 @@ func TestCrash_DoKilledBetweenSideEffectAndFinish(t *testing.T) {
 	if n := f.refunds(t); n != 1 || downstreamCalls.Load() != 1 {
 		t.Fatalf("%d refunds after the takeover (downstream called %d times), want 1", n, downstreamCalls.Load())
 	}
-	if rep, err := g.Do(ctx, key, work); err != nil || !rep.Replayed() {
+	if rep, err := g.Do(ctx, key, work); err != nil || rep.Outcome != idemkit.OutcomeReplayed {
 		t.Fatalf("later duplicate: %+v %v, want replay", rep, err)
 	}
 }
@@ -393,7 +393,7 @@ func TestCrash_KilledAfterDoReturnedReplays(t *testing.T) {
 		t.Error("re-executed after a restart")
 		return idemkit.Response{}, nil
 	})
-	if err != nil || !res.Replayed() || string(res.Body) != `{"refund":"done by the child"}` || f.refunds(t) != 1 {
+	if err != nil || res.Outcome != idemkit.OutcomeReplayed || string(res.Body) != `{"refund":"done by the child"}` || f.refunds(t) != 1 {
 		t.Fatalf("after restart: %+v %v, %d refunds", res, err, f.refunds(t))
 	}
 }

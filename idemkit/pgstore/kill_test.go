@@ -14,8 +14,9 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
-	"github.com/idemkit-mcp/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -153,12 +154,12 @@ func runKillChild() int {
 		})
 	case "phased/after-claim", "phased/after-external", "phased/after-local-write", "phased/commit-unsent", "phased/commit-sent":
 		var tx pgx.Tx
-		begin := func(ctx context.Context) (idemkit.LocalTx, error) {
+		begin := func(ctx context.Context) (idemstore.LocalTx, error) {
 			t, lt, err := store.BeginLocal(ctx)
 			tx = t
 			return lt, err
 		}
-		_, err = g.DoPhased(ctx, key, begin, func(ctx context.Context) (idemkit.Response, error) {
+		_, err = g.DoPhased(ctx, key, begin, func(ctx context.Context, beginLocal func(context.Context) error) (idemkit.Response, error) {
 			if step == "phased/after-claim" {
 				die()
 			}
@@ -168,7 +169,7 @@ func runKillChild() int {
 			if step == "phased/after-external" {
 				die()
 			}
-			if _, err := idemkit.CallFromContext(ctx).BeginLocal(ctx); err != nil {
+			if err := beginLocal(ctx); err != nil {
 				return idemkit.Response{}, err
 			}
 			res, err := phasedLocal(schema, order)(ctx, tx)
@@ -320,10 +321,10 @@ func killOnce(t *testing.T, store *pgstore.Store, pool *pgxpool.Pool, schema str
 		if n := refunds(); n != 1 {
 			return n, false, fmt.Errorf("%d refunds after the retry (outcome %s), want exactly 1", n, res.Outcome)
 		}
-		if step.forward != res.Replayed() {
-			return 1, res.Replayed(), fmt.Errorf("the retry's outcome is %s, but the COMMIT reached the server: %v", res.Outcome, step.forward)
+		if step.forward != (res.Outcome == idemkit.OutcomeReplayed) {
+			return 1, (res.Outcome == idemkit.OutcomeReplayed), fmt.Errorf("the retry's outcome is %s, but the COMMIT reached the server: %v", res.Outcome, step.forward)
 		}
-		return 1, res.Replayed(), nil
+		return 1, (res.Outcome == idemkit.OutcomeReplayed), nil
 	}
 	// The retry after the dead attempt's lease (2s): a clock 3s ahead
 	// judges it lapsed without waiting. It must not be told "in progress":
@@ -356,13 +357,13 @@ func killOnce(t *testing.T, store *pgstore.Store, pool *pgxpool.Pool, schema str
 		return raw, false, fmt.Errorf("the side effect ran %d times", raw)
 	case raw == 2 && !step.rawDoubleAllowed:
 		return raw, false, fmt.Errorf("the side effect ran twice although the kill came before it")
-	case res.Replayed() && raw != 1:
+	case (res.Outcome == idemkit.OutcomeReplayed) && raw != 1:
 		return raw, false, fmt.Errorf("replayed, yet the side effect ran %d times", raw)
-	case step.marker != "" && step.forward != res.Replayed():
-		return raw, res.Replayed(), fmt.Errorf("the retry's outcome is %s, but the finish reached the server: %v", res.Outcome, step.forward)
+	case step.marker != "" && step.forward != (res.Outcome == idemkit.OutcomeReplayed):
+		return raw, (res.Outcome == idemkit.OutcomeReplayed), fmt.Errorf("the retry's outcome is %s, but the finish reached the server: %v", res.Outcome, step.forward)
 	}
-	if rec, err := g.Lookup(ctx, key); err != nil || rec.State != idemkit.StateCompleted {
+	if rec, err := g.Lookup(ctx, key); err != nil || rec.State != idemstore.StateCompleted {
 		return raw, false, fmt.Errorf("record after the retry: %+v %v, want completed", rec, err)
 	}
-	return raw, res.Replayed(), nil
+	return raw, (res.Outcome == idemkit.OutcomeReplayed), nil
 }

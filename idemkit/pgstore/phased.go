@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 )
 
 // DoPhased runs a call whose work has an external part that waits on the
@@ -42,16 +43,16 @@ func (s *Store) DoPhased(ctx context.Context, g *idemkit.Guard, key idemkit.Key,
 		return idemkit.Result{}, errors.New("pgstore: DoPhased needs a Guard, external work and local work")
 	}
 	var tx pgx.Tx
-	begin := func(ctx context.Context) (idemkit.LocalTx, error) {
+	begin := func(ctx context.Context) (idemstore.LocalTx, error) {
 		t, lt, err := s.BeginLocal(ctx)
 		tx = t
 		return lt, err
 	}
-	return g.DoPhased(ctx, key, begin, func(ctx context.Context) (idemkit.Response, error) {
+	return g.DoPhased(ctx, key, begin, func(ctx context.Context, beginLocal func(context.Context) error) (idemkit.Response, error) {
 		if err := external(ctx); err != nil {
 			return idemkit.Response{}, err
 		}
-		if _, err := idemkit.CallFromContext(ctx).BeginLocal(ctx); err != nil {
+		if err := beginLocal(ctx); err != nil {
 			return idemkit.Response{}, err
 		}
 		return local(context.WithoutCancel(ctx), tx)
@@ -64,7 +65,7 @@ func (s *Store) DoPhased(ctx context.Context, g *idemkit.Guard, key idemkit.Key,
 // DoPhased and the instrument/mcpgo and instrument/gosdk AddPhasedTool
 // forms call it). ctx bounds the begin (and the wait for a pooled
 // connection).
-func (s *Store) BeginLocal(ctx context.Context) (tx pgx.Tx, lt idemkit.LocalTx, err error) {
+func (s *Store) BeginLocal(ctx context.Context) (tx pgx.Tx, lt idemstore.LocalTx, err error) {
 	tx, err = s.db.Begin(ctx)
 	if err != nil {
 		return nil, nil, s.translate("begin", err)
@@ -72,13 +73,13 @@ func (s *Store) BeginLocal(ctx context.Context) (tx pgx.Tx, lt idemkit.LocalTx, 
 	return tx, &localTx{s: s, tx: tx}, nil
 }
 
-// localTx is the idemkit.LocalTx of BeginLocal.
+// localTx is the idemstore.LocalTx of BeginLocal.
 type localTx struct {
 	s  *Store
 	tx pgx.Tx
 }
 
-func (l *localTx) Finish(ctx context.Context, req idemkit.FinishRequest) error {
+func (l *localTx) Finish(ctx context.Context, req idemstore.FinishRequest) error {
 	return (&Store{db: l.tx, sql: l.s.sql}).Finish(ctx, req)
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 )
 
 // phasedFixture is a store with an orders table and a refunds table whose
@@ -87,10 +88,15 @@ func TestDoPhased_LocalWritesCommitWithTheOutcome(t *testing.T) {
 		t.Fatalf("first call: %+v, %v", res, err)
 	}
 	dup, err := f.refund(ctx, k, "o-1", func() { t.Error("a duplicate paid") })
-	if err != nil || !dup.Replayed() || string(dup.Body) != string(res.Body) || dup.WriteID != res.WriteID {
+	if err != nil || dup.Outcome != idemkit.OutcomeReplayed || string(dup.Body) != string(res.Body) || dup.WriteID != res.WriteID {
 		t.Fatalf("duplicate: %+v, %v", dup, err)
 	}
-	if calls, payments := f.gateway(); len(calls) != 1 || payments != 1 || calls[0] != "idk_"+k.ID() || f.rows(t) != 1 {
+	rec, err := f.store.Lookup(ctx, idemstore.LookupRequest{Key: k.ID()})
+	if err != nil || rec.Generation == 0 {
+		t.Fatalf("record %+v, %v; want one with a generation", rec, err)
+	}
+	// The key forwarded is the record's (see Call.IdempotencyKey).
+	if calls, payments := f.gateway(); len(calls) != 1 || payments != 1 || calls[0] != idemkit.DownstreamKey(k.ID(), rec.Generation) || f.rows(t) != 1 {
 		t.Fatalf("gateway %v (%d payments), %d rows", calls, payments, f.rows(t))
 	}
 }
@@ -119,7 +125,7 @@ func TestDoPhased_ExternalPhaseLocksNothing(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("locking the claim row during the external phase: %v; nothing may hold it", err)
 	}
-	if rec, err := f.guard.Lookup(ctx, k); err != nil || rec.State != idemkit.StateInProgress {
+	if rec, err := f.guard.Lookup(ctx, k); err != nil || rec.State != idemstore.StateInProgress {
 		t.Fatalf("status during the external phase: %+v, %v", rec, err)
 	}
 	if _, err := f.refund(ctx, k, "o-1", nil); !errors.Is(err, idemkit.ErrInProgress) {
@@ -175,7 +181,7 @@ func TestDoPhased_FailedCommitReleasesTheClaim(t *testing.T) {
 	if !errors.Is(err, idemkit.ErrStore) || !strings.Contains(err.Error(), "none of its local writes were kept") || f.rows(t) != 0 {
 		t.Fatalf("failed commit: %v, %d rows", err, f.rows(t))
 	}
-	if rec, err := f.guard.Lookup(ctx, k); err != nil || rec.State != idemkit.StateReleased {
+	if rec, err := f.guard.Lookup(ctx, k); err != nil || rec.State != idemstore.StateReleased {
 		t.Fatalf("record after the failed commit: %+v, %v; want released", rec, err)
 	}
 	if _, err := f.pool.Exec(ctx, `INSERT INTO `+f.orders+` VALUES ('o-404')`); err != nil {
@@ -203,7 +209,7 @@ func TestDoPhased_ErrorInLocalRollsBackAndReleases(t *testing.T) {
 	if !errors.Is(err, boom) || f.rows(t) != 0 {
 		t.Fatalf("local error: %v, %d rows", err, f.rows(t))
 	}
-	if rec, err := f.guard.Lookup(ctx, k); err != nil || rec.State != idemkit.StateReleased {
+	if rec, err := f.guard.Lookup(ctx, k); err != nil || rec.State != idemstore.StateReleased {
 		t.Fatalf("record: %+v, %v; want released", rec, err)
 	}
 	if _, err := f.store.DoPhased(ctx, nil, k, nil, nil); err == nil {

@@ -1,4 +1,4 @@
-// Package pgstore is an idemkit.Store on PostgreSQL, through pgx v5.
+// Package pgstore is an idemstore.Store on PostgreSQL, through pgx v5.
 //
 // Many MCP server replicas behind a load balancer share one database: the
 // claim row is the arbiter, so nothing relies on process memory. The claim is
@@ -10,7 +10,7 @@
 //
 // Errors a retry may cure (SQLSTATE classes 08, 40, 53 and 58, 57P01-03,
 // 57014, 55P03, and dropped or refused connections) match
-// idemkit.ErrTransient; the Guard retries a finish that fails this way.
+// idemstore.ErrTransient; the Guard retries a finish that fails this way.
 //
 //	pool, _ := pgxpool.New(ctx, dsn)
 //	store, _ := pgstore.New(pool, nil)
@@ -25,6 +25,11 @@
 // part outside any transaction, and commits the tool's writes with the
 // outcome in a short transaction: no lock and no pooled connection is held
 // across the wait.
+//
+// Every outcome is kept with the Guard's checksum of it (migration 004), so
+// that a record changed behind the store's back is refused
+// (idemkit.ErrRecordDamaged), never replayed wrong nor run again; rows from
+// before 004 replay unchecked.
 package pgstore
 
 import (
@@ -38,6 +43,7 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -58,14 +64,14 @@ type Config struct {
 	Schema string
 }
 
-// Store is an idemkit.Store on PostgreSQL. It is safe for concurrent use;
+// Store is an idemstore.Store on PostgreSQL. It is safe for concurrent use;
 // many Stores, in many processes, may share one database.
 type Store struct {
 	db  DB
 	sql *statements
 }
 
-var _ idemkit.Store = (*Store)(nil)
+var _ idemstore.Store = (*Store)(nil)
 
 // New returns a Store that runs its statements on db (usually a
 // *pgxpool.Pool). Call Migrate once before use.
@@ -146,9 +152,10 @@ func newStatements(schema string) *statements {
 // excluded.expires_at. The row, c, is:
 //
 //	expired:  the window is over and no live lease holds it
-//	          -> fresh work: attempt 1, the new fingerprint
+//	          -> fresh work: attempt 1, the new fingerprint, the new token
+//	             as its generation
 //	takeover: same fingerprint and (failed, or in progress with a lapsed lease)
-//	          -> attempt + 1, the new token and lease
+//	          -> attempt + 1, the new token and lease, the generation kept
 //	otherwise (completed, busy, mismatch; another caller claimed it first):
 //	          written back unchanged, and returned
 //
@@ -158,8 +165,8 @@ func newStatements(schema string) *statements {
 const (
 	claimInsert = `
 INSERT INTO {schema}idemkit_claims AS c
-    (key, tool, fingerprint, state, token, attempt, started_at, lease_until, expires_at, updated_at)
-VALUES ($1, $2, $3, 'in_progress', $4, 1,
+    (key, tool, fingerprint, state, token, generation, attempt, started_at, lease_until, expires_at, updated_at)
+VALUES ($1, $2, $3, 'in_progress', $4, $4, 1,
     coalesce($7::timestamptz, statement_timestamp()),
     coalesce($7::timestamptz, statement_timestamp()) + $5::bigint * interval '1 microsecond',
     coalesce($7::timestamptz, statement_timestamp()) + $6::bigint * interval '1 microsecond',
@@ -169,13 +176,21 @@ VALUES ($1, $2, $3, 'in_progress', $4, 1,
 ON CONFLICT (key) DO NOTHING`
 
 	// lookupSQL reads the row a fresh claim met; the inline body comes back
-	// only for a completed row, an external body never.
+	// only for a completed row, an external body never. So does the
+	// outcome's checksum (see checksumCol).
 	lookupSQL = `
 SELECT c.state, c.attempt, c.fingerprint = $2, c.started_at, c.lease_until, c.storage, c.size, c.write_id, c.is_error,
     CASE WHEN c.state = 'succeeded' AND c.storage = 0 THEN c.response END,
-    n.now, c.expires_at <= n.now
+    n.now, c.expires_at <= n.now, ` + checksumCol + `
 FROM {schema}idemkit_claims c, (SELECT coalesce($3::timestamptz, statement_timestamp()) AS now) n
 WHERE c.key = $1`
+
+	// checksumCol is the checksum of a completed row's outcome, when the
+	// finish that wrote the outcome wrote it: checksum_token is the token
+	// of the attempt whose finish set checksum, so a checksum left by an
+	// earlier outcome of the row (one a store without checksums finished,
+	// in a rolling deploy) is not returned with this one.
+	checksumCol = `CASE WHEN c.state = 'succeeded' AND c.checksum_token = c.token THEN c.checksum END`
 
 	expiredCond  = `(c.expires_at <= excluded.started_at AND (c.state <> 'in_progress' OR c.lease_until <= excluded.started_at))`
 	takeoverCond = `(c.fingerprint = excluded.fingerprint AND (c.state = 'failed' OR (c.state = 'in_progress' AND c.lease_until <= excluded.started_at)))`
@@ -185,6 +200,7 @@ WHERE c.key = $1`
 ON CONFLICT (key) DO UPDATE SET
     tool        = CASE WHEN ` + expiredCond + ` THEN excluded.tool ELSE c.tool END,
     fingerprint = CASE WHEN ` + expiredCond + ` THEN excluded.fingerprint ELSE c.fingerprint END,
+    generation  = CASE WHEN ` + expiredCond + ` THEN excluded.generation ELSE c.generation END,
     attempt     = CASE WHEN ` + expiredCond + ` THEN 1 WHEN ` + takeoverCond + ` THEN c.attempt + 1 ELSE c.attempt END,
     expires_at  = CASE WHEN ` + expiredCond + ` THEN excluded.expires_at
                        WHEN ` + takeoverCond + ` THEN greatest(c.expires_at, excluded.expires_at)
@@ -205,7 +221,8 @@ ON CONFLICT (key) DO UPDATE SET
 RETURNING c.token = $4, c.attempt, c.fingerprint = $3, c.state, c.started_at, c.lease_until,
     c.storage, c.size, c.write_id, c.is_error,
     CASE WHEN c.token <> $4 AND c.state = 'succeeded' AND c.storage = 0 THEN c.response END,
-    coalesce($7::timestamptz, statement_timestamp())`
+    coalesce($7::timestamptz, statement_timestamp()),
+    CASE WHEN c.token <> $4 THEN ` + checksumCol + ` END, c.generation`
 
 	// The finishes are fenced by the token, and idempotent for it:
 	// repeated after a lost acknowledgement (the connection dropped after
@@ -214,7 +231,7 @@ RETURNING c.token = $4, c.attempt, c.fingerprint = $3, c.state, c.started_at, c.
 	finishSucceededSQL = `
 UPDATE {schema}idemkit_claims
 SET state = 'succeeded', response = $3, storage = $4, size = $5, write_id = $6, is_error = $7,
-    updated_at = coalesce($8::timestamptz, statement_timestamp())
+    updated_at = coalesce($8::timestamptz, statement_timestamp()), checksum = $9, checksum_token = $2
 WHERE key = $1 AND token = $2 AND state <> 'failed'`
 
 	// finishInlineDBClockSQL is finishSucceededSQL for the common case, an
@@ -223,7 +240,7 @@ WHERE key = $1 AND token = $2 AND state <> 'failed'`
 	finishInlineDBClockSQL = `
 UPDATE {schema}idemkit_claims
 SET state = 'succeeded', response = $3::bytea, storage = 0, size = octet_length($3::bytea), write_id = $4, is_error = $5,
-    updated_at = statement_timestamp()
+    updated_at = statement_timestamp(), checksum = $6, checksum_token = $2
 WHERE key = $1 AND token = $2 AND state <> 'failed'`
 
 	finishFailedSQL = `
@@ -236,7 +253,7 @@ WHERE key = $1 AND token = $2 AND state <> 'succeeded'`
 WITH done AS (
     UPDATE {schema}idemkit_claims
     SET state = 'succeeded', response = NULL, storage = 1, size = $4, write_id = $5, is_error = $6,
-        updated_at = coalesce($7::timestamptz, statement_timestamp())
+        updated_at = coalesce($7::timestamptz, statement_timestamp()), checksum = $8, checksum_token = $2
     WHERE key = $1 AND token = $2 AND state <> 'failed'
     RETURNING key
 )
@@ -257,10 +274,11 @@ SELECT r.body FROM {schema}idemkit_responses r
 JOIN {schema}idemkit_claims c ON c.key = r.key
 WHERE r.key = $1 AND c.state = 'succeeded' AND c.storage = 1`
 
-	// recordColumns are the columns of an idemkit.Record, in scanRecord's
+	// recordColumns are the columns of an idemstore.Record, in scanRecord's
 	// order.
 	recordColumns = `c.key, c.tool, c.fingerprint, c.state, c.attempt, c.started_at, c.lease_until, c.expires_at,
-    c.storage, c.size, c.write_id, c.is_error, c.last_error, c.note, c.cancelled, coalesce(c.updated_at, c.started_at)`
+    c.storage, c.size, c.write_id, c.is_error, c.last_error, c.note, c.cancelled, coalesce(c.updated_at, c.started_at),
+    ` + checksumCol + `, c.generation`
 
 	// inspectSQL reads one record, and with $2 its kept body, inline or
 	// external.
@@ -318,10 +336,10 @@ func nowArg(t time.Time) any {
 // micros returns d in microseconds, clamped to [0, idemkit.MaxDuration].
 func micros(d time.Duration) int64 { return min(max(d, 0), idemkit.MaxDuration).Microseconds() }
 
-// Claim implements idemkit.Store: one statement for a fresh key, two for
+// Claim implements idemstore.Store: one statement for a fresh key, two for
 // a duplicate (the second a read), three when it takes a record over (see
 // claimSQL). It never loops.
-func (s *Store) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.ClaimResult, error) {
+func (s *Store) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
 	now := nowArg(req.Now)
 	lease, window := micros(req.Lease), micros(req.Window)
 	var (
@@ -334,13 +352,13 @@ func (s *Store) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.Cl
 		tag, err = s.db.Exec(ctx, s.sql.claimFresh, req.Key, req.Tool, req.Fingerprint, req.Token, lease, window, now)
 	}
 	if err != nil {
-		return idemkit.ClaimResult{}, s.translate("claim", err)
+		return idemstore.ClaimResult{}, s.translate("claim", err)
 	}
 	if tag.RowsAffected() == 1 {
-		return idemkit.ClaimResult{Status: idemkit.ClaimAcquired, Attempt: 1}, nil
+		return idemstore.ClaimResult{Status: idemstore.ClaimAcquired, Attempt: 1, Generation: req.Token}, nil
 	}
 	var (
-		res                      idemkit.ClaimResult
+		res                      idemstore.ClaimResult
 		state                    string
 		attempt                  int32
 		sameFingerprint, expired bool
@@ -348,12 +366,12 @@ func (s *Store) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.Cl
 		writeID, body            []byte
 	)
 	err = s.db.QueryRow(ctx, s.sql.lookup, req.Key, req.Fingerprint, now).Scan(
-		&state, &attempt, &sameFingerprint, &res.Started, &res.LeaseUntil, &storage, &res.Size, &writeID, &res.Response.IsError, &body, &res.Now, &expired)
+		&state, &attempt, &sameFingerprint, &res.Started, &res.LeaseUntil, &storage, &res.Size, &writeID, &res.Response.IsError, &body, &res.Now, &expired, &res.Checksum)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return s.claimRow(ctx, req, lease, window, now) // swept in between
 	case err != nil:
-		return idemkit.ClaimResult{}, s.translate("claim lookup", err)
+		return idemstore.ClaimResult{}, s.translate("claim lookup", err)
 	}
 	res.Attempt = int(attempt)
 	lapsed := !res.Now.Before(res.LeaseUntil)
@@ -361,17 +379,17 @@ func (s *Store) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.Cl
 	case expired && (state != "in_progress" || lapsed):
 		return s.claimRow(ctx, req, lease, window, now)
 	case !sameFingerprint:
-		return idemkit.ClaimResult{Status: idemkit.ClaimMismatch, Attempt: res.Attempt, Started: res.Started, Now: res.Now}, nil
+		return idemstore.ClaimResult{Status: idemstore.ClaimMismatch, Attempt: res.Attempt, Started: res.Started, Now: res.Now}, nil
 	case state == "succeeded":
-		res.Status = idemkit.ClaimCompleted
-		res.Storage = idemkit.Storage(storage)
+		res.Status = idemstore.ClaimCompleted
+		res.Storage = storageKind(int64(storage))
 		res.Response.Body = body
 		res.Response.WriteID = string(writeID)
 		res.LeaseUntil = time.Time{}
 		return res, nil
 	case state == "in_progress" && !lapsed:
-		res.Status = idemkit.ClaimBusy
-		res.Size, res.Response.IsError = 0, false
+		res.Status = idemstore.ClaimBusy
+		res.Size, res.Response.IsError, res.Checksum = 0, false, nil
 		return res, nil
 	}
 	return s.claimRow(ctx, req, lease, window, now) // released, or lapsed: take it over
@@ -379,46 +397,47 @@ func (s *Store) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.Cl
 
 // claimRow runs claimSQL: it claims the row if the caller may, or returns
 // it as it stands.
-func (s *Store) claimRow(ctx context.Context, req idemkit.ClaimRequest, lease, window int64, now any) (idemkit.ClaimResult, error) {
+func (s *Store) claimRow(ctx context.Context, req idemstore.ClaimRequest, lease, window int64, now any) (idemstore.ClaimResult, error) {
 	var (
-		res                  idemkit.ClaimResult
+		res                  idemstore.ClaimResult
 		won, sameFingerprint bool
 		attempt              int32
 		state                string
 		storage              int16
 		writeID, body        []byte
+		generation           int64
 	)
 	err := s.db.QueryRow(ctx, s.sql.claim, req.Key, req.Tool, req.Fingerprint, req.Token, lease, window, now).Scan(
-		&won, &attempt, &sameFingerprint, &state, &res.Started, &res.LeaseUntil, &storage, &res.Size, &writeID, &res.Response.IsError, &body, &res.Now)
+		&won, &attempt, &sameFingerprint, &state, &res.Started, &res.LeaseUntil, &storage, &res.Size, &writeID, &res.Response.IsError, &body, &res.Now, &res.Checksum, &generation)
 	if err != nil {
-		return idemkit.ClaimResult{}, s.translate("claim", err)
+		return idemstore.ClaimResult{}, s.translate("claim", err)
 	}
 	res.Attempt = int(attempt)
 	switch {
 	case won && attempt == 1:
-		return idemkit.ClaimResult{Status: idemkit.ClaimAcquired, Attempt: 1, Started: res.Started, Now: res.Now}, nil
+		return idemstore.ClaimResult{Status: idemstore.ClaimAcquired, Attempt: 1, Started: res.Started, Now: res.Now, Generation: generation}, nil
 	case won:
-		return idemkit.ClaimResult{Status: idemkit.ClaimTakenOver, Attempt: res.Attempt, Started: res.Started, Now: res.Now}, nil
+		return idemstore.ClaimResult{Status: idemstore.ClaimTakenOver, Attempt: res.Attempt, Started: res.Started, Now: res.Now, Generation: generation}, nil
 	case !sameFingerprint:
-		return idemkit.ClaimResult{Status: idemkit.ClaimMismatch, Attempt: res.Attempt, Started: res.Started, Now: res.Now}, nil
+		return idemstore.ClaimResult{Status: idemstore.ClaimMismatch, Attempt: res.Attempt, Started: res.Started, Now: res.Now}, nil
 	case state == "succeeded":
-		res.Status = idemkit.ClaimCompleted
-		res.Storage = idemkit.Storage(storage)
+		res.Status = idemstore.ClaimCompleted
+		res.Storage = storageKind(int64(storage))
 		res.Response.Body = body
 		res.Response.WriteID = string(writeID)
 		res.LeaseUntil = time.Time{}
 		return res, nil
 	case state == "in_progress":
-		res.Status = idemkit.ClaimBusy
-		res.Size, res.Response.IsError = 0, false
+		res.Status = idemstore.ClaimBusy
+		res.Size, res.Response.IsError, res.Checksum = 0, false, nil
 		return res, nil
 	}
 	// A released record of the same fingerprint is always taken over.
-	return idemkit.ClaimResult{}, fmt.Errorf("pgstore: claim of %s: the record is %s but was not claimed", req.Tool, state)
+	return idemstore.ClaimResult{}, fmt.Errorf("pgstore: claim of %s: the record is %s but was not claimed", req.Tool, state)
 }
 
-// Finish implements idemkit.Store.
-func (s *Store) Finish(ctx context.Context, req idemkit.FinishRequest) error {
+// Finish implements idemstore.Store.
+func (s *Store) Finish(ctx context.Context, req idemstore.FinishRequest) error {
 	var (
 		tag pgconn.CommandTag
 		err error
@@ -431,22 +450,41 @@ func (s *Store) Finish(ctx context.Context, req idemkit.FinishRequest) error {
 	switch {
 	case !req.Succeeded:
 		tag, err = s.db.Exec(ctx, s.sql.finishFailed, req.Key, req.Token, nullBytes(req.Error), now)
-	case req.Storage == idemkit.StorageExternal:
-		tag, err = s.db.Exec(ctx, s.sql.finishExternal, req.Key, req.Token, body, req.Size, nullBytes(req.Response.WriteID), req.Response.IsError, now)
-	case req.Storage == idemkit.StorageDropped:
-		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, nil, int16(idemkit.StorageDropped), req.Size, nullBytes(req.Response.WriteID), req.Response.IsError, now)
+	case req.Storage == idemstore.StorageExternal:
+		tag, err = s.db.Exec(ctx, s.sql.finishExternal, req.Key, req.Token, body, req.Size, nullBytes(req.Response.WriteID), req.Response.IsError, now, nullChecksum(req.Checksum))
+	case req.Storage == idemstore.StorageDropped:
+		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, nil, int16(idemstore.StorageDropped), req.Size, nullBytes(req.Response.WriteID), req.Response.IsError, now, nullChecksum(req.Checksum))
 	case now == nil && req.Size == int64(len(body)):
-		tag, err = s.db.Exec(ctx, s.sql.finishInlineDBClock, req.Key, req.Token, body, nullBytes(req.Response.WriteID), req.Response.IsError)
+		tag, err = s.db.Exec(ctx, s.sql.finishInlineDBClock, req.Key, req.Token, body, nullBytes(req.Response.WriteID), req.Response.IsError, nullChecksum(req.Checksum))
 	default:
-		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, body, int16(idemkit.StorageInline), req.Size, nullBytes(req.Response.WriteID), req.Response.IsError, now)
+		tag, err = s.db.Exec(ctx, s.sql.finishSucceeded, req.Key, req.Token, body, int16(idemstore.StorageInline), req.Size, nullBytes(req.Response.WriteID), req.Response.IsError, now, nullChecksum(req.Checksum))
 	}
 	if err != nil {
 		return s.translate("finish", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return idemkit.ErrLeaseLost
+		return idemstore.ErrLeaseLost
 	}
 	return nil
+}
+
+// storageKind converts the storage column, whatever a damaged row holds
+// in it, to an idemstore.Storage: a value outside the kinds' byte range
+// becomes 255, which the Guard refuses as an unknown kind (a plain
+// conversion would wrap 258 around to StorageDropped).
+func storageKind(v int64) idemstore.Storage {
+	if v < 0 || v > 255 {
+		return 255
+	}
+	return idemstore.Storage(v)
+}
+
+// nullChecksum passes a checksum to the bytea column, empty as NULL.
+func nullChecksum(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
 }
 
 // nullBytes passes s to a bytea column, "" as NULL.
@@ -457,24 +495,24 @@ func nullBytes(s string) any {
 	return []byte(s)
 }
 
-// Extend implements idemkit.Store.
-func (s *Store) Extend(ctx context.Context, req idemkit.ExtendRequest) error {
+// Extend implements idemstore.Store.
+func (s *Store) Extend(ctx context.Context, req idemstore.ExtendRequest) error {
 	tag, err := s.db.Exec(ctx, s.sql.extend, req.Key, req.Token, micros(req.Lease), nowArg(req.Now), nullBytes(req.Note))
 	if err != nil {
 		return s.translate("extend", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return idemkit.ErrLeaseLost
+		return idemstore.ErrLeaseLost
 	}
 	return nil
 }
 
-// Response implements idemkit.Store.
+// Response implements idemstore.Store.
 func (s *Store) Response(ctx context.Context, key string) ([]byte, error) {
 	var body []byte
 	err := s.db.QueryRow(ctx, s.sql.response, key).Scan(&body)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, idemkit.ErrNotFound
+		return nil, idemstore.ErrNotFound
 	}
 	if err != nil {
 		return nil, s.translate("load response", err)
@@ -482,21 +520,21 @@ func (s *Store) Response(ctx context.Context, key string) ([]byte, error) {
 	return body, nil
 }
 
-// Lookup implements idemkit.Store.
-func (s *Store) Lookup(ctx context.Context, req idemkit.LookupRequest) (idemkit.Record, error) {
+// Lookup implements idemstore.Store.
+func (s *Store) Lookup(ctx context.Context, req idemstore.LookupRequest) (idemstore.Record, error) {
 	var (
-		rec  idemkit.Record
+		rec  idemstore.Record
 		body []byte
 	)
 	row := s.db.QueryRow(ctx, s.sql.inspect, req.Key, req.Body, nowArg(req.Now))
 	err := scanRecord(row, &rec, &body)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return idemkit.Record{}, idemkit.ErrNotFound
+		return idemstore.Record{}, idemstore.ErrNotFound
 	}
 	if err != nil {
-		return idemkit.Record{}, s.translate("lookup", err)
+		return idemstore.Record{}, s.translate("lookup", err)
 	}
-	if req.Body && rec.State == idemkit.StateCompleted && rec.Storage != idemkit.StorageDropped {
+	if req.Body && rec.State == idemstore.StateCompleted && rec.Storage != idemstore.StorageDropped {
 		if body == nil {
 			body = []byte{}
 		}
@@ -505,36 +543,36 @@ func (s *Store) Lookup(ctx context.Context, req idemkit.LookupRequest) (idemkit.
 	return rec, nil
 }
 
-// Cancel implements idemkit.Store: one UPDATE decides, on the locked row,
+// Cancel implements idemstore.Store: one UPDATE decides, on the locked row,
 // so that of a Cancel and a Finish racing on a record exactly one wins.
 // When it changes nothing, a read of the record says why.
-func (s *Store) Cancel(ctx context.Context, req idemkit.CancelRequest) (idemkit.Record, error) {
+func (s *Store) Cancel(ctx context.Context, req idemstore.CancelRequest) (idemstore.Record, error) {
 	now := nowArg(req.Now)
 	for try := 0; ; try++ {
-		var rec idemkit.Record
+		var rec idemstore.Record
 		err := scanRecord(s.db.QueryRow(ctx, s.sql.cancel, req.Key, nullBytes(req.Reason), req.Abandoned, now), &rec)
 		if err == nil {
 			return rec, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return idemkit.Record{}, s.translate("cancel", err)
+			return idemstore.Record{}, s.translate("cancel", err)
 		}
-		rec, err = s.Lookup(ctx, idemkit.LookupRequest{Key: req.Key, Now: req.Now})
+		rec, err = s.Lookup(ctx, idemstore.LookupRequest{Key: req.Key, Now: req.Now})
 		switch {
 		case err != nil:
-			return idemkit.Record{}, err
-		case rec.State != idemkit.StateInProgress:
-			return rec, idemkit.ErrNotInProgress
+			return idemstore.Record{}, err
+		case rec.State != idemstore.StateInProgress:
+			return rec, idemstore.ErrNotInProgress
 		case req.Abandoned && !rec.Abandoned(), try == 2:
-			return rec, idemkit.ErrInProgress
+			return rec, idemstore.ErrInProgress
 		}
 		// A new attempt claimed the record between the two statements: try
 		// again, on it.
 	}
 }
 
-// List implements idemkit.Store.
-func (s *Store) List(ctx context.Context, req idemkit.ListRequest) ([]idemkit.Record, error) {
+// List implements idemstore.Store.
+func (s *Store) List(ctx context.Context, req idemstore.ListRequest) ([]idemstore.Record, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
@@ -547,9 +585,9 @@ func (s *Store) List(ctx context.Context, req idemkit.ListRequest) ([]idemkit.Re
 		return nil, s.translate("list", err)
 	}
 	defer rows.Close()
-	var out []idemkit.Record
+	var out []idemstore.Record
 	for rows.Next() {
-		var rec idemkit.Record
+		var rec idemstore.Record
 		if err := scanRecord(rows, &rec); err != nil {
 			return nil, s.translate("list", err)
 		}
@@ -562,7 +600,7 @@ func (s *Store) List(ctx context.Context, req idemkit.ListRequest) ([]idemkit.Re
 }
 
 // scanRecord scans recordColumns, then the clock, then extra into rec.
-func scanRecord(row pgx.Row, rec *idemkit.Record, extra ...any) error {
+func scanRecord(row pgx.Row, rec *idemstore.Record, extra ...any) error {
 	var (
 		state                  string
 		attempt                int32
@@ -570,15 +608,15 @@ func scanRecord(row pgx.Row, rec *idemkit.Record, extra ...any) error {
 		writeID, lastErr, note []byte
 	)
 	dest := append([]any{&rec.Key, &rec.Tool, &rec.Fingerprint, &state, &attempt, &rec.Started, &rec.LeaseUntil, &rec.ExpiresAt,
-		&storage, &rec.Size, &writeID, &rec.IsError, &lastErr, &note, &rec.Cancelled, &rec.Updated, &rec.Now}, extra...)
+		&storage, &rec.Size, &writeID, &rec.IsError, &lastErr, &note, &rec.Cancelled, &rec.Updated, &rec.Checksum, &rec.Generation, &rec.Now}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return err
 	}
 	rec.State = recordState(state)
 	rec.Attempt = int(attempt)
 	rec.Error, rec.Note = string(lastErr), string(note)
-	if rec.State == idemkit.StateCompleted {
-		rec.Storage = idemkit.Storage(storage)
+	if rec.State == idemstore.StateCompleted {
+		rec.Storage = storageKind(int64(storage))
 		rec.WriteID = string(writeID)
 	} else {
 		rec.Size, rec.IsError = 0, false
@@ -586,30 +624,30 @@ func scanRecord(row pgx.Row, rec *idemkit.Record, extra ...any) error {
 	return nil
 }
 
-// recordState maps the state column to an idemkit.RecordState.
-func recordState(s string) idemkit.RecordState {
+// recordState maps the state column to an idemstore.RecordState.
+func recordState(s string) idemstore.RecordState {
 	switch s {
 	case "succeeded":
-		return idemkit.StateCompleted
+		return idemstore.StateCompleted
 	case "failed":
-		return idemkit.StateReleased
+		return idemstore.StateReleased
 	}
-	return idemkit.StateInProgress
+	return idemstore.StateInProgress
 }
 
-// dbState maps an idemkit.RecordState to the state column.
-func dbState(s idemkit.RecordState) string {
+// dbState maps an idemstore.RecordState to the state column.
+func dbState(s idemstore.RecordState) string {
 	switch s {
-	case idemkit.StateCompleted:
+	case idemstore.StateCompleted:
 		return "succeeded"
-	case idemkit.StateReleased:
+	case idemstore.StateReleased:
 		return "failed"
 	}
 	return "in_progress"
 }
 
-// Sweep implements idemkit.Store.
-func (s *Store) Sweep(ctx context.Context, req idemkit.SweepRequest) (int, error) {
+// Sweep implements idemstore.Store.
+func (s *Store) Sweep(ctx context.Context, req idemstore.SweepRequest) (int, error) {
 	limit := req.Limit
 	if limit <= 0 {
 		limit = idemkit.DefaultSweepBatch
@@ -631,7 +669,7 @@ const (
 
 // translate turns a driver error into one that says what to do, keeping the
 // original for errors.As. Errors a retry may cure match
-// idemkit.ErrTransient (see transient).
+// idemstore.ErrTransient (see transient).
 func (s *Store) translate(op string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -640,13 +678,13 @@ func (s *Store) translate(op string, err error) error {
 			return fmt.Errorf("pgstore: %s: idemkit's tables are missing in schema %q; run (*pgstore.Store).Migrate first: %w", op, s.schemaName(), err)
 		case sqlstateSerializationFailure, sqlstateDeadlockDetected:
 			err = fmt.Errorf("pgstore: %s: the transaction conflicted with a concurrent one; retry the whole transaction: %w", op, err)
-			return idemkit.Transient(err)
+			return idemstore.Transient(err)
 		case sqlstateInFailedTransaction:
 			return fmt.Errorf("pgstore: %s: the transaction has already failed; roll it back: %w", op, err)
 		}
 	}
 	if transient(err) {
-		return idemkit.Transient(fmt.Errorf("pgstore: %s: %w", op, err))
+		return idemstore.Transient(fmt.Errorf("pgstore: %s: %w", op, err))
 	}
 	return fmt.Errorf("pgstore: %s: %w", op, err)
 }

@@ -13,9 +13,10 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/storetest"
-	"github.com/idemkit-mcp/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
@@ -41,20 +42,27 @@ func TestMain(m *testing.M) {
 // newStore returns a migrated store in a schema of its own.
 func newStore(t testing.TB, pool *pgxpool.Pool) *pgstore.Store {
 	t.Helper()
-	store, err := pgstore.New(pool, &pgstore.Config{Schema: pgtest.Schema(t, pool)})
+	schema := pgtest.Schema(t, pool)
+	store, err := pgstore.New(pool, &pgstore.Config{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := store.Migrate(context.Background()); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
+	storeSchemas.Store(store, schema)
 	return store
 }
+
+// storeSchemas maps the stores newStore made to their schemas, for the
+// raw SQL of damageRecord.
+var storeSchemas sync.Map // *pgstore.Store -> string
 
 func TestStore_Conformance(t *testing.T) {
 	pool := pgtest.Pool(t)
 	storetest.Run(t, storetest.Config{
-		NewStore: func(t *testing.T) idemkit.Store { return newStore(t, pool) },
+		NewStore: func(t *testing.T) idemstore.Store { return newStore(t, pool) },
+		Damage:   damageRecord,
 	})
 }
 
@@ -241,12 +249,12 @@ VALUES ('k-done', 'refund', '', 'succeeded', 1, 1, now(), now(), now() + interva
 	if err := store.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate over version 1 with records: %v", err)
 	}
-	done, err := store.Lookup(ctx, idemkit.LookupRequest{Key: "k-done", Body: true})
-	if err != nil || done.WriteID != "re_é1" || string(done.Body) != "body" || done.State != idemkit.StateCompleted {
+	done, err := store.Lookup(ctx, idemstore.LookupRequest{Key: "k-done", Body: true})
+	if err != nil || done.WriteID != "re_é1" || string(done.Body) != "body" || done.State != idemstore.StateCompleted {
 		t.Fatalf("completed record after the upgrade: %+v %v", done, err)
 	}
-	failed, err := store.Lookup(ctx, idemkit.LookupRequest{Key: "k-failed"})
-	if err != nil || failed.Error != "gateway said ü" || failed.State != idemkit.StateReleased {
+	failed, err := store.Lookup(ctx, idemstore.LookupRequest{Key: "k-failed"})
+	if err != nil || failed.Error != "gateway said ü" || failed.State != idemstore.StateReleased {
 		t.Fatalf("released record after the upgrade: %+v %v", failed, err)
 	}
 }

@@ -25,7 +25,7 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
-	"github.com/idemkit-mcp/idemkit/internal/benchpair"
+	"github.com/idemkit-mcp/idemkit/internal/testing/benchpair"
 )
 
 const benchKeys = 1 << 17
@@ -97,7 +97,7 @@ func guardOp(b *testing.B, cfg *sqlitestore.Config) func(ctx context.Context, i 
 	}
 	return func(ctx context.Context, i int) error {
 		res, err := g.Do(ctx, keys[i], work)
-		if err == nil && res.Replayed() {
+		if err == nil && (res.Outcome == idemkit.OutcomeReplayed) {
 			err = fmt.Errorf("key %d replayed", i)
 		}
 		return err

@@ -16,6 +16,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
 )
 
@@ -215,7 +216,7 @@ func TestStore_ContextEndsTheWaitForTheLock(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := store.Claim(ctx, idemkit.ClaimRequest{Key: "k", Tool: "t", Fingerprint: "fp", Token: 1, Lease: time.Minute, Window: time.Hour})
+	_, err := store.Claim(ctx, idemstore.ClaimRequest{Key: "k", Tool: "t", Fingerprint: "fp", Token: 1, Lease: time.Minute, Window: time.Hour})
 	if err == nil {
 		t.Fatal("claim succeeded while another connection held the write lock")
 	}
@@ -250,7 +251,7 @@ type countingStore struct {
 	busyFinishes atomic.Int64
 }
 
-func (s *countingStore) Finish(ctx context.Context, req idemkit.FinishRequest) error {
+func (s *countingStore) Finish(ctx context.Context, req idemstore.FinishRequest) error {
 	err := s.Store.Finish(ctx, req)
 	if errors.Is(err, sqlitestore.ErrBusy) {
 		s.busyFinishes.Add(1)
@@ -282,7 +283,7 @@ func TestGuard_FinishRetriesWhileAnotherProcessHoldsTheLock(t *testing.T) {
 		t.Fatal("the finish never met the held lock: the test did not exercise the retry")
 	}
 	rep, err := g.Do(context.Background(), refundKey(), mustNotRun(t))
-	if err != nil || !rep.Replayed() || string(rep.Body) != "refunded" || runs.Load() != 1 {
+	if err != nil || rep.Outcome != idemkit.OutcomeReplayed || string(rep.Body) != "refunded" || runs.Load() != 1 {
 		t.Fatalf("duplicate: %+v %v (runs %d), want the replay", rep, err, runs.Load())
 	}
 }

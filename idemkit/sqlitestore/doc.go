@@ -1,4 +1,4 @@
-// Package sqlitestore is an idemkit.Store kept in an embedded SQLite
+// Package sqlitestore is an idemstore.Store kept in an embedded SQLite
 // database: durable idempotency for single-node and stdio MCP servers, with
 // no database server to run. A resumed client that replays its calls after
 // a restart gets the stored responses back instead of a second run of the
@@ -58,7 +58,10 @@
 // row per key; bodies larger than the Guard's inline maximum live apart in
 // idemkit_responses and are read only when a duplicate needs them. Bodies
 // are BLOBs, replayed byte for byte. Times are integer Unix nanoseconds, so
-// leases and windows compare exactly.
+// leases and windows compare exactly. Every outcome is kept with the
+// Guard's checksum of it (migration 004), so that a record changed behind
+// the store's back is refused (idemkit.ErrRecordDamaged), never replayed
+// wrong nor run again; rows from before 004 replay unchecked.
 //
 // # Concurrency and durability
 //

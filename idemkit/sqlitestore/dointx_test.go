@@ -52,7 +52,7 @@ func TestDoInTx_CommitsAllOrNothing(t *testing.T) {
 	if res, err := f.store.DoInTx(ctx, f.guard, k, insert("o-1", false, nil)); err != nil || res.Outcome != idemkit.OutcomeExecuted {
 		t.Fatalf("DoInTx: %+v, %v", res, err)
 	}
-	if res, err := f.store.DoInTx(ctx, f.guard, k, insert("o-1", false, nil)); err != nil || !res.Replayed() || lines() != 1 || f.claims(t, k) != 1 {
+	if res, err := f.store.DoInTx(ctx, f.guard, k, insert("o-1", false, nil)); err != nil || res.Outcome != idemkit.OutcomeReplayed || lines() != 1 || f.claims(t, k) != 1 {
 		t.Fatalf("duplicate: %+v, %v, %d lines", res, err, lines())
 	}
 

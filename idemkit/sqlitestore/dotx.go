@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 )
 
 // TxWork is the work of DoTx: it makes its writes through tx, the
@@ -48,17 +49,17 @@ func (s *Store) DoTx(ctx context.Context, g *idemkit.Guard, tx *sql.Tx, key idem
 	})
 }
 
-// txStore is an idemkit.Store that runs the store's statements inside a
+// txStore is an idemstore.Store that runs the store's statements inside a
 // caller's transaction.
 type txStore struct {
 	tx *sql.Tx
 }
 
-var _ idemkit.Store = (*txStore)(nil)
+var _ idemstore.Store = (*txStore)(nil)
 
-func (t *txStore) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.ClaimResult, error) {
+func (t *txStore) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
-		return idemkit.ClaimResult{}, err
+		return idemstore.ClaimResult{}, err
 	}
 	now := clock(req.Now)
 	cr, err := scanClaim(t.tx.QueryRowContext(ctx, claimSQL, claimArgs(req, now)...), now)
@@ -68,12 +69,12 @@ func (t *txStore) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.
 	return cr, nil
 }
 
-func (t *txStore) Finish(ctx context.Context, req idemkit.FinishRequest) error {
+func (t *txStore) Finish(ctx context.Context, req idemstore.FinishRequest) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	query, args := finishQuery(req), finishArgs(req)
-	if !req.Succeeded || req.Storage != idemkit.StorageExternal {
+	if !req.Succeeded || req.Storage != idemstore.StorageExternal {
 		res, err := t.tx.ExecContext(ctx, query, args...)
 		return fenced("finish", res, err)
 	}
@@ -97,7 +98,7 @@ func (t *txStore) Finish(ctx context.Context, req idemkit.FinishRequest) error {
 	return err
 }
 
-func (t *txStore) Extend(ctx context.Context, req idemkit.ExtendRequest) error {
+func (t *txStore) Extend(ctx context.Context, req idemstore.ExtendRequest) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -109,19 +110,19 @@ func (t *txStore) Response(ctx context.Context, key string) ([]byte, error) {
 	return scanResponse(t.tx.QueryRowContext(ctx, responseSQL, key))
 }
 
-func (t *txStore) Lookup(ctx context.Context, req idemkit.LookupRequest) (idemkit.Record, error) {
+func (t *txStore) Lookup(ctx context.Context, req idemstore.LookupRequest) (idemstore.Record, error) {
 	return lookup(t.tx.QueryRowContext(ctx, lookupSQL, req.Key, req.Body), req)
 }
 
-func (t *txStore) Cancel(ctx context.Context, req idemkit.CancelRequest) (idemkit.Record, error) {
+func (t *txStore) Cancel(ctx context.Context, req idemstore.CancelRequest) (idemstore.Record, error) {
 	return cancel(ctx, req,
 		func(args ...any) *sql.Row { return t.tx.QueryRowContext(ctx, cancelSQL, args...) },
-		func(lr idemkit.LookupRequest) (idemkit.Record, error) {
+		func(lr idemstore.LookupRequest) (idemstore.Record, error) {
 			return lookup(t.tx.QueryRowContext(ctx, lookupSQL, lr.Key, lr.Body), lr)
 		})
 }
 
-func (t *txStore) List(ctx context.Context, req idemkit.ListRequest) ([]idemkit.Record, error) {
+func (t *txStore) List(ctx context.Context, req idemstore.ListRequest) ([]idemstore.Record, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
@@ -129,7 +130,7 @@ func (t *txStore) List(ctx context.Context, req idemkit.ListRequest) ([]idemkit.
 	return list(rows, err, req)
 }
 
-func (t *txStore) Sweep(ctx context.Context, req idemkit.SweepRequest) (int, error) {
+func (t *txStore) Sweep(ctx context.Context, req idemstore.SweepRequest) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}

@@ -77,11 +77,11 @@ func TestDoTx_CommitsClaimAndSideEffectTogether(t *testing.T) {
 		t.Error("work ran for a duplicate")
 		return idemkit.Response{}, nil
 	})
-	if err != nil || !dup.Replayed() || !bytes.Equal(dup.Body, res.Body) || dup.WriteID != res.WriteID {
+	if err != nil || dup.Outcome != idemkit.OutcomeReplayed || !bytes.Equal(dup.Body, res.Body) || dup.WriteID != res.WriteID {
 		t.Fatalf("duplicate DoTx: %+v, %v; want the first call's response replayed", dup, err)
 	}
 	dup, err = f.guard.Do(context.Background(), k, mustNotRun(t))
-	if err != nil || !dup.Replayed() || !bytes.Equal(dup.Body, res.Body) {
+	if err != nil || dup.Outcome != idemkit.OutcomeReplayed || !bytes.Equal(dup.Body, res.Body) {
 		t.Fatalf("duplicate Do: %+v, %v; want the first call's response replayed", dup, err)
 	}
 	if n := refunds(t, f.store.DB()); n != 1 {
@@ -178,7 +178,7 @@ func TestDoTx_ConcurrentDuplicateWaitsThenReplays(t *testing.T) {
 	if err := <-dup; err != nil {
 		t.Fatalf("duplicate: %v", err)
 	}
-	if !dupRes.Replayed() || !bytes.Equal(dupRes.Body, res.Body) {
+	if dupRes.Outcome != idemkit.OutcomeReplayed || !bytes.Equal(dupRes.Body, res.Body) {
 		t.Fatalf("duplicate: %+v, want the transaction's response %q replayed", dupRes, res.Body)
 	}
 	if n := refunds(t, f.store.DB()); n != 1 {
@@ -238,8 +238,8 @@ func TestDoTx_LargeResponseStoredApartInTheTransaction(t *testing.T) {
 		t.Fatalf("external bodies: %d (%v), want 1", n, err)
 	}
 	dup, err := f.guard.Do(context.Background(), k, mustNotRun(t))
-	if err != nil || !dup.Replayed() || !bytes.Equal(dup.Body, body) {
-		t.Fatalf("duplicate: replayed=%v err=%v equal=%v", dup.Replayed(), err, bytes.Equal(dup.Body, body))
+	if err != nil || dup.Outcome != idemkit.OutcomeReplayed || !bytes.Equal(dup.Body, body) {
+		t.Fatalf("duplicate: replayed=%v err=%v equal=%v", (dup.Outcome == idemkit.OutcomeReplayed), err, bytes.Equal(dup.Body, body))
 	}
 }
 

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )
@@ -18,7 +18,7 @@ var (
 	// ErrBusy: SQLite's write lock stayed taken (by another process, or a
 	// long transaction on another connection) past the busy timeout, or a
 	// transaction that read first could not take it. Nothing was written;
-	// the call may be retried. Errors matching it match idemkit.ErrTransient
+	// the call may be retried. Errors matching it match idemstore.ErrTransient
 	// too, so that the Guard retries a finish that fails this way.
 	ErrBusy = errors.New("sqlitestore: database is locked")
 
@@ -52,10 +52,10 @@ func interpretError(op string, err error) error {
 	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
 		// Transient: the Guard retries a finish that fails this way.
 		if code == sqlite3.SQLITE_BUSY_SNAPSHOT {
-			return idemkit.Transient(fmt.Errorf("%w: %s: a transaction that read before it wrote found the database changed by another connection; "+
+			return idemstore.Transient(fmt.Errorf("%w: %s: a transaction that read before it wrote found the database changed by another connection; "+
 				"begin transactions with BEGIN IMMEDIATE (the _txlock=immediate DSN parameter, as Open sets) and retry: %w", ErrBusy, op, err))
 		}
-		return idemkit.Transient(fmt.Errorf("%w: %s: another connection or process held the write lock past the busy timeout "+
+		return idemstore.Transient(fmt.Errorf("%w: %s: another connection or process held the write lock past the busy timeout "+
 			"(or a transaction that read before it wrote could not take it; begin those with BEGIN IMMEDIATE); retry later: %w", ErrBusy, op, err))
 	case sqlite3.SQLITE_READONLY:
 		return fmt.Errorf("%w: %s: %w", ErrReadOnly, op, err)
@@ -64,6 +64,12 @@ func interpretError(op string, err error) error {
 		return fmt.Errorf("sqlitestore: %s: interrupted: %w", op, err)
 	}
 	return fmt.Errorf("sqlitestore: %s: %w", op, err)
+}
+
+// isCheckViolation reports a CHECK constraint failure.
+func isCheckViolation(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_CHECK
 }
 
 // querier is what the store runs statements on: its pool, or a caller's

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
 )
 
@@ -116,13 +117,13 @@ type killingStore struct {
 	step string
 }
 
-func (s *killingStore) Finish(ctx context.Context, req idemkit.FinishRequest) error {
+func (s *killingStore) Finish(ctx context.Context, req idemstore.FinishRequest) error {
 	return around(s.step, func() error { return s.Store.Finish(ctx, req) })
 }
 
 // killingLocalTx places the kill around a phased call's commit.
 type killingLocalTx struct {
-	idemkit.LocalTx
+	idemstore.LocalTx
 	step string
 }
 
@@ -141,12 +142,12 @@ func phasedLocal(order string) sqlitestore.TxWork {
 func runPhasedKillChild(ctx context.Context, store *sqlitestore.Store, step, order string, key idemkit.Key) error {
 	g, _ := idemkit.NewGuard(store, &idemkit.Config{Lease: 2 * time.Second})
 	var tx *sql.Tx
-	begin := func(ctx context.Context) (idemkit.LocalTx, error) {
+	begin := func(ctx context.Context) (idemstore.LocalTx, error) {
 		t, lt, err := store.BeginLocal(ctx)
 		tx = t
 		return killingLocalTx{LocalTx: lt, step: step}, err
 	}
-	_, err := g.DoPhased(ctx, key, begin, func(ctx context.Context) (idemkit.Response, error) {
+	_, err := g.DoPhased(ctx, key, begin, func(ctx context.Context, beginLocal func(context.Context) error) (idemkit.Response, error) {
 		if step == "phased/after-claim" {
 			die()
 		}
@@ -156,7 +157,7 @@ func runPhasedKillChild(ctx context.Context, store *sqlitestore.Store, step, ord
 		if step == "phased/after-external" {
 			die()
 		}
-		if _, err := idemkit.CallFromContext(ctx).BeginLocal(ctx); err != nil {
+		if err := beginLocal(ctx); err != nil {
 			return idemkit.Response{}, err
 		}
 		res, err := phasedLocal(order)(ctx, tx)
@@ -312,7 +313,7 @@ func killOnce(t *testing.T, store *sqlitestore.Store, path string, step killStep
 		case raw == 2 && !step.rawDoubleAllowed:
 			return raw, false, errors.New("the external call ran twice although the kill came before it or after the commit")
 		}
-		if rec, err := g.Lookup(ctx, key); err != nil || rec.State != idemkit.StateCompleted {
+		if rec, err := g.Lookup(ctx, key); err != nil || rec.State != idemstore.StateCompleted {
 			return raw, false, fmt.Errorf("record after the retry: %+v %v, want completed", rec, err)
 		}
 	case step.tx:
@@ -354,20 +355,20 @@ func killOnce(t *testing.T, store *sqlitestore.Store, path string, step killStep
 			return raw, false, fmt.Errorf("the side effect ran %d times", raw)
 		case raw == 2 && !step.rawDoubleAllowed:
 			return raw, false, errors.New("the side effect ran twice although the kill came before it or after the finish")
-		case res.Replayed() && raw != 1:
+		case (res.Outcome == idemkit.OutcomeReplayed) && raw != 1:
 			return raw, false, fmt.Errorf("replayed, yet the side effect ran %d times", raw)
 		}
-		if rec, err := g.Lookup(ctx, key); err != nil || rec.State != idemkit.StateCompleted {
+		if rec, err := g.Lookup(ctx, key); err != nil || rec.State != idemstore.StateCompleted {
 			return raw, false, fmt.Errorf("record after the retry: %+v %v, want completed", rec, err)
 		}
 	}
 	switch {
-	case step.mustReplay && !res.Replayed():
+	case step.mustReplay && res.Outcome != idemkit.OutcomeReplayed:
 		return raw, false, fmt.Errorf("the retry ran the call again (%s), but the dead call's outcome was durable", res.Outcome)
-	case step.mustRunAgain && res.Replayed():
+	case step.mustRunAgain && (res.Outcome == idemkit.OutcomeReplayed):
 		return raw, true, errors.New("the retry replayed a call that never recorded its outcome")
 	}
-	return raw, res.Replayed(), nil
+	return raw, (res.Outcome == idemkit.OutcomeReplayed), nil
 }
 
 func refundKeyFor(order string) idemkit.Key {

@@ -6,9 +6,10 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"github.com/idemkit-mcp/idemkit/internal/migrations"
 	"slices"
 	"time"
+
+	"github.com/idemkit-mcp/idemkit/internal/migrations"
 )
 
 // The schema's migrations, numbered NNN_name.up.sql and NNN_name.down.sql.
@@ -35,10 +36,39 @@ const createMigrationsSQL = `CREATE TABLE IF NOT EXISTS idemkit_migrations (
     applied_at INTEGER NOT NULL -- Unix nanoseconds
 ) STRICT`
 
-// execQuerier is a *sql.Conn or a *sql.Tx.
+// execQuerier is a *sql.DB, a *sql.Conn or a *sql.Tx.
 type execQuerier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// appliedVersions returns the versions recorded in idemkit_migrations
+// (an error when the table is missing).
+func appliedVersions(ctx context.Context, q execQuerier) (map[int]bool, error) {
+	rows, err := q.QueryContext(ctx, `SELECT version FROM idemkit_migrations`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	applied := map[int]bool{}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		applied[v] = true
+	}
+	return applied, rows.Err()
+}
+
+func allApplied(ms []Migration, applied map[int]bool) bool {
+	for _, m := range ms {
+		if !applied[m.Version] {
+			return false
+		}
+	}
+	return true
 }
 
 // Migrate applies the embedded migrations the database lacks, in one
@@ -52,7 +82,7 @@ func (s *Store) Migrate(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if v, verr := s.Version(ctx); verr == nil && len(ms) > 0 && v >= ms[len(ms)-1].Version {
+	if applied, aerr := appliedVersions(ctx, s.db); aerr == nil && allApplied(ms, applied) {
 		return nil
 	}
 	if err := s.lock(ctx, startsWork); err != nil {
@@ -99,15 +129,22 @@ func migrate(ctx context.Context, q execQuerier) error {
 	if err != nil {
 		return err
 	}
+	return applyMigrations(ctx, q, ms)
+}
+
+// applyMigrations applies each of ms not yet recorded as applied, in
+// order: a migration numbered below one already applied (a branch that
+// shipped 005 before another's 004 was merged) is applied too.
+func applyMigrations(ctx context.Context, q execQuerier, ms []Migration) error {
 	if _, err := q.ExecContext(ctx, createMigrationsSQL); err != nil {
 		return interpretError("migrate", err)
 	}
-	var current int
-	if err := q.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM idemkit_migrations`).Scan(&current); err != nil {
+	applied, err := appliedVersions(ctx, q)
+	if err != nil {
 		return interpretError("migrate", err)
 	}
 	for _, m := range ms {
-		if m.Version <= current {
+		if applied[m.Version] {
 			continue
 		}
 		if _, err := q.ExecContext(ctx, m.Up); err != nil {
@@ -139,12 +176,12 @@ func migrateDown(ctx context.Context, q execQuerier, target int) error {
 	if _, err := q.ExecContext(ctx, createMigrationsSQL); err != nil {
 		return interpretError("migrate down", err)
 	}
-	var current int
-	if err := q.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM idemkit_migrations`).Scan(&current); err != nil {
+	applied, err := appliedVersions(ctx, q)
+	if err != nil {
 		return interpretError("migrate down", err)
 	}
 	for _, m := range slices.Backward(ms) {
-		if m.Version > current || m.Version <= target {
+		if !applied[m.Version] || m.Version <= target {
 			continue
 		}
 		if _, err := q.ExecContext(ctx, m.Down); err != nil {

@@ -6,20 +6,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 )
 
 // claimSQL returns idemkit's claim statuses as numbers.
 func TestClaimStatusCodesAreIdemkits(t *testing.T) {
-	for code, want := range map[int]idemkit.ClaimStatus{
-		statusAcquired:  idemkit.ClaimAcquired,
-		statusTakenOver: idemkit.ClaimTakenOver,
-		statusCompleted: idemkit.ClaimCompleted,
-		statusBusy:      idemkit.ClaimBusy,
-		statusMismatch:  idemkit.ClaimMismatch,
+	for code, want := range map[int]idemstore.ClaimStatus{
+		statusAcquired:  idemstore.ClaimAcquired,
+		statusTakenOver: idemstore.ClaimTakenOver,
+		statusCompleted: idemstore.ClaimCompleted,
+		statusBusy:      idemstore.ClaimBusy,
+		statusMismatch:  idemstore.ClaimMismatch,
 	} {
-		if idemkit.ClaimStatus(code) != want {
-			t.Errorf("status code %d is idemkit's %s, want %s", code, idemkit.ClaimStatus(code), want)
+		if idemstore.ClaimStatus(code) != want {
+			t.Errorf("status code %d is idemkit's %s, want %s", code, idemstore.ClaimStatus(code), want)
 		}
 	}
 }
@@ -90,15 +90,51 @@ func TestTxStore_LookupAndListSeeTheTransaction(t *testing.T) {
 	}
 	defer tx.Rollback()
 	ts := &txStore{tx: tx}
-	if _, err := ts.Claim(ctx, idemkit.ClaimRequest{Key: "k", Tool: "refund", Token: 7, Lease: time.Minute, Window: time.Hour}); err != nil {
+	if _, err := ts.Claim(ctx, idemstore.ClaimRequest{Key: "k", Tool: "refund", Token: 7, Lease: time.Minute, Window: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := ts.Lookup(ctx, idemkit.LookupRequest{Key: "k", Body: true})
-	if err != nil || rec.State != idemkit.StateInProgress || rec.Tool != "refund" {
+	rec, err := ts.Lookup(ctx, idemstore.LookupRequest{Key: "k", Body: true})
+	if err != nil || rec.State != idemstore.StateInProgress || rec.Tool != "refund" {
 		t.Fatalf("Lookup in the transaction: %+v %v", rec, err)
 	}
-	recs, err := ts.List(ctx, idemkit.ListRequest{State: idemkit.StateInProgress})
+	recs, err := ts.List(ctx, idemstore.ListRequest{State: idemstore.StateInProgress})
 	if err != nil || len(recs) != 1 || recs[0].Key != "k" {
 		t.Fatalf("List in the transaction: %+v %v", recs, err)
+	}
+}
+
+// A database migrated without one migration (a lower-numbered migration
+// merged after a higher one was applied) gets it on the next Migrate, and
+// the migrations table then lists every version once.
+func TestMigrate_AppliesAMissingLowerVersion(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "x.db"), &Config{NoMigrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ms, err := Migrations()
+	if err != nil || len(ms) < 2 {
+		t.Fatalf("Migrations: %d %v", len(ms), err)
+	}
+	gap := ms[len(ms)-2]
+	without := append(append([]Migration(nil), ms[:len(ms)-2]...), ms[len(ms)-1])
+	if err := applyMigrations(ctx, s.db, without); err != nil {
+		t.Fatal(err)
+	}
+	applied, err := appliedVersions(ctx, s.db)
+	if err != nil || applied[gap.Version] || !applied[ms[len(ms)-1].Version] {
+		t.Fatalf("applied %v %v; want all but %d", applied, err, gap.Version)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate over the gap: %v", err)
+	}
+	applied, err = appliedVersions(ctx, s.db)
+	if err != nil || len(applied) != len(ms) || !allApplied(ms, applied) {
+		t.Fatalf("after Migrate: applied %v %v; want all %d", applied, err, len(ms))
+	}
+	// The store works on the result.
+	if _, err := s.Claim(ctx, idemstore.ClaimRequest{Key: "k", Tool: "t", Token: 3, Lease: time.Minute, Window: time.Hour}); err != nil {
+		t.Fatalf("claim after the gap was filled: %v", err)
 	}
 }

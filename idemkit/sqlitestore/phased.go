@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 )
 
 // DoPhased runs a call whose work has an external part that waits on the
@@ -45,16 +46,16 @@ func (s *Store) DoPhased(ctx context.Context, g *idemkit.Guard, key idemkit.Key,
 		return idemkit.Result{}, errors.New("sqlitestore: DoPhased needs a Guard, external work and local work")
 	}
 	var tx *sql.Tx
-	begin := func(ctx context.Context) (idemkit.LocalTx, error) {
+	begin := func(ctx context.Context) (idemstore.LocalTx, error) {
 		t, lt, err := s.BeginLocal(ctx)
 		tx = t
 		return lt, err
 	}
-	return g.DoPhased(ctx, key, begin, func(ctx context.Context) (idemkit.Response, error) {
+	return g.DoPhased(ctx, key, begin, func(ctx context.Context, beginLocal func(context.Context) error) (idemkit.Response, error) {
 		if err := external(ctx); err != nil {
 			return idemkit.Response{}, err
 		}
-		if _, err := idemkit.CallFromContext(ctx).BeginLocal(ctx); err != nil {
+		if err := beginLocal(ctx); err != nil {
 			return idemkit.Response{}, err
 		}
 		return local(context.WithoutCancel(ctx), tx)
@@ -72,7 +73,7 @@ func (s *Store) DoPhased(ctx context.Context, g *idemkit.Guard, key idemkit.Key,
 // goroutine (a Call.Heartbeat, a Guard.Do), which would wait for the
 // transaction to end. ctx bounds the wait to begin; the transaction itself
 // is not bound to ctx's cancellation.
-func (s *Store) BeginLocal(ctx context.Context) (tx *sql.Tx, lt idemkit.LocalTx, err error) {
+func (s *Store) BeginLocal(ctx context.Context) (tx *sql.Tx, lt idemstore.LocalTx, err error) {
 	if err := s.lock(ctx, endsWork); err != nil {
 		return nil, nil, interpretError("begin", err)
 	}
@@ -90,7 +91,7 @@ func (s *Store) BeginLocal(ctx context.Context) (tx *sql.Tx, lt idemkit.LocalTx,
 	return tx, &localTx{s: s, conn: conn, tx: tx}, nil
 }
 
-// localTx is the idemkit.LocalTx of BeginLocal. It holds the store's gate
+// localTx is the idemstore.LocalTx of BeginLocal. It holds the store's gate
 // and a connection until it ends.
 type localTx struct {
 	s    *Store
@@ -100,8 +101,8 @@ type localTx struct {
 	once sync.Once // ends it: returns the connection and the gate
 }
 
-func (l *localTx) Finish(ctx context.Context, req idemkit.FinishRequest) error {
-	if !req.Succeeded || req.Storage != idemkit.StorageExternal {
+func (l *localTx) Finish(ctx context.Context, req idemstore.FinishRequest) error {
+	if !req.Succeeded || req.Storage != idemstore.StorageExternal {
 		// The store's statement, prepared on the connection the
 		// transaction runs on: no parse while the write lock is held.
 		st, err := l.s.prepared(ctx)

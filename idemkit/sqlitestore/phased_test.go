@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
 )
 
@@ -114,16 +115,17 @@ func TestDoPhased_LocalWritesCommitWithTheOutcome(t *testing.T) {
 		t.Fatalf("first call: %+v, %v; want executed, write re_1", res, err)
 	}
 	dup, err := f.refund(ctx, k, func() { t.Error("a duplicate ran the external phase") }, nil)
-	if err != nil || !dup.Replayed() || !bytes.Equal(dup.Body, res.Body) || dup.WriteID != "re_1" {
+	if err != nil || dup.Outcome != idemkit.OutcomeReplayed || !bytes.Equal(dup.Body, res.Body) || dup.WriteID != "re_1" {
 		t.Fatalf("duplicate: %+v, %v; want the replay of %s", dup, err, res.Body)
 	}
-	calls, payments := f.gateway()
-	if len(calls) != 1 || payments != 1 || calls[0] != "idk_"+k.ID() || f.rows(t) != 1 {
-		t.Fatalf("gateway calls %v (%d payments), %d rows; want one call with the forwarded key, one row", calls, payments, f.rows(t))
+	rec, err := f.store.Lookup(ctx, idemstore.LookupRequest{Key: k.ID()})
+	if err != nil || rec.State != idemstore.StateCompleted || rec.WriteID != "re_1" || rec.Generation == 0 {
+		t.Fatalf("record %+v, %v; want completed with write re_1, and a generation", rec, err)
 	}
-	rec, err := f.store.Lookup(ctx, idemkit.LookupRequest{Key: k.ID()})
-	if err != nil || rec.State != idemkit.StateCompleted || rec.WriteID != "re_1" {
-		t.Fatalf("record %+v, %v; want completed with write re_1", rec, err)
+	// The key forwarded is the record's (see Call.IdempotencyKey).
+	calls, payments := f.gateway()
+	if len(calls) != 1 || payments != 1 || calls[0] != idemkit.DownstreamKey(k.ID(), rec.Generation) || f.rows(t) != 1 {
+		t.Fatalf("gateway calls %v (%d payments), %d rows; want one call with the forwarded key, one row", calls, payments, f.rows(t))
 	}
 }
 
@@ -153,7 +155,7 @@ func TestDoPhased_ExternalPhaseHoldsNoTransaction(t *testing.T) {
 	}); err != nil || res.Outcome != idemkit.OutcomeExecuted {
 		t.Fatalf("another call during the external phase: %+v, %v", res, err)
 	}
-	if rec, err := f.guard.Lookup(bounded, k); err != nil || rec.State != idemkit.StateInProgress {
+	if rec, err := f.guard.Lookup(bounded, k); err != nil || rec.State != idemstore.StateInProgress {
 		t.Fatalf("a status read during the external phase: %+v, %v; want in progress", rec, err)
 	}
 	if _, err := f.refund(bounded, k, func() { t.Error("a duplicate ran during the first call") }, nil); !errors.Is(err, idemkit.ErrInProgress) {
@@ -206,8 +208,8 @@ func TestDoPhased_StaleAttemptsCommitIsFencedAndRolledBack(t *testing.T) {
 	if f.rows(t) != 1 {
 		t.Fatalf("%d refund rows, want 1: the stale attempt's row must have been rolled back", f.rows(t))
 	}
-	rec, err := f.store.Lookup(ctx, idemkit.LookupRequest{Key: k.ID(), Now: now()})
-	if err != nil || rec.State != idemkit.StateCompleted || rec.WriteID != res.WriteID || rec.Attempt != 2 {
+	rec, err := f.store.Lookup(ctx, idemstore.LookupRequest{Key: k.ID(), Now: now()})
+	if err != nil || rec.State != idemstore.StateCompleted || rec.WriteID != res.WriteID || rec.Attempt != 2 {
 		t.Fatalf("record %+v, %v; want completed by attempt 2 with %s", rec, err, res.WriteID)
 	}
 }
@@ -270,8 +272,8 @@ func TestDoPhased_PanicInLocalRollsBackAndReleases(t *testing.T) {
 	if f.rows(t) != 0 {
 		t.Fatalf("%d rows after the panic, want 0", f.rows(t))
 	}
-	rec, err := f.store.Lookup(ctx, idemkit.LookupRequest{Key: k.ID()})
-	if err != nil || rec.State != idemkit.StateReleased {
+	rec, err := f.store.Lookup(ctx, idemstore.LookupRequest{Key: k.ID()})
+	if err != nil || rec.State != idemstore.StateReleased {
 		t.Fatalf("record after the panic: %+v, %v; want released", rec, err)
 	}
 	// The store is usable: the gate and the connection were given back.
@@ -308,7 +310,7 @@ func TestDoPhased_FailedCommitReleasesTheClaim(t *testing.T) {
 	if f.rows(t) != 0 {
 		t.Fatalf("%d rows after the failed commit, want 0", f.rows(t))
 	}
-	if rec, err := f.store.Lookup(ctx, idemkit.LookupRequest{Key: k.ID()}); err != nil || rec.State != idemkit.StateReleased {
+	if rec, err := f.store.Lookup(ctx, idemstore.LookupRequest{Key: k.ID()}); err != nil || rec.State != idemstore.StateReleased {
 		t.Fatalf("record after the failed commit: %+v, %v; want released", rec, err)
 	}
 	if _, err := f.store.DB().Exec(`INSERT INTO ph_orders (id) VALUES (?)`, order); err != nil {
@@ -338,7 +340,7 @@ func TestDoPhased_LargeResponseStoredApart(t *testing.T) {
 		t.Fatal(err)
 	}
 	dup, err := f.store.DoPhased(ctx, f.guard, k, func(context.Context) error { t.Error("ran again"); return nil }, work)
-	if err != nil || !dup.Replayed() || !bytes.Equal(dup.Body, body) || f.rows(t) != 1 {
+	if err != nil || dup.Outcome != idemkit.OutcomeReplayed || !bytes.Equal(dup.Body, body) || f.rows(t) != 1 {
 		t.Fatalf("replay of a large body: %v, %d bytes, %d rows", err, len(dup.Body), f.rows(t))
 	}
 }
@@ -365,16 +367,20 @@ func TestDoPhased_RejectsMissingArguments(t *testing.T) {
 			t.Errorf("DoPhased without %s: no error", name)
 		}
 	}
-	if _, err := idemkit.CallFromContext(context.Background()).BeginLocal(context.Background()); err == nil {
-		t.Error("BeginLocal outside DoPhased: no error")
+	// The local phase's begin, kept past the work's return, refuses.
+	var kept func(context.Context) error
+	begin := func(ctx context.Context) (idemstore.LocalTx, error) {
+		_, lt, err := f.store.BeginLocal(ctx)
+		return lt, err
 	}
-	var beganOutside error
-	_, _ = f.guard.Do(context.Background(), refundKey(), func(ctx context.Context) (idemkit.Response, error) {
-		_, beganOutside = idemkit.CallFromContext(ctx).BeginLocal(ctx)
+	if _, err := f.guard.DoPhased(context.Background(), refundKey(), begin, func(ctx context.Context, beginLocal func(context.Context) error) (idemkit.Response, error) {
+		kept = beginLocal
 		return idemkit.Response{Body: []byte("ok")}, nil
-	})
-	if beganOutside == nil {
-		t.Error("BeginLocal in the work of Do: no error")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := kept(context.Background()); !errors.Is(err, idemkit.ErrStore) {
+		t.Errorf("beginLocal after the work returned: %v, want an error matching ErrStore", err)
 	}
 }
 
@@ -400,10 +406,10 @@ func TestStore_ReadsDoNotWaitForTheWriter(t *testing.T) {
 	}
 	bounded, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if rec, err := f.store.Lookup(bounded, idemkit.LookupRequest{Key: k.ID(), Body: true}); err != nil || !bytes.Equal(rec.Body, body) {
+	if rec, err := f.store.Lookup(bounded, idemstore.LookupRequest{Key: k.ID(), Body: true}); err != nil || !bytes.Equal(rec.Body, body) {
 		t.Fatalf("Lookup while the write lock is held: %v", err)
 	}
-	if recs, err := f.store.List(bounded, idemkit.ListRequest{}); err != nil || len(recs) != 1 {
+	if recs, err := f.store.List(bounded, idemstore.ListRequest{}); err != nil || len(recs) != 1 {
 		t.Fatalf("List while the write lock is held: %d, %v", len(recs), err)
 	}
 	if b, err := f.store.Response(bounded, k.ID()); err != nil || !bytes.Equal(b, body) {
@@ -433,7 +439,7 @@ func TestStore_FinishGoesAheadOfQueuedClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	claim := func(key string, token int64) error {
-		_, err := store.Claim(ctx, idemkit.ClaimRequest{Key: key, Tool: "t", Fingerprint: "fp", Token: token, Lease: time.Minute, Window: time.Hour})
+		_, err := store.Claim(ctx, idemstore.ClaimRequest{Key: key, Tool: "t", Fingerprint: "fp", Token: token, Lease: time.Minute, Window: time.Hour})
 		return err
 	}
 	if err := claim("running", 1); err != nil {
@@ -456,7 +462,7 @@ func TestStore_FinishGoesAheadOfQueuedClaims(t *testing.T) {
 	}
 	waitFor(claims)
 	wg.Go(func() {
-		errs <- store.Finish(ctx, idemkit.FinishRequest{Key: "running", Token: 1, Succeeded: true, Response: idemkit.Response{Body: []byte("ok")}, Size: 2})
+		errs <- store.Finish(ctx, idemstore.FinishRequest{Key: "running", Token: 1, Succeeded: true, Response: idemkit.Response{Body: []byte("ok")}, Size: 2})
 	})
 	waitFor(claims + 1)
 	release()

@@ -44,7 +44,7 @@ func testReplayAfterRestart(t *testing.T, mode string, kill bool) {
 	if err != nil {
 		t.Fatalf("duplicate after restart: %v", err)
 	}
-	if !res.Replayed() || string(res.Body) != firstBody || res.WriteID == "" || res.Attempt != 1 {
+	if res.Outcome != idemkit.OutcomeReplayed || string(res.Body) != firstBody || res.WriteID == "" || res.Attempt != 1 {
 		t.Fatalf("duplicate after restart: outcome %s body %q write ID %q attempt %d; want replayed %q, attempt 1",
 			res.Outcome, res.Body, res.WriteID, res.Attempt, firstBody)
 	}
@@ -99,7 +99,7 @@ func TestRestart_DoTxKilledBeforeFinishRunsExactlyOnceInTotal(t *testing.T) {
 		t.Fatalf("retry after restart: outcome %s attempt %d, want executed attempt 1 (the killed claim never committed)", res.Outcome, res.Attempt)
 	}
 	again := retry()
-	if !again.Replayed() || string(again.Body) != string(res.Body) {
+	if again.Outcome != idemkit.OutcomeReplayed || string(again.Body) != string(res.Body) {
 		t.Fatalf("second retry: outcome %s body %q, want the retry's %q replayed", again.Outcome, again.Body, res.Body)
 	}
 	if n := refunds(t, store.DB()); n != 1 {

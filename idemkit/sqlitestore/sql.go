@@ -15,7 +15,7 @@ const (
 	condClaim = `(` + condExpired + ` OR ` + condTakeover + `)`
 )
 
-// Claim statuses as claimSQL returns them; they equal idemkit.ClaimStatus.
+// Claim statuses as claimSQL returns them; they equal idemstore.ClaimStatus.
 const (
 	statusAcquired  = 1
 	statusTakenOver = 2
@@ -31,11 +31,12 @@ const (
 // With no record, it inserts one: a fresh claim, attempt 1. Otherwise the
 // record (c) is, at ?5 (now):
 //
-//   - expired: replaced as if it did not exist (fresh claim, attempt 1);
+//   - expired: replaced as if it did not exist (fresh claim, attempt 1,
+//     the caller's token as its generation);
 //   - failed, or in progress with a lapsed lease, and of the same
 //     fingerprint: taken over. The caller's token replaces the old one,
 //     which fences the old worker off; the attempt is incremented and the
-//     window reaches at least now+Window;
+//     window reaches at least now+Window; the generation is kept;
 //   - otherwise (completed, busy, mismatch): left as it is.
 //
 // A claim that leaves the record as it is rewrites it with the same bytes,
@@ -47,15 +48,18 @@ const (
 // only a claim by this request sets to ?4 (tokens are random), and by the
 // attempt count (1 after an insert or a fresh claim). The body comes back
 // only for a completed record stored inline: an external body is never read
-// on the claim path.
+// on the claim path. The outcome's checksum comes back with a completed
+// record only when the finish that wrote the outcome wrote it
+// (checksum_token is that attempt's token; see the 004 migration).
 const claimSQL = `INSERT INTO idemkit_claims AS c (
-    key, tool, fingerprint, state, token, attempt,
+    key, tool, fingerprint, state, token, generation, attempt,
     started_at, lease_until, expires_at, sweep_at, created_at, updated_at)
-VALUES (?1, ?2, ?3, 'in_progress', ?4, 1, ?5, ?6, ?7, ?7, ?5, ?5)
+VALUES (?1, ?2, ?3, 'in_progress', ?4, ?4, 1, ?5, ?6, ?7, ?7, ?5, ?5)
 ON CONFLICT (key) DO UPDATE SET
     tool        = iif(` + condExpired + `, ?2, c.tool),
     fingerprint = iif(` + condExpired + `, ?3, c.fingerprint),
     created_at  = iif(` + condExpired + `, ?5, c.created_at),
+    generation  = iif(` + condExpired + `, ?4, c.generation),
     attempt     = CASE WHEN ` + condExpired + ` THEN 1
                        WHEN ` + condTakeover + ` THEN c.attempt + 1
                        ELSE c.attempt END,
@@ -87,7 +91,9 @@ RETURNING
     iif(token <> ?4 AND fingerprint = ?3 AND state = 'succeeded', size, 0) AS size,
     iif(token <> ?4 AND fingerprint = ?3 AND state = 'succeeded', write_id, '') AS write_id,
     iif(token <> ?4 AND fingerprint = ?3 AND state = 'succeeded', is_error, 0) AS is_error,
-    iif(token <> ?4 AND fingerprint = ?3 AND state = 'succeeded' AND storage = 0, response, NULL) AS response`
+    iif(token <> ?4 AND fingerprint = ?3 AND state = 'succeeded' AND storage = 0, response, NULL) AS response,
+    iif(token <> ?4 AND fingerprint = ?3 AND state = 'succeeded' AND checksum_token = token, checksum, NULL) AS checksum,
+    generation`
 
 // finishSucceededSQL and finishFailedSQL record an attempt's outcome,
 // fenced by its token: they change nothing (no row) once another caller has
@@ -97,7 +103,8 @@ RETURNING
 // same end state) and write the same values again, so a retry succeeds.
 const (
 	finishSucceededSQL = `UPDATE idemkit_claims SET
-    state = 'succeeded', response = ?3, storage = ?4, size = ?5, write_id = ?6, is_error = ?7, updated_at = ?8
+    state = 'succeeded', response = ?3, storage = ?4, size = ?5, write_id = ?6, is_error = ?7, updated_at = ?8,
+    checksum = ?9, checksum_token = ?2
 WHERE key = ?1 AND token = ?2 AND state <> 'failed'`
 
 	finishFailedSQL = `UPDATE idemkit_claims SET
@@ -129,9 +136,10 @@ const sweepSQL = `DELETE FROM idemkit_claims WHERE key IN (
     WHERE sweep_at <= ?1 AND expires_at <= ?1 AND (state <> 'in_progress' OR lease_until <= ?1)
     LIMIT ?2)`
 
-// recordColumns are the columns of an idemkit.Record, in scanRecord's order.
+// recordColumns are the columns of an idemstore.Record, in scanRecord's order.
 const recordColumns = `c.key, c.tool, c.fingerprint, c.state, c.attempt, c.started_at, c.lease_until, c.expires_at,
-    c.storage, c.size, c.write_id, c.is_error, c.last_error, c.note, c.cancelled, c.updated_at`
+    c.storage, c.size, c.write_id, c.is_error, c.last_error, c.note, c.cancelled, c.updated_at,
+    iif(c.state = 'succeeded' AND c.checksum_token = c.token, c.checksum, NULL), c.generation`
 
 // cancelSQL releases the record's attempt in progress, whichever token
 // holds it (with ?3, only when its lease has run out at ?4), and fences it
@@ -141,7 +149,7 @@ const cancelSQL = `UPDATE idemkit_claims SET
     state = 'failed', token = 0, last_error = ?2, cancelled = 1, updated_at = ?4
 WHERE key = ?1 AND state = 'in_progress' AND (NOT ?3 OR lease_until <= ?4)
 RETURNING key, tool, fingerprint, state, attempt, started_at, lease_until, expires_at,
-    storage, size, write_id, is_error, last_error, note, cancelled, updated_at`
+    storage, size, write_id, is_error, last_error, note, cancelled, updated_at, NULL, generation`
 
 // lookupSQL reads one record and, with ?2, its kept body, inline or
 // external.

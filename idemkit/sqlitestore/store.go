@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 )
@@ -124,7 +125,7 @@ func (c *Config) withDefaults() Config {
 	return o
 }
 
-// Store is an idemkit.Store kept in an SQLite database: durable across
+// Store is an idemstore.Store kept in an SQLite database: durable across
 // restarts, with no server to run. Build it with Open (a file path) or New
 // (a caller-owned *sql.DB). It is safe for concurrent use by many
 // goroutines, and many processes may share one database file on one
@@ -151,7 +152,7 @@ type Store struct {
 	closed bool
 }
 
-var _ idemkit.Store = (*Store)(nil)
+var _ idemstore.Store = (*Store)(nil)
 
 // statements are the store's statements prepared on its pool.
 type statements struct {
@@ -426,26 +427,26 @@ func clock(t time.Time) time.Time {
 	return t
 }
 
-// Claim implements idemkit.Store with one INSERT … ON CONFLICT DO UPDATE …
+// Claim implements idemstore.Store with one INSERT … ON CONFLICT DO UPDATE …
 // RETURNING statement (see claimSQL). ctx bounds the wait for the write lock
 // and the statement.
-func (s *Store) Claim(ctx context.Context, req idemkit.ClaimRequest) (idemkit.ClaimResult, error) {
+func (s *Store) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
-		return idemkit.ClaimResult{}, err
+		return idemstore.ClaimResult{}, err
 	}
 	st, err := s.prepared(ctx)
 	if err != nil {
-		return idemkit.ClaimResult{}, err
+		return idemstore.ClaimResult{}, err
 	}
 	if err := s.lock(ctx, startsWork); err != nil {
-		return idemkit.ClaimResult{}, err
+		return idemstore.ClaimResult{}, err
 	}
 	defer s.unlock()
 	now := clock(req.Now)
 	return scanClaim(st.claim.QueryRowContext(ctx, claimArgs(req, now)...), now)
 }
 
-func claimArgs(req idemkit.ClaimRequest, now time.Time) []any {
+func claimArgs(req idemstore.ClaimRequest, now time.Time) []any {
 	ns := now.UnixNano()
 	return []any{req.Key, req.Tool, req.Fingerprint, req.Token, ns, addDuration(ns, req.Lease), addDuration(ns, req.Window)}
 }
@@ -460,40 +461,50 @@ func addDuration(now int64, d time.Duration) int64 {
 	return now + int64(d)
 }
 
-func scanClaim(row *sql.Row, now time.Time) (idemkit.ClaimResult, error) {
+func scanClaim(row *sql.Row, now time.Time) (idemstore.ClaimResult, error) {
 	// int64 destinations: database/sql assigns the driver's int64 to them
 	// directly, where an int would go through strconv.
 	var (
 		status, attempt, storage, started, lease, size int64
 		writeID                                        string
 		isError                                        bool
-		body                                           []byte
+		body, checksum                                 []byte
+		generation                                     int64
 	)
-	if err := row.Scan(&status, &attempt, &started, &lease, &storage, &size, &writeID, &isError, &body); err != nil {
-		return idemkit.ClaimResult{}, interpretError("claim", err)
+	if err := row.Scan(&status, &attempt, &started, &lease, &storage, &size, &writeID, &isError, &body, &checksum, &generation); err != nil {
+		if isCheckViolation(err) {
+			// The claim writes only valid values of its own and the row's
+			// values back: the row holds one outside its column's range.
+			return idemstore.ClaimResult{}, fmt.Errorf("%w: sqlitestore: the record holds a value its schema does not allow (the database was changed outside the store): %w",
+				idemkit.ErrRecordDamaged, err)
+		}
+		return idemstore.ClaimResult{}, interpretError("claim", err)
 	}
 	if status < statusAcquired || status > statusMismatch {
-		return idemkit.ClaimResult{}, fmt.Errorf("sqlitestore: claim: unknown status %d", status)
+		return idemstore.ClaimResult{}, fmt.Errorf("sqlitestore: claim: unknown status %d", status)
 	}
-	res := idemkit.ClaimResult{
-		Status:  idemkit.ClaimStatus(status),
+	res := idemstore.ClaimResult{
+		Status:  idemstore.ClaimStatus(status),
 		Attempt: int(attempt),
 		Started: time.Unix(0, started).UTC(),
 		Now:     now,
 	}
 	switch status {
+	case statusAcquired, statusTakenOver:
+		res.Generation = generation
 	case statusBusy:
 		res.LeaseUntil = time.Unix(0, lease).UTC()
 	case statusCompleted:
 		res.Response = idemkit.Response{Body: body, WriteID: writeID, IsError: isError}
-		res.Storage = idemkit.Storage(storage)
+		res.Storage = storageKind(int64(storage))
 		res.Size = size
+		res.Checksum = checksum
 	}
 	return res, nil
 }
 
 // finishQuery returns the statement that records req.
-func finishQuery(req idemkit.FinishRequest) string {
+func finishQuery(req idemstore.FinishRequest) string {
 	if req.Succeeded {
 		return finishSucceededSQL
 	}
@@ -501,22 +512,22 @@ func finishQuery(req idemkit.FinishRequest) string {
 }
 
 // finishArgs returns the arguments of finishQuery(req).
-func finishArgs(req idemkit.FinishRequest) []any {
+func finishArgs(req idemstore.FinishRequest) []any {
 	now := clock(req.Now).UnixNano()
 	if !req.Succeeded {
 		return []any{req.Key, req.Token, req.Error, now}
 	}
 	var body []byte
-	if req.Storage == idemkit.StorageInline {
+	if req.Storage == idemstore.StorageInline {
 		body = nonNil(req.Response.Body)
 	}
-	return []any{req.Key, req.Token, body, int64(req.Storage), req.Size, req.Response.WriteID, req.Response.IsError, now}
+	return []any{req.Key, req.Token, body, int64(req.Storage), req.Size, req.Response.WriteID, req.Response.IsError, now, nullBlob(req.Checksum)}
 }
 
-// Finish implements idemkit.Store. An external body is written in the same
+// Finish implements idemstore.Store. An external body is written in the same
 // transaction as the outcome. It returns idemkit.ErrLeaseLost when the
 // record is no longer held by req.Token.
-func (s *Store) Finish(ctx context.Context, req idemkit.FinishRequest) error {
+func (s *Store) Finish(ctx context.Context, req idemstore.FinishRequest) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -533,7 +544,7 @@ func (s *Store) Finish(ctx context.Context, req idemkit.FinishRequest) error {
 	if req.Succeeded {
 		stmt = st.succeeded
 	}
-	if !req.Succeeded || req.Storage != idemkit.StorageExternal {
+	if !req.Succeeded || req.Storage != idemstore.StorageExternal {
 		res, err := stmt.ExecContext(ctx, args...)
 		return fenced("finish", res, err)
 	}
@@ -550,6 +561,25 @@ func (s *Store) Finish(ctx context.Context, req idemkit.FinishRequest) error {
 		return interpretError("finish", err)
 	}
 	return interpretError("finish", tx.Commit())
+}
+
+// storageKind converts the storage column, whatever a damaged row holds
+// in it, to an idemstore.Storage: a value outside the kinds' byte range
+// becomes 255, which the Guard refuses as an unknown kind (a plain
+// conversion would wrap 258 around to StorageDropped).
+func storageKind(v int64) idemstore.Storage {
+	if v < 0 || v > 255 {
+		return 255
+	}
+	return idemstore.Storage(v)
+}
+
+// nullBlob passes b to a BLOB column, empty as NULL.
+func nullBlob(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
 }
 
 func nonNil(b []byte) []byte {
@@ -570,19 +600,19 @@ func fenced(op string, res sql.Result, err error) error {
 		return interpretError(op, err)
 	}
 	if n == 0 {
-		return idemkit.ErrLeaseLost
+		return idemstore.ErrLeaseLost
 	}
 	return nil
 }
 
-func extendArgs(req idemkit.ExtendRequest) []any {
+func extendArgs(req idemstore.ExtendRequest) []any {
 	now := clock(req.Now).UnixNano()
 	return []any{req.Key, req.Token, addDuration(now, req.Lease), now, req.Note}
 }
 
-// Extend implements idemkit.Store. It returns idemkit.ErrLeaseLost when the
+// Extend implements idemstore.Store. It returns idemkit.ErrLeaseLost when the
 // record is no longer held by req.Token.
-func (s *Store) Extend(ctx context.Context, req idemkit.ExtendRequest) error {
+func (s *Store) Extend(ctx context.Context, req idemstore.ExtendRequest) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -598,7 +628,7 @@ func (s *Store) Extend(ctx context.Context, req idemkit.ExtendRequest) error {
 	return fenced("extend", res, err)
 }
 
-// Response implements idemkit.Store: it reads a body stored apart
+// Response implements idemstore.Store: it reads a body stored apart
 // (StorageExternal), or returns idemkit.ErrNotFound. It is a read, on the
 // read-only pool (ReadDB), and never waits for the writer.
 func (s *Store) Response(ctx context.Context, key string) ([]byte, error) {
@@ -613,14 +643,14 @@ func scanResponse(row *sql.Row) ([]byte, error) {
 	var body []byte
 	if err := row.Scan(&body); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
-			return nil, idemkit.ErrNotFound
+			return nil, idemstore.ErrNotFound
 		}
 		return nil, interpretError("response", err)
 	}
 	return nonNil(body), nil
 }
 
-func sweepArgs(req idemkit.SweepRequest) []any {
+func sweepArgs(req idemstore.SweepRequest) []any {
 	limit := int64(req.Limit)
 	if limit <= 0 {
 		limit = -1
@@ -628,10 +658,10 @@ func sweepArgs(req idemkit.SweepRequest) []any {
 	return []any{clock(req.Now).UnixNano(), limit}
 }
 
-// Sweep implements idemkit.Store: one DELETE of up to req.Limit expired
+// Sweep implements idemstore.Store: one DELETE of up to req.Limit expired
 // records and their external bodies. SQLite runs concurrent sweeps one after
 // another, so each record is deleted, and counted, once.
-func (s *Store) Sweep(ctx context.Context, req idemkit.SweepRequest) (int, error) {
+func (s *Store) Sweep(ctx context.Context, req idemstore.SweepRequest) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -651,89 +681,89 @@ func (s *Store) Sweep(ctx context.Context, req idemkit.SweepRequest) (int, error
 	return int(n), interpretError("sweep", err)
 }
 
-// Lookup implements idemkit.Store. It is a read, on the read-only pool
+// Lookup implements idemstore.Store. It is a read, on the read-only pool
 // (ReadDB), and never waits for the writer: it sees the last committed
 // state.
-func (s *Store) Lookup(ctx context.Context, req idemkit.LookupRequest) (idemkit.Record, error) {
+func (s *Store) Lookup(ctx context.Context, req idemstore.LookupRequest) (idemstore.Record, error) {
 	st, err := s.prepared(ctx)
 	if err != nil {
-		return idemkit.Record{}, err
+		return idemstore.Record{}, err
 	}
 	return lookup(st.rlookup.QueryRowContext(ctx, req.Key, req.Body), req)
 }
 
-func lookup(row *sql.Row, req idemkit.LookupRequest) (idemkit.Record, error) {
+func lookup(row *sql.Row, req idemstore.LookupRequest) (idemstore.Record, error) {
 	var (
-		rec  idemkit.Record
+		rec  idemstore.Record
 		body []byte
 	)
 	if err := scanRecord(row, &rec, clock(req.Now), &body); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
-			return idemkit.Record{}, idemkit.ErrNotFound
+			return idemstore.Record{}, idemstore.ErrNotFound
 		}
-		return idemkit.Record{}, interpretError("lookup", err)
+		return idemstore.Record{}, interpretError("lookup", err)
 	}
-	if req.Body && rec.State == idemkit.StateCompleted && rec.Storage != idemkit.StorageDropped {
+	if req.Body && rec.State == idemstore.StateCompleted && rec.Storage != idemstore.StorageDropped {
 		rec.Body = nonNil(body)
 	}
 	return rec, nil
 }
 
-// Cancel implements idemkit.Store. One UPDATE decides, under SQLite's write
+// Cancel implements idemstore.Store. One UPDATE decides, under SQLite's write
 // lock, so that of a Cancel and a Finish racing on a record exactly one
 // wins; when it changes nothing, a read of the record says why.
-func (s *Store) Cancel(ctx context.Context, req idemkit.CancelRequest) (idemkit.Record, error) {
+func (s *Store) Cancel(ctx context.Context, req idemstore.CancelRequest) (idemstore.Record, error) {
 	if err := ctx.Err(); err != nil {
-		return idemkit.Record{}, err
+		return idemstore.Record{}, err
 	}
 	st, err := s.prepared(ctx)
 	if err != nil {
-		return idemkit.Record{}, err
+		return idemstore.Record{}, err
 	}
 	if err := s.lock(ctx, endsWork); err != nil {
-		return idemkit.Record{}, err
+		return idemstore.Record{}, err
 	}
 	defer s.unlock()
 	return cancel(ctx, req,
 		func(args ...any) *sql.Row { return st.cancel.QueryRowContext(ctx, args...) },
-		func(lr idemkit.LookupRequest) (idemkit.Record, error) {
+		func(lr idemstore.LookupRequest) (idemstore.Record, error) {
 			return lookup(st.lookup.QueryRowContext(ctx, lr.Key, lr.Body), lr)
 		})
 }
 
 // cancel runs cancelSQL through query and, when it changed nothing, reads
 // the record through look to say why.
-func cancel(ctx context.Context, req idemkit.CancelRequest, query func(args ...any) *sql.Row, look func(idemkit.LookupRequest) (idemkit.Record, error)) (idemkit.Record, error) {
+func cancel(ctx context.Context, req idemstore.CancelRequest, query func(args ...any) *sql.Row, look func(idemstore.LookupRequest) (idemstore.Record, error)) (idemstore.Record, error) {
 	now := clock(req.Now)
 	for try := 0; ; try++ {
-		var rec idemkit.Record
+		var rec idemstore.Record
 		err := scanRecord(query(req.Key, req.Reason, req.Abandoned, now.UnixNano()), &rec, now)
 		if err == nil {
 			return rec, nil
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
-			return idemkit.Record{}, interpretError("cancel", err)
+			return idemstore.Record{}, interpretError("cancel", err)
 		}
 		if err := ctx.Err(); err != nil {
-			return idemkit.Record{}, err
+			return idemstore.Record{}, err
 		}
-		rec, err = look(idemkit.LookupRequest{Key: req.Key, Now: now})
+		rec, err = look(idemstore.LookupRequest{Key: req.Key, Now: now})
 		switch {
 		case err != nil:
-			return idemkit.Record{}, err
-		case rec.State != idemkit.StateInProgress:
-			return rec, idemkit.ErrNotInProgress
+			return idemstore.Record{}, err
+		case rec.State != idemstore.StateInProgress:
+			return rec, idemstore.ErrNotInProgress
 		case req.Abandoned && !rec.Abandoned(), try == 2:
-			return rec, idemkit.ErrInProgress
+			return rec, idemstore.ErrInProgress
 		}
 		// A new attempt claimed the record between the two statements: try
 		// again, on it.
 	}
 }
 
-// List implements idemkit.Store. It is a read, on the read-only pool
+// List implements idemstore.Store. It is a read, on the read-only pool
 // (ReadDB), and never waits for the writer.
-func (s *Store) List(ctx context.Context, req idemkit.ListRequest) ([]idemkit.Record, error) {
+func (s *Store) List(ctx context.Context, req idemstore.ListRequest) ([]idemstore.Record, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
@@ -745,28 +775,28 @@ func (s *Store) List(ctx context.Context, req idemkit.ListRequest) ([]idemkit.Re
 	return list(rows, err, req)
 }
 
-func listArgs(req idemkit.ListRequest) []any {
+func listArgs(req idemstore.ListRequest) []any {
 	state := ""
 	switch req.State {
-	case idemkit.StateInProgress:
+	case idemstore.StateInProgress:
 		state = "in_progress"
-	case idemkit.StateCompleted:
+	case idemstore.StateCompleted:
 		state = "succeeded"
-	case idemkit.StateReleased:
+	case idemstore.StateReleased:
 		state = "failed"
 	}
 	return []any{req.After, req.KeyPrefix, req.Tool, state, int64(req.PageSize())}
 }
 
-func list(rows *sql.Rows, err error, req idemkit.ListRequest) ([]idemkit.Record, error) {
+func list(rows *sql.Rows, err error, req idemstore.ListRequest) ([]idemstore.Record, error) {
 	if err != nil {
 		return nil, interpretError("list", err)
 	}
 	defer rows.Close()
 	now := clock(req.Now)
-	var out []idemkit.Record
+	var out []idemstore.Record
 	for rows.Next() {
-		var rec idemkit.Record
+		var rec idemstore.Record
 		if err := scanRecord(rows, &rec, now); err != nil {
 			return nil, interpretError("list", err)
 		}
@@ -779,26 +809,26 @@ func list(rows *sql.Rows, err error, req idemkit.ListRequest) ([]idemkit.Record,
 }
 
 // scanRecord scans recordColumns, then extra, into rec, whose Now is now.
-func scanRecord(row interface{ Scan(...any) error }, rec *idemkit.Record, now time.Time, extra ...any) error {
+func scanRecord(row interface{ Scan(...any) error }, rec *idemstore.Record, now time.Time, extra ...any) error {
 	var (
 		state                                              string
 		attempt, started, lease, expires, storage, updated int64
 	)
 	dest := append([]any{&rec.Key, &rec.Tool, &rec.Fingerprint, &state, &attempt, &started, &lease, &expires,
-		&storage, &rec.Size, &rec.WriteID, &rec.IsError, &rec.Error, &rec.Note, &rec.Cancelled, &updated}, extra...)
+		&storage, &rec.Size, &rec.WriteID, &rec.IsError, &rec.Error, &rec.Note, &rec.Cancelled, &updated, &rec.Checksum, &rec.Generation}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return err
 	}
 	switch state {
 	case "succeeded":
-		rec.State = idemkit.StateCompleted
-		rec.Storage = idemkit.Storage(storage)
+		rec.State = idemstore.StateCompleted
+		rec.Storage = storageKind(int64(storage))
 	case "failed":
-		rec.State = idemkit.StateReleased
+		rec.State = idemstore.StateReleased
 	default:
-		rec.State = idemkit.StateInProgress
+		rec.State = idemstore.StateInProgress
 	}
-	if rec.State != idemkit.StateCompleted {
+	if rec.State != idemstore.StateCompleted {
 		rec.Size, rec.WriteID, rec.IsError = 0, "", false
 	}
 	rec.Attempt = int(attempt)

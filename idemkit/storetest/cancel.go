@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 )
 
 // Cancel releases the attempt in progress, whichever token holds it, marks
@@ -18,9 +19,9 @@ func (s *suite) cancelReleasesAndFences(t *testing.T) {
 	clock := NewClock()
 	c := ctx(t)
 	k := hexKey(100)
-	claim := func(tok int64) idemkit.ClaimResult {
+	claim := func(tok int64) idemstore.ClaimResult {
 		t.Helper()
-		cr, err := store.Claim(c, idemkit.ClaimRequest{Key: k, Tool: "refund", Fingerprint: "fp", Token: tok, Lease: time.Minute, Window: 10 * time.Minute, Now: clock.Now()})
+		cr, err := store.Claim(c, idemstore.ClaimRequest{Key: k, Tool: "refund", Fingerprint: "fp", Token: tok, Lease: time.Minute, Window: 10 * time.Minute, Now: clock.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -28,79 +29,79 @@ func (s *suite) cancelReleasesAndFences(t *testing.T) {
 	}
 	t0 := clock.Now()
 	claim(1)
-	if rec := mustLookup(t, store, idemkit.LookupRequest{Key: k, Now: clock.Now()}); !sameTime(rec.Updated, t0) || rec.Cancelled {
+	if rec := mustLookup(t, store, idemstore.LookupRequest{Key: k, Now: clock.Now()}); !sameTime(rec.Updated, t0) || rec.Cancelled {
 		t.Fatalf("fresh claim: updated %v cancelled %v, want %v and false", rec.Updated, rec.Cancelled, t0)
 	}
 	clock.Advance(5 * time.Second)
-	if err := store.Extend(c, idemkit.ExtendRequest{Key: k, Token: 1, Lease: time.Minute, Note: "halfway", Now: clock.Now()}); err != nil {
+	if err := store.Extend(c, idemstore.ExtendRequest{Key: k, Token: 1, Lease: time.Minute, Note: "halfway", Now: clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	if rec := mustLookup(t, store, idemkit.LookupRequest{Key: k, Now: clock.Now()}); !sameTime(rec.Updated, clock.Now()) {
+	if rec := mustLookup(t, store, idemstore.LookupRequest{Key: k, Now: clock.Now()}); !sameTime(rec.Updated, clock.Now()) {
 		t.Fatalf("after a heartbeat: updated %v, want %v", rec.Updated, clock.Now())
 	}
 
 	clock.Advance(5 * time.Second)
-	rec, err := store.Cancel(c, idemkit.CancelRequest{Key: k, Reason: "cancelled by request", Now: clock.Now()})
+	rec, err := store.Cancel(c, idemstore.CancelRequest{Key: k, Reason: "cancelled by request", Now: clock.Now()})
 	if err != nil {
 		t.Fatalf("Cancel of a live attempt: %v", err)
 	}
-	if rec.Key != k || rec.State != idemkit.StateReleased || !rec.Cancelled || rec.Error != "cancelled by request" ||
+	if rec.Key != k || rec.State != idemstore.StateReleased || !rec.Cancelled || rec.Error != "cancelled by request" ||
 		rec.Attempt != 1 || !sameTime(rec.Updated, clock.Now()) || rec.Note != "halfway" {
 		t.Fatalf("Cancel returned %+v, want the released, cancelled record with the reason", rec)
 	}
-	if got := mustLookup(t, store, idemkit.LookupRequest{Key: k, Now: clock.Now()}); got.State != idemkit.StateReleased || !got.Cancelled || got.Error != "cancelled by request" {
+	if got := mustLookup(t, store, idemstore.LookupRequest{Key: k, Now: clock.Now()}); got.State != idemstore.StateReleased || !got.Cancelled || got.Error != "cancelled by request" {
 		t.Fatalf("Lookup after Cancel: %+v", got)
 	}
 	// The cancelled attempt is fenced out: its heartbeat and both finishes fail.
-	if err := store.Extend(c, idemkit.ExtendRequest{Key: k, Token: 1, Lease: time.Minute, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
+	if err := store.Extend(c, idemstore.ExtendRequest{Key: k, Token: 1, Lease: time.Minute, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
 		t.Fatalf("heartbeat of the cancelled attempt: %v, want ErrLeaseLost", err)
 	}
-	if err := store.Finish(c, idemkit.FinishRequest{Key: k, Token: 1, Succeeded: true, Response: idemkit.Response{Body: []byte("late")}, Size: 4, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
+	if err := store.Finish(c, idemstore.FinishRequest{Key: k, Token: 1, Succeeded: true, Response: idemkit.Response{Body: []byte("late")}, Size: 4, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
 		t.Fatalf("finish of the cancelled attempt: %v, want ErrLeaseLost", err)
 	}
-	if err := store.Finish(c, idemkit.FinishRequest{Key: k, Token: 1, Error: "late failure", Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
+	if err := store.Finish(c, idemstore.FinishRequest{Key: k, Token: 1, Error: "late failure", Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
 		t.Fatalf("release of the cancelled attempt: %v, want ErrLeaseLost", err)
 	}
-	if got := mustLookup(t, store, idemkit.LookupRequest{Key: k, Body: true, Now: clock.Now()}); got.State != idemkit.StateReleased || got.Body != nil || got.Error != "cancelled by request" {
+	if got := mustLookup(t, store, idemstore.LookupRequest{Key: k, Body: true, Now: clock.Now()}); got.State != idemstore.StateReleased || got.Body != nil || got.Error != "cancelled by request" {
 		t.Fatalf("the fenced finishes changed the record: %+v", got)
 	}
 	// A second cancel finds nothing in progress.
-	if got, err := store.Cancel(c, idemkit.CancelRequest{Key: k, Reason: "again", Now: clock.Now()}); !errors.Is(err, idemkit.ErrNotInProgress) ||
+	if got, err := store.Cancel(c, idemstore.CancelRequest{Key: k, Reason: "again", Now: clock.Now()}); !errors.Is(err, idemkit.ErrNotInProgress) ||
 		got.Error != "cancelled by request" || !got.Cancelled {
 		t.Fatalf("second Cancel: %+v, %v; want the record unchanged and ErrNotInProgress", got, err)
 	}
 
 	// The next claim takes the cancelled record over, as after a failure.
 	clock.Advance(time.Second)
-	if cr := claim(2); cr.Status != idemkit.ClaimTakenOver || cr.Attempt != 2 {
+	if cr := claim(2); cr.Status != idemstore.ClaimTakenOver || cr.Attempt != 2 {
 		t.Fatalf("claim after Cancel: %s attempt %d, want a takeover, attempt 2", cr.Status, cr.Attempt)
 	}
-	if got := mustLookup(t, store, idemkit.LookupRequest{Key: k, Now: clock.Now()}); got.Cancelled || got.Error != "" || got.Note != "" || !sameTime(got.Updated, clock.Now()) {
+	if got := mustLookup(t, store, idemstore.LookupRequest{Key: k, Now: clock.Now()}); got.Cancelled || got.Error != "" || got.Note != "" || !sameTime(got.Updated, clock.Now()) {
 		t.Fatalf("after the takeover: %+v, want the mark, the reason and the note cleared", got)
 	}
 	clock.Advance(time.Second)
-	if err := store.Finish(c, idemkit.FinishRequest{Key: k, Token: 2, Succeeded: true, Response: idemkit.Response{Body: []byte("ok")}, Size: 2, Now: clock.Now()}); err != nil {
+	if err := store.Finish(c, idemstore.FinishRequest{Key: k, Token: 2, Succeeded: true, Response: idemkit.Response{Body: []byte("ok")}, Size: 2, Now: clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	if got := mustLookup(t, store, idemkit.LookupRequest{Key: k, Now: clock.Now()}); got.State != idemkit.StateCompleted || !sameTime(got.Updated, clock.Now()) {
+	if got := mustLookup(t, store, idemstore.LookupRequest{Key: k, Now: clock.Now()}); got.State != idemstore.StateCompleted || !sameTime(got.Updated, clock.Now()) {
 		t.Fatalf("after the finish: %+v, want completed, updated now", got)
 	}
 	// A completed record cannot be cancelled.
-	if got, err := store.Cancel(c, idemkit.CancelRequest{Key: k, Reason: "too late", Now: clock.Now()}); !errors.Is(err, idemkit.ErrNotInProgress) || got.State != idemkit.StateCompleted {
+	if got, err := store.Cancel(c, idemstore.CancelRequest{Key: k, Reason: "too late", Now: clock.Now()}); !errors.Is(err, idemkit.ErrNotInProgress) || got.State != idemstore.StateCompleted {
 		t.Fatalf("Cancel of a completed record: %+v, %v; want it unchanged and ErrNotInProgress", got, err)
 	}
-	if _, err := store.Cancel(c, idemkit.CancelRequest{Key: hexKey(101), Reason: "x", Now: clock.Now()}); !errors.Is(err, idemkit.ErrNotFound) {
+	if _, err := store.Cancel(c, idemstore.CancelRequest{Key: hexKey(101), Reason: "x", Now: clock.Now()}); !errors.Is(err, idemkit.ErrNotFound) {
 		t.Fatalf("Cancel of a missing record: %v, want ErrNotFound", err)
 	}
 	// A released (failed) record cannot be cancelled either.
 	k2 := hexKey(102)
-	if _, err := store.Claim(c, idemkit.ClaimRequest{Key: k2, Tool: "refund", Token: 7, Lease: time.Minute, Window: time.Hour, Now: clock.Now()}); err != nil {
+	if _, err := store.Claim(c, idemstore.ClaimRequest{Key: k2, Tool: "refund", Token: 7, Lease: time.Minute, Window: time.Hour, Now: clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Finish(c, idemkit.FinishRequest{Key: k2, Token: 7, Error: "declined", Now: clock.Now()}); err != nil {
+	if err := store.Finish(c, idemstore.FinishRequest{Key: k2, Token: 7, Error: "declined", Now: clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := store.Cancel(c, idemkit.CancelRequest{Key: k2, Reason: "x", Now: clock.Now()}); !errors.Is(err, idemkit.ErrNotInProgress) || got.Cancelled || got.Error != "declined" {
+	if got, err := store.Cancel(c, idemstore.CancelRequest{Key: k2, Reason: "x", Now: clock.Now()}); !errors.Is(err, idemkit.ErrNotInProgress) || got.Cancelled || got.Error != "declined" {
 		t.Fatalf("Cancel of a released record: %+v, %v", got, err)
 	}
 }
@@ -112,39 +113,39 @@ func (s *suite) cancelAbandoned(t *testing.T) {
 	clock := NewClock()
 	c := ctx(t)
 	k := hexKey(110)
-	if _, err := store.Claim(c, idemkit.ClaimRequest{Key: k, Tool: "export", Token: 1, Lease: time.Minute, Window: time.Hour, Now: clock.Now()}); err != nil {
+	if _, err := store.Claim(c, idemstore.ClaimRequest{Key: k, Tool: "export", Token: 1, Lease: time.Minute, Window: time.Hour, Now: clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(30 * time.Second)
-	rec, err := store.Cancel(c, idemkit.CancelRequest{Key: k, Reason: "worker lost", Abandoned: true, Now: clock.Now()})
-	if !errors.Is(err, idemkit.ErrInProgress) || rec.State != idemkit.StateInProgress || rec.Cancelled {
+	rec, err := store.Cancel(c, idemstore.CancelRequest{Key: k, Reason: "worker lost", Abandoned: true, Now: clock.Now()})
+	if !errors.Is(err, idemkit.ErrInProgress) || rec.State != idemstore.StateInProgress || rec.Cancelled {
 		t.Fatalf("Abandoned Cancel of a live attempt: %+v, %v; want it unchanged and ErrInProgress", rec, err)
 	}
 	// It changed nothing: the attempt still heartbeats.
-	if err := store.Extend(c, idemkit.ExtendRequest{Key: k, Token: 1, Lease: time.Minute, Now: clock.Now()}); err != nil {
+	if err := store.Extend(c, idemstore.ExtendRequest{Key: k, Token: 1, Lease: time.Minute, Now: clock.Now()}); err != nil {
 		t.Fatalf("heartbeat after a refused Abandoned Cancel: %v", err)
 	}
 	clock.Advance(time.Minute) // the lease runs out exactly now
-	rec, err = store.Cancel(c, idemkit.CancelRequest{Key: k, Reason: "worker lost", Abandoned: true, Now: clock.Now()})
-	if err != nil || rec.State != idemkit.StateReleased || !rec.Cancelled || rec.Error != "worker lost" {
+	rec, err = store.Cancel(c, idemstore.CancelRequest{Key: k, Reason: "worker lost", Abandoned: true, Now: clock.Now()})
+	if err != nil || rec.State != idemstore.StateReleased || !rec.Cancelled || rec.Error != "worker lost" {
 		t.Fatalf("Abandoned Cancel of a lapsed attempt: %+v, %v; want it released", rec, err)
 	}
 	// The slow worker cannot revive it.
-	if err := store.Extend(c, idemkit.ExtendRequest{Key: k, Token: 1, Lease: time.Minute, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
+	if err := store.Extend(c, idemstore.ExtendRequest{Key: k, Token: 1, Lease: time.Minute, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
 		t.Fatalf("heartbeat of the abandoned attempt after it was settled: %v, want ErrLeaseLost", err)
 	}
-	if err := store.Finish(c, idemkit.FinishRequest{Key: k, Token: 1, Succeeded: true, Response: idemkit.Response{Body: []byte("late")}, Size: 4, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
+	if err := store.Finish(c, idemstore.FinishRequest{Key: k, Token: 1, Succeeded: true, Response: idemkit.Response{Body: []byte("late")}, Size: 4, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
 		t.Fatalf("finish of the abandoned attempt after it was settled: %v, want ErrLeaseLost", err)
 	}
 	// The reason is kept byte for byte.
 	k2 := hexKey(111)
-	if _, err := store.Claim(c, idemkit.ClaimRequest{Key: k2, Tool: "export", Token: 2, Lease: time.Minute, Window: time.Hour, Now: clock.Now()}); err != nil {
+	if _, err := store.Claim(c, idemstore.ClaimRequest{Key: k2, Tool: "export", Token: 2, Lease: time.Minute, Window: time.Hour, Now: clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	if rec, err := store.Cancel(c, idemkit.CancelRequest{Key: k2, Reason: hostile, Now: clock.Now()}); err != nil || rec.Error != hostile {
+	if rec, err := store.Cancel(c, idemstore.CancelRequest{Key: k2, Reason: hostile, Now: clock.Now()}); err != nil || rec.Error != hostile {
 		t.Fatalf("hostile reason: %q, %v", rec.Error, err)
 	}
-	if rec := mustLookup(t, store, idemkit.LookupRequest{Key: k2, Now: clock.Now()}); rec.Error != hostile {
+	if rec := mustLookup(t, store, idemstore.LookupRequest{Key: k2, Now: clock.Now()}); rec.Error != hostile {
 		t.Fatalf("hostile reason after Lookup: %q", rec.Error)
 	}
 }
@@ -155,32 +156,32 @@ func (s *suite) cancelRacesFinish(t *testing.T) {
 	c := ctx(t)
 	for i := range 40 {
 		k := hexKey(200 + i)
-		if _, err := store.Claim(c, idemkit.ClaimRequest{Key: k, Tool: "refund", Token: 5, Lease: time.Minute, Window: time.Hour}); err != nil {
+		if _, err := store.Claim(c, idemstore.ClaimRequest{Key: k, Tool: "refund", Token: 5, Lease: time.Minute, Window: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 		var (
 			wg              sync.WaitGroup
 			finErr, canErr  error
-			cancelledRecord idemkit.Record
+			cancelledRecord idemstore.Record
 		)
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			finErr = store.Finish(c, idemkit.FinishRequest{Key: k, Token: 5, Succeeded: true, Response: idemkit.Response{Body: []byte("done")}, Size: 4})
+			finErr = store.Finish(c, idemstore.FinishRequest{Key: k, Token: 5, Succeeded: true, Response: idemkit.Response{Body: []byte("done")}, Size: 4})
 		}()
 		go func() {
 			defer wg.Done()
-			cancelledRecord, canErr = store.Cancel(c, idemkit.CancelRequest{Key: k, Reason: "stop"})
+			cancelledRecord, canErr = store.Cancel(c, idemstore.CancelRequest{Key: k, Reason: "stop"})
 		}()
 		wg.Wait()
-		rec := mustLookup(t, store, idemkit.LookupRequest{Key: k, Body: true})
+		rec := mustLookup(t, store, idemstore.LookupRequest{Key: k, Body: true})
 		switch {
 		case finErr == nil && errors.Is(canErr, idemkit.ErrNotInProgress):
-			if rec.State != idemkit.StateCompleted || string(rec.Body) != "done" || rec.Cancelled {
+			if rec.State != idemstore.StateCompleted || string(rec.Body) != "done" || rec.Cancelled {
 				t.Fatalf("race %d: the finish won, but the record is %+v", i, rec)
 			}
 		case canErr == nil && errors.Is(finErr, idemkit.ErrLeaseLost):
-			if rec.State != idemkit.StateReleased || !rec.Cancelled || rec.Body != nil || !cancelledRecord.Cancelled {
+			if rec.State != idemstore.StateReleased || !rec.Cancelled || rec.Body != nil || !cancelledRecord.Cancelled {
 				t.Fatalf("race %d: the cancel won, but the record is %+v", i, rec)
 			}
 		default:
@@ -213,7 +214,7 @@ func (s *suite) guardCancel(t *testing.T) {
 	}()
 	<-started
 	rec, err := g.Cancel(ctx(t), k, "the user cancelled the export")
-	if err != nil || !rec.Cancelled || rec.State != idemkit.StateReleased {
+	if err != nil || !rec.Cancelled || rec.State != idemstore.StateReleased {
 		t.Fatalf("Guard.Cancel: %+v, %v", rec, err)
 	}
 	close(stop)

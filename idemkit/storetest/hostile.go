@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
+	"github.com/idemkit-mcp/idemkit/internal/clip"
 )
 
 // hostile holds bytes a text column of PostgreSQL refuses (NUL, invalid
@@ -41,7 +43,7 @@ func (s *suite) hostileValues(t *testing.T) {
 		t.Fatalf("first call's write ID %q", first.WriteID)
 	}
 	rep := mustDo(t, g, k, mustNotRun(t))
-	if !rep.Replayed() || rep.WriteID != hostile || string(rep.Body) != "ok" {
+	if rep.Outcome != idemkit.OutcomeReplayed || rep.WriteID != hostile || string(rep.Body) != "ok" {
 		t.Fatalf("replay: outcome %s write ID %q, want replayed with %q", rep.Outcome, rep.WriteID, hostile)
 	}
 	if rec, err := g.Lookup(ctx(t), k); err != nil || rec.WriteID != hostile {
@@ -58,7 +60,7 @@ func (s *suite) hostileValues(t *testing.T) {
 	}); !errors.Is(err, boom) || errors.Is(err, idemkit.ErrStore) {
 		t.Fatalf("failing work: err = %v, want only the work's error (the release must succeed)", err)
 	}
-	if rec, err := g.Lookup(ctx(t), kf); err != nil || rec.State != idemkit.StateReleased || rec.Error != hostile {
+	if rec, err := g.Lookup(ctx(t), kf); err != nil || rec.State != idemstore.StateReleased || rec.Error != hostile {
 		t.Fatalf("released record: state %s error %q, %v; want released with %q", rec.State, rec.Error, err, hostile)
 	}
 	res := mustDo(t, g, kf, runs.work("second try"))
@@ -68,17 +70,17 @@ func (s *suite) hostileValues(t *testing.T) {
 
 	// An error text cut at the limit keeps its bytes up to the cut.
 	kl := key(t, "s", "refund", `{"order":"o-h3"}`)
-	long := strings.Repeat(hostile, idemkit.MaxErrorBytes)
+	long := strings.Repeat(hostile, idemstore.MaxErrorBytes)
 	_, _ = g.Do(ctx(t), kl, func(context.Context) (idemkit.Response, error) { return idemkit.Response{}, errors.New(long) })
 	rec, err := g.Lookup(ctx(t), kl)
-	if want := idemkit.TruncateText(long, idemkit.MaxErrorBytes); err != nil || rec.Error != want || len(want) > idemkit.MaxErrorBytes || len(want) < idemkit.MaxErrorBytes-3 {
+	if want := clip.Text(long, idemstore.MaxErrorBytes); err != nil || rec.Error != want || len(want) > idemstore.MaxErrorBytes || len(want) < idemstore.MaxErrorBytes-3 {
 		t.Fatalf("long error text: stored %d bytes (%v), want %d", len(rec.Error), err, len(want))
 	}
 
 	// A subject with such bytes is hashed into the key and works.
 	ks := key(t, hostile, "refund", `{"order":"o-h4"}`)
 	mustDo(t, g, ks, runs.work("subject"))
-	if rep := mustDo(t, g, ks, mustNotRun(t)); !rep.Replayed() {
+	if rep := mustDo(t, g, ks, mustNotRun(t)); rep.Outcome != idemkit.OutcomeReplayed {
 		t.Fatalf("replay for a hostile subject: %s", rep.Outcome)
 	}
 
@@ -106,13 +108,13 @@ func (s *suite) exactNumbers(t *testing.T) {
 	} {
 		a := mustDo(t, g, key(t, "s", "refund", `{"order":`+pair[0]+`}`), c.work("refund of "+pair[0]))
 		b := mustDo(t, g, key(t, "s", "refund", `{"order":`+pair[1]+`}`), c.work("refund of "+pair[1]))
-		if a.Replayed() || b.Replayed() || string(b.Body) != "refund of "+pair[1] {
-			t.Fatalf("orders %s and %s: the second got %q (replayed %v), want its own refund", pair[0], pair[1], b.Body, b.Replayed())
+		if (a.Outcome == idemkit.OutcomeReplayed) || (b.Outcome == idemkit.OutcomeReplayed) || string(b.Body) != "refund of "+pair[1] {
+			t.Fatalf("orders %s and %s: the second got %q (replayed %v), want its own refund", pair[0], pair[1], b.Body, (b.Outcome == idemkit.OutcomeReplayed))
 		}
 	}
 	mustDo(t, g, key(t, "s", "refund", `{"order":100}`), c.work("refund of 100"))
 	for _, spelling := range []string{`{"order":1e2}`, `{"order":100.0}`, `{ "order" : 1000e-1 }`} {
-		if r := mustDo(t, g, key(t, "s", "refund", spelling), mustNotRun(t)); !r.Replayed() || string(r.Body) != "refund of 100" {
+		if r := mustDo(t, g, key(t, "s", "refund", spelling), mustNotRun(t)); r.Outcome != idemkit.OutcomeReplayed || string(r.Body) != "refund of 100" {
 			t.Fatalf("%s: %+v, want the replay of order 100", spelling, r)
 		}
 	}

@@ -1,9 +1,9 @@
-// Package storetest is the conformance suite every idemkit.Store must pass.
+// Package storetest is the conformance suite every idemstore.Store must pass.
 // A store package runs it from a test:
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Run(t, storetest.Config{
-//			NewStore: func(t *testing.T) idemkit.Store { return newTestStore(t) },
+//			NewStore: func(t *testing.T) idemstore.Store { return newTestStore(t) },
 //		})
 //	}
 //
@@ -26,19 +26,28 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 )
 
 // Config configures Run.
 type Config struct {
 	// NewStore returns an empty store for one subtest. Required. It should
 	// register its own cleanup with t.Cleanup.
-	NewStore func(t *testing.T) idemkit.Store
+	NewStore func(t *testing.T) idemstore.Store
 
 	// StormGoroutines is how many goroutines the concurrency storm runs.
 	// Defaults to 64.
 	StormGoroutines int
 	// StormKeys is how many distinct keys the storm claims. Defaults to 500.
 	StormKeys int
+
+	// Damage, when set, damages the record of key in store (made by
+	// NewStore) as d says, with the store's raw access (SQL), so that the
+	// suite can check that damaged records are refused, never replayed
+	// wrong and never run again (see idemkit.ErrRecordDamaged). It fails t
+	// when it cannot. Stores whose records live only in the process leave
+	// it nil, and those subtests are skipped. Defaults to nil.
+	Damage func(t *testing.T, store idemstore.Store, key string, d Damage)
 }
 
 // Run runs the whole conformance suite against the stores cfg.NewStore makes.
@@ -72,6 +81,7 @@ func Run(t *testing.T, cfg Config) {
 		{"Guard_WindowExpiryRunsAgain", s.windowExpiry},
 		{"Guard_LargeResponseStoredApart", s.largeResponse},
 		{"Guard_OversizedResponseNotKeptNorRerun", s.oversizedResponse},
+		{"Guard_RefusesDamagedRecords", s.damagedRecords},
 		{"Guard_CancelledContextRunsNothing", s.cancelled},
 		{"Store_ClaimStatuses", s.claimStatuses},
 		{"Store_FinishAndExtendAreFenced", s.storeFencing},
@@ -89,6 +99,10 @@ func Run(t *testing.T, cfg Config) {
 		{"Store_HostileValuesRoundTrip", s.hostileValues},
 		{"Guard_NumbersKeyedByExactValue", s.exactNumbers},
 		{"Store_HugeDurationsDoNotOverflow", s.hugeDurations},
+		{"Store_GenerationBelongsToTheRecord", s.generationBelongsToTheRecord},
+		{"Guard_DownstreamKeyPerRecord", s.downstreamKeyPerRecord},
+		{"Guard_DownstreamKeyUnderContention", s.downstreamKeyUnderContention},
+		{"Guard_MaxAttemptsStopsAPoisonCall", s.maxAttempts},
 		{"Guard_ConcurrencyStorm", s.storm},
 		{"Guard_ConcurrencyStormWithWait", s.stormWait},
 	}
@@ -126,7 +140,7 @@ func (c *Clock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-func (s *suite) guard(t *testing.T, store idemkit.Store, cfg *idemkit.Config) *idemkit.Guard {
+func (s *suite) guard(t *testing.T, store idemstore.Store, cfg *idemkit.Config) *idemkit.Guard {
 	t.Helper()
 	g, err := idemkit.NewGuard(store, cfg)
 	if err != nil {
@@ -198,7 +212,7 @@ func (s *suite) replaysByteForByte(t *testing.T) {
 		return idemkit.Response{Body: bytes.Clone(body), WriteID: "re_1"}, nil
 	}
 	first := mustDo(t, g, k, w)
-	if first.Outcome != idemkit.OutcomeExecuted || first.Attempt != 1 || first.Replayed() {
+	if first.Outcome != idemkit.OutcomeExecuted || first.Attempt != 1 || (first.Outcome == idemkit.OutcomeReplayed) {
 		t.Fatalf("first call: outcome %q attempt %d, want executed attempt 1", first.Outcome, first.Attempt)
 	}
 	// Same arguments in another spelling: same key.
@@ -208,7 +222,7 @@ func (s *suite) replaysByteForByte(t *testing.T) {
 	}
 	for i := range 3 {
 		res := mustDo(t, g, k2, w)
-		if res.Outcome != idemkit.OutcomeReplayed || !res.Replayed() {
+		if res.Outcome != idemkit.OutcomeReplayed {
 			t.Fatalf("duplicate %d: outcome %q, want replayed", i, res.Outcome)
 		}
 		if !bytes.Equal(res.Body, body) {
@@ -233,7 +247,7 @@ func (s *suite) replaysWriteID(t *testing.T) {
 	}
 	mustDo(t, g, k, w)
 	res := mustDo(t, g, k, w)
-	if !res.Replayed() || !res.IsError || res.WriteID != "ch_9" || string(res.Body) != `{"declined":true}` {
+	if res.Outcome != idemkit.OutcomeReplayed || !res.IsError || res.WriteID != "ch_9" || string(res.Body) != `{"declined":true}` {
 		t.Fatalf("replay = %+v, want the stored tool error with write ID ch_9", res)
 	}
 	if c.n.Load() != 1 {
@@ -247,7 +261,7 @@ func (s *suite) subjectsIsolated(t *testing.T) {
 	args := `{"order":"o-1"}`
 	ra := mustDo(t, g, key(t, "alice", "refund", args), c.work("alice's refund"))
 	rb := mustDo(t, g, key(t, "bob", "refund", args), c.work("bob's refund"))
-	if ra.Replayed() || rb.Replayed() {
+	if (ra.Outcome == idemkit.OutcomeReplayed) || (rb.Outcome == idemkit.OutcomeReplayed) {
 		t.Fatalf("a different subject was answered from another subject's record")
 	}
 	if string(rb.Body) != "bob's refund" {
@@ -257,11 +271,11 @@ func (s *suite) subjectsIsolated(t *testing.T) {
 	ka, _ := idemkit.NewKey("alice", "refund", []byte(`{"idempotency_key":"k-1"}`), nil)
 	kb, _ := idemkit.NewKey("bob", "refund", []byte(`{"idempotency_key":"k-1"}`), nil)
 	mustDo(t, g, ka, c.work("alice explicit"))
-	if res := mustDo(t, g, kb, c.work("bob explicit")); res.Replayed() || string(res.Body) != "bob explicit" {
-		t.Fatalf("bob's explicit key returned %q (replayed=%v)", res.Body, res.Replayed())
+	if res := mustDo(t, g, kb, c.work("bob explicit")); (res.Outcome == idemkit.OutcomeReplayed) || string(res.Body) != "bob explicit" {
+		t.Fatalf("bob's explicit key returned %q (replayed=%v)", res.Body, (res.Outcome == idemkit.OutcomeReplayed))
 	}
 	// Same subject, different tool: separate.
-	if res := mustDo(t, g, key(t, "alice", "cancel", args), c.work("cancel")); res.Replayed() {
+	if res := mustDo(t, g, key(t, "alice", "cancel", args), c.work("cancel")); res.Outcome == idemkit.OutcomeReplayed {
 		t.Fatalf("a different tool was answered from another tool's record")
 	}
 	if c.n.Load() != 5 {
@@ -352,7 +366,7 @@ func (s *suite) waitMode(t *testing.T) {
 		t.Fatalf("waiting duplicate: %v", err)
 	}
 	<-first
-	if !got.Replayed() || string(got.Body) != "first body" {
+	if got.Outcome != idemkit.OutcomeReplayed || string(got.Body) != "first body" {
 		t.Fatalf("waiting duplicate got %q (outcome %s), want the first call's body replayed", got.Body, got.Outcome)
 	}
 	if runs.Load() != 1 {
@@ -395,7 +409,7 @@ func (s *suite) takeoverAfterError(t *testing.T) {
 	if res.Outcome != idemkit.OutcomeTakeover || res.Attempt != 2 || string(res.Body) != "refunded" {
 		t.Fatalf("retry after failure: %+v, want takeover attempt 2", res)
 	}
-	if rep := mustDo(t, g, k, mustNotRun(t)); !rep.Replayed() || rep.Attempt != 2 || string(rep.Body) != "refunded" {
+	if rep := mustDo(t, g, k, mustNotRun(t)); rep.Outcome != idemkit.OutcomeReplayed || rep.Attempt != 2 || string(rep.Body) != "refunded" {
 		t.Fatalf("duplicate after takeover: %+v, want replay of attempt 2", rep)
 	}
 	if runs.Load() != 2 {
@@ -421,7 +435,7 @@ func (s *suite) toolErrorPolicy(t *testing.T) {
 	// StoreToolErrors for "charge": replayed.
 	k2 := key(t, "s", "charge", `{}`)
 	mustDo(t, g, k2, toolErr)
-	if r := mustDo(t, g, k2, toolErr); !r.Replayed() || !r.IsError {
+	if r := mustDo(t, g, k2, toolErr); r.Outcome != idemkit.OutcomeReplayed || !r.IsError {
 		t.Fatalf("retry after tool error under StoreToolErrors: %+v, want replayed tool error", r)
 	}
 	if runs.Load() != 3 {
@@ -505,7 +519,7 @@ func (s *suite) heartbeat(t *testing.T) {
 	if res.Outcome != idemkit.OutcomeExecuted {
 		t.Fatalf("outcome %s", res.Outcome)
 	}
-	if rep := mustDo(t, g, k, mustNotRun(t)); !rep.Replayed() {
+	if rep := mustDo(t, g, k, mustNotRun(t)); rep.Outcome != idemkit.OutcomeReplayed {
 		t.Fatalf("after finishing: %s, want replayed", rep.Outcome)
 	}
 	var nilCall *idemkit.Call
@@ -577,8 +591,8 @@ func (s *suite) mismatch(t *testing.T) {
 		t.Fatalf("reuse with different arguments: err = %v, want *MismatchError", err)
 	}
 	// The mismatch changed nothing: the original still replays.
-	if rep := mustDo(t, g, k1, c.work("again")); !rep.Replayed() || string(rep.Body) != "five" {
-		t.Fatalf("original after mismatch: %q replayed=%v", rep.Body, rep.Replayed())
+	if rep := mustDo(t, g, k1, c.work("again")); rep.Outcome != idemkit.OutcomeReplayed || string(rep.Body) != "five" {
+		t.Fatalf("original after mismatch: %q replayed=%v", rep.Body, (rep.Outcome == idemkit.OutcomeReplayed))
 	}
 	if c.n.Load() != 1 {
 		t.Fatalf("work ran %d times, want 1", c.n.Load())
@@ -591,7 +605,7 @@ func (s *suite) windowExpiry(t *testing.T) {
 	var c counter
 	mustDo(t, g, k, c.work("sent"))
 	clock.Advance(9*time.Minute + 59*time.Second)
-	if r := mustDo(t, g, k, c.work("sent")); !r.Replayed() {
+	if r := mustDo(t, g, k, c.work("sent")); r.Outcome != idemkit.OutcomeReplayed {
 		t.Fatalf("inside the window: %s, want replayed", r.Outcome)
 	}
 	clock.Advance(2 * time.Second)
@@ -625,24 +639,24 @@ func (s *suite) largeResponse(t *testing.T) {
 		return idemkit.Response{Body: bytes.Clone(body), WriteID: "rep-1"}, nil
 	})
 	// The claim path does not carry the body.
-	cr, err := store.Claim(ctx(t), idemkit.ClaimRequest{Key: k.ID(), Tool: "report", Fingerprint: k.Fingerprint(), Token: 77, Lease: time.Minute, Window: time.Hour, Now: clock.Now()})
+	cr, err := store.Claim(ctx(t), idemstore.ClaimRequest{Key: k.ID(), Tool: "report", Fingerprint: k.Fingerprint(), Token: 77, Lease: time.Minute, Window: time.Hour, Now: clock.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cr.Status != idemkit.ClaimCompleted || cr.Storage != idemkit.StorageExternal || cr.Response.Body != nil || cr.Size != int64(len(body)) {
+	if cr.Status != idemstore.ClaimCompleted || cr.Storage != idemstore.StorageExternal || cr.Response.Body != nil || cr.Size != int64(len(body)) {
 		t.Fatalf("claim of a large record: status %s storage %d body %d bytes size %d; want completed, external, no body, size %d",
 			cr.Status, cr.Storage, len(cr.Response.Body), cr.Size, len(body))
 	}
 	rep := mustDo(t, g, k, mustNotRun(t))
-	if !rep.Replayed() || !bytes.Equal(rep.Body, body) || rep.WriteID != "rep-1" {
-		t.Fatalf("replay of a %d-byte body: replayed=%v equal=%v writeID=%q", len(body), rep.Replayed(), bytes.Equal(rep.Body, body), rep.WriteID)
+	if rep.Outcome != idemkit.OutcomeReplayed || !bytes.Equal(rep.Body, body) || rep.WriteID != "rep-1" {
+		t.Fatalf("replay of a %d-byte body: replayed=%v equal=%v writeID=%q", len(body), (rep.Outcome == idemkit.OutcomeReplayed), bytes.Equal(rep.Body, body), rep.WriteID)
 	}
 	// Exactly at the inline limit stays inline.
 	k2 := key(t, "s", "report", `{"month":"2030-02"}`)
 	inline := bytes.Repeat([]byte("a"), idemkit.DefaultMaxInlineResponse)
 	mustDo(t, g, k2, func(context.Context) (idemkit.Response, error) { return idemkit.Response{Body: inline}, nil })
-	cr, err = store.Claim(ctx(t), idemkit.ClaimRequest{Key: k2.ID(), Tool: "report", Fingerprint: k2.Fingerprint(), Token: 78, Lease: time.Minute, Window: time.Hour, Now: clock.Now()})
-	if err != nil || cr.Storage != idemkit.StorageInline || !bytes.Equal(cr.Response.Body, inline) {
+	cr, err = store.Claim(ctx(t), idemstore.ClaimRequest{Key: k2.ID(), Tool: "report", Fingerprint: k2.Fingerprint(), Token: 78, Lease: time.Minute, Window: time.Hour, Now: clock.Now()})
+	if err != nil || cr.Storage != idemstore.StorageInline || !bytes.Equal(cr.Response.Body, inline) {
 		t.Fatalf("claim of a body at the inline limit: err %v storage %d len %d", err, cr.Storage, len(cr.Response.Body))
 	}
 }
@@ -690,35 +704,35 @@ func (s *suite) claimStatuses(t *testing.T) {
 	store := s.cfg.NewStore(t)
 	clock := NewClock()
 	c := ctx(t)
-	req := func(tok int64, fp string) idemkit.ClaimRequest {
-		return idemkit.ClaimRequest{Key: "k1", Tool: "t", Fingerprint: fp, Token: tok, Lease: time.Minute, Window: 10 * time.Minute, Now: clock.Now()}
+	req := func(tok int64, fp string) idemstore.ClaimRequest {
+		return idemstore.ClaimRequest{Key: "k1", Tool: "t", Fingerprint: fp, Token: tok, Lease: time.Minute, Window: 10 * time.Minute, Now: clock.Now()}
 	}
-	check := func(name string, cr idemkit.ClaimResult, err error, status idemkit.ClaimStatus, attempt int) {
+	check := func(name string, cr idemstore.ClaimResult, err error, status idemstore.ClaimStatus, attempt int) {
 		t.Helper()
 		if err != nil || cr.Status != status || cr.Attempt != attempt {
 			t.Fatalf("%s: status %s attempt %d err %v; want %s attempt %d", name, cr.Status, cr.Attempt, err, status, attempt)
 		}
 	}
 	cr, err := store.Claim(c, req(1, "fp"))
-	check("fresh", cr, err, idemkit.ClaimAcquired, 1)
+	check("fresh", cr, err, idemstore.ClaimAcquired, 1)
 	cr, err = store.Claim(c, req(2, "fp"))
-	check("busy", cr, err, idemkit.ClaimBusy, 1)
+	check("busy", cr, err, idemstore.ClaimBusy, 1)
 	if !cr.LeaseUntil.Equal(clock.Now().Add(time.Minute)) {
 		t.Fatalf("busy lease until %v, want %v", cr.LeaseUntil, clock.Now().Add(time.Minute))
 	}
 	cr, err = store.Claim(c, req(3, "other"))
-	check("mismatch", cr, err, idemkit.ClaimMismatch, 1)
-	if err := store.Finish(c, idemkit.FinishRequest{Key: "k1", Token: 1, Error: "boom", Now: clock.Now()}); err != nil {
+	check("mismatch", cr, err, idemstore.ClaimMismatch, 1)
+	if err := store.Finish(c, idemstore.FinishRequest{Key: "k1", Token: 1, Error: "boom", Now: clock.Now()}); err != nil {
 		t.Fatalf("finish failed: %v", err)
 	}
 	cr, err = store.Claim(c, req(4, "fp"))
-	check("takeover", cr, err, idemkit.ClaimTakenOver, 2)
-	if err := store.Finish(c, idemkit.FinishRequest{Key: "k1", Token: 4, Succeeded: true, Response: idemkit.Response{Body: []byte("b"), WriteID: "w", IsError: true}, Size: 1, Now: clock.Now()}); err != nil {
+	check("takeover", cr, err, idemstore.ClaimTakenOver, 2)
+	if err := store.Finish(c, idemstore.FinishRequest{Key: "k1", Token: 4, Succeeded: true, Response: idemkit.Response{Body: []byte("b"), WriteID: "w", IsError: true}, Size: 1, Now: clock.Now()}); err != nil {
 		t.Fatalf("finish succeeded: %v", err)
 	}
 	cr, err = store.Claim(c, req(5, "fp"))
-	check("completed", cr, err, idemkit.ClaimCompleted, 2)
-	if string(cr.Response.Body) != "b" || cr.Response.WriteID != "w" || !cr.Response.IsError || cr.Storage != idemkit.StorageInline || cr.Size != 1 {
+	check("completed", cr, err, idemstore.ClaimCompleted, 2)
+	if string(cr.Response.Body) != "b" || cr.Response.WriteID != "w" || !cr.Response.IsError || cr.Storage != idemstore.StorageInline || cr.Size != 1 {
 		t.Fatalf("completed record: %+v", cr)
 	}
 	if _, err := store.Response(c, "k1"); !errors.Is(err, idemkit.ErrNotFound) {
@@ -730,32 +744,32 @@ func (s *suite) claimStatuses(t *testing.T) {
 	// The same finish again (a retry after a lost acknowledgement)
 	// succeeds and leaves the outcome as it is; the other outcome, or
 	// another token, is refused.
-	done := idemkit.FinishRequest{Key: "k1", Token: 4, Succeeded: true, Response: idemkit.Response{Body: []byte("b"), WriteID: "w", IsError: true}, Size: 1, Now: clock.Now()}
+	done := idemstore.FinishRequest{Key: "k1", Token: 4, Succeeded: true, Response: idemkit.Response{Body: []byte("b"), WriteID: "w", IsError: true}, Size: 1, Now: clock.Now()}
 	if err := store.Finish(c, done); err != nil {
 		t.Fatalf("repeated finish by the same attempt: %v, want success", err)
 	}
-	if err := store.Finish(c, idemkit.FinishRequest{Key: "k1", Token: 4, Error: "late failure", Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
+	if err := store.Finish(c, idemstore.FinishRequest{Key: "k1", Token: 4, Error: "late failure", Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
 		t.Fatalf("failure after success by the same attempt: %v, want ErrLeaseLost", err)
 	}
-	if err := store.Finish(c, idemkit.FinishRequest{Key: "k1", Token: 1, Succeeded: true, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
+	if err := store.Finish(c, idemstore.FinishRequest{Key: "k1", Token: 1, Succeeded: true, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
 		t.Fatalf("finish by an earlier attempt's token: %v, want ErrLeaseLost", err)
 	}
 	cr, err = store.Claim(c, req(6, "fp"))
-	check("completed after repeated finishes", cr, err, idemkit.ClaimCompleted, 2)
+	check("completed after repeated finishes", cr, err, idemstore.ClaimCompleted, 2)
 	if string(cr.Response.Body) != "b" || cr.Response.WriteID != "w" || !cr.Response.IsError {
 		t.Fatalf("record after repeated finishes: %+v", cr)
 	}
 
 	// A repeated release succeeds too, and a success after it is refused.
-	if _, err := store.Claim(c, idemkit.ClaimRequest{Key: "k3", Tool: "t", Token: 7, Lease: time.Minute, Window: time.Hour, Now: clock.Now()}); err != nil {
+	if _, err := store.Claim(c, idemstore.ClaimRequest{Key: "k3", Tool: "t", Token: 7, Lease: time.Minute, Window: time.Hour, Now: clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		if err := store.Finish(c, idemkit.FinishRequest{Key: "k3", Token: 7, Error: "boom", Now: clock.Now()}); err != nil {
+		if err := store.Finish(c, idemstore.FinishRequest{Key: "k3", Token: 7, Error: "boom", Now: clock.Now()}); err != nil {
 			t.Fatalf("release %d: %v", i+1, err)
 		}
 	}
-	if err := store.Finish(c, idemkit.FinishRequest{Key: "k3", Token: 7, Succeeded: true, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
+	if err := store.Finish(c, idemstore.FinishRequest{Key: "k3", Token: 7, Succeeded: true, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
 		t.Fatalf("success after a release by the same attempt: %v, want ErrLeaseLost", err)
 	}
 }
@@ -764,38 +778,38 @@ func (s *suite) storeFencing(t *testing.T) {
 	store := s.cfg.NewStore(t)
 	clock := NewClock()
 	c := ctx(t)
-	claim := func(tok int64) idemkit.ClaimResult {
-		cr, err := store.Claim(c, idemkit.ClaimRequest{Key: "k2", Tool: "t", Fingerprint: "fp", Token: tok, Lease: time.Second, Window: time.Hour, Now: clock.Now()})
+	claim := func(tok int64) idemstore.ClaimResult {
+		cr, err := store.Claim(c, idemstore.ClaimRequest{Key: "k2", Tool: "t", Fingerprint: "fp", Token: tok, Lease: time.Second, Window: time.Hour, Now: clock.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return cr
 	}
 	claim(10)
-	if err := store.Extend(c, idemkit.ExtendRequest{Key: "k2", Token: 10, Lease: 5 * time.Second, Now: clock.Now()}); err != nil {
+	if err := store.Extend(c, idemstore.ExtendRequest{Key: "k2", Token: 10, Lease: 5 * time.Second, Now: clock.Now()}); err != nil {
 		t.Fatalf("owner's extend: %v", err)
 	}
 	clock.Advance(4 * time.Second)
-	if cr := claim(11); cr.Status != idemkit.ClaimBusy {
+	if cr := claim(11); cr.Status != idemstore.ClaimBusy {
 		t.Fatalf("after extend, inside the new lease: %s, want busy", cr.Status)
 	}
 	clock.Advance(2 * time.Second)
-	if cr := claim(12); cr.Status != idemkit.ClaimTakenOver {
+	if cr := claim(12); cr.Status != idemstore.ClaimTakenOver {
 		t.Fatalf("after the extended lease: %s, want taken_over", cr.Status)
 	}
-	if err := store.Extend(c, idemkit.ExtendRequest{Key: "k2", Token: 10, Lease: time.Minute, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
+	if err := store.Extend(c, idemstore.ExtendRequest{Key: "k2", Token: 10, Lease: time.Minute, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
 		t.Fatalf("stale extend: %v, want ErrLeaseLost", err)
 	}
-	if err := store.Finish(c, idemkit.FinishRequest{Key: "k2", Token: 10, Succeeded: true, Response: idemkit.Response{Body: []byte("stale")}, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
+	if err := store.Finish(c, idemstore.FinishRequest{Key: "k2", Token: 10, Succeeded: true, Response: idemkit.Response{Body: []byte("stale")}, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
 		t.Fatalf("stale finish: %v, want ErrLeaseLost", err)
 	}
-	if err := store.Finish(c, idemkit.FinishRequest{Key: "missing", Token: 10, Succeeded: true, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
+	if err := store.Finish(c, idemstore.FinishRequest{Key: "missing", Token: 10, Succeeded: true, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
 		t.Fatalf("finish of a missing record: %v, want ErrLeaseLost", err)
 	}
-	if err := store.Finish(c, idemkit.FinishRequest{Key: "k2", Token: 12, Succeeded: true, Response: idemkit.Response{Body: []byte("owner")}, Size: 5, Now: clock.Now()}); err != nil {
+	if err := store.Finish(c, idemstore.FinishRequest{Key: "k2", Token: 12, Succeeded: true, Response: idemkit.Response{Body: []byte("owner")}, Size: 5, Now: clock.Now()}); err != nil {
 		t.Fatalf("owner's finish: %v", err)
 	}
-	if cr := claim(13); cr.Status != idemkit.ClaimCompleted || string(cr.Response.Body) != "owner" {
+	if cr := claim(13); cr.Status != idemstore.ClaimCompleted || string(cr.Response.Body) != "owner" {
 		t.Fatalf("after fencing: %s %q, want completed with the owner's body", cr.Status, cr.Response.Body)
 	}
 }
@@ -805,30 +819,30 @@ func (s *suite) sweep(t *testing.T) {
 	clock := NewClock()
 	c := ctx(t)
 	claim := func(k string, lease, window time.Duration) {
-		cr, err := store.Claim(c, idemkit.ClaimRequest{Key: k, Tool: "t", Fingerprint: "fp", Token: 1, Lease: lease, Window: window, Now: clock.Now()})
-		if err != nil || cr.Status != idemkit.ClaimAcquired {
+		cr, err := store.Claim(c, idemstore.ClaimRequest{Key: k, Tool: "t", Fingerprint: "fp", Token: 1, Lease: lease, Window: window, Now: clock.Now()})
+		if err != nil || cr.Status != idemstore.ClaimAcquired {
 			t.Fatalf("claim %s: %v %v", k, cr.Status, err)
 		}
 	}
-	finish := func(k string, body []byte, storage idemkit.Storage) {
-		if err := store.Finish(c, idemkit.FinishRequest{Key: k, Token: 1, Succeeded: true, Response: idemkit.Response{Body: body}, Storage: storage, Size: int64(len(body)), Now: clock.Now()}); err != nil {
+	finish := func(k string, body []byte, storage idemstore.Storage) {
+		if err := store.Finish(c, idemstore.FinishRequest{Key: k, Token: 1, Succeeded: true, Response: idemkit.Response{Body: body}, Storage: storage, Size: int64(len(body)), Now: clock.Now()}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := range 25 {
 		claim(fmt.Sprintf("short-%02d", i), time.Second, time.Minute)
-		finish(fmt.Sprintf("short-%02d", i), []byte("x"), idemkit.StorageInline)
+		finish(fmt.Sprintf("short-%02d", i), []byte("x"), idemstore.StorageInline)
 	}
 	claim("external", time.Second, time.Minute)
-	finish("external", bytes.Repeat([]byte("e"), 100), idemkit.StorageExternal)
+	finish("external", bytes.Repeat([]byte("e"), 100), idemstore.StorageExternal)
 	claim("long", time.Second, time.Hour)
-	finish("long", []byte("x"), idemkit.StorageInline)
+	finish("long", []byte("x"), idemstore.StorageInline)
 	claim("running", 2*time.Hour, time.Minute) // window over, lease live
 	clock.Advance(2 * time.Minute)
 
 	total := 0
 	for {
-		n, err := store.Sweep(c, idemkit.SweepRequest{Limit: 10, Now: clock.Now()})
+		n, err := store.Sweep(c, idemstore.SweepRequest{Limit: 10, Now: clock.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -846,16 +860,16 @@ func (s *suite) sweep(t *testing.T) {
 	if _, err := store.Response(c, "external"); !errors.Is(err, idemkit.ErrNotFound) {
 		t.Fatalf("external body after sweep: %v, want ErrNotFound", err)
 	}
-	cr, err := store.Claim(c, idemkit.ClaimRequest{Key: "long", Tool: "t", Fingerprint: "fp", Token: 2, Lease: time.Second, Window: time.Hour, Now: clock.Now()})
-	if err != nil || cr.Status != idemkit.ClaimCompleted {
+	cr, err := store.Claim(c, idemstore.ClaimRequest{Key: "long", Tool: "t", Fingerprint: "fp", Token: 2, Lease: time.Second, Window: time.Hour, Now: clock.Now()})
+	if err != nil || cr.Status != idemstore.ClaimCompleted {
 		t.Fatalf("unexpired record after sweep: %s %v, want completed", cr.Status, err)
 	}
-	cr, err = store.Claim(c, idemkit.ClaimRequest{Key: "running", Tool: "t", Fingerprint: "fp", Token: 2, Lease: time.Second, Window: time.Hour, Now: clock.Now()})
-	if err != nil || cr.Status != idemkit.ClaimBusy {
+	cr, err = store.Claim(c, idemstore.ClaimRequest{Key: "running", Tool: "t", Fingerprint: "fp", Token: 2, Lease: time.Second, Window: time.Hour, Now: clock.Now()})
+	if err != nil || cr.Status != idemstore.ClaimBusy {
 		t.Fatalf("record with a live lease after sweep: %s %v, want busy", cr.Status, err)
 	}
-	cr, err = store.Claim(c, idemkit.ClaimRequest{Key: "short-00", Tool: "t", Fingerprint: "fp", Token: 2, Lease: time.Second, Window: time.Hour, Now: clock.Now()})
-	if err != nil || cr.Status != idemkit.ClaimAcquired {
+	cr, err = store.Claim(c, idemstore.ClaimRequest{Key: "short-00", Tool: "t", Fingerprint: "fp", Token: 2, Lease: time.Second, Window: time.Hour, Now: clock.Now()})
+	if err != nil || cr.Status != idemstore.ClaimAcquired {
 		t.Fatalf("swept key claimed again: %s %v, want acquired", cr.Status, err)
 	}
 }
@@ -926,7 +940,7 @@ func (s *suite) stormWith(t *testing.T, cfg idemkit.Config) {
 					t.Errorf("key %d: %v", i, err)
 					return
 				default:
-					if res.Replayed() {
+					if res.Outcome == idemkit.OutcomeReplayed {
 						replayed.Add(1)
 					} else {
 						executed.Add(1)
@@ -960,8 +974,8 @@ func (s *suite) stormWith(t *testing.T, cfg idemkit.Config) {
 	// Afterwards every key replays its one body.
 	for i := range nk {
 		res := mustDo(t, g, keys[i], mustNotRun(t))
-		if want := fmt.Sprintf(`{"refund":"re_%d","run":1}`, i); !res.Replayed() || string(res.Body) != want {
-			t.Fatalf("key %d after the storm: %q replayed=%v, want %q", i, res.Body, res.Replayed(), want)
+		if want := fmt.Sprintf(`{"refund":"re_%d","run":1}`, i); res.Outcome != idemkit.OutcomeReplayed || string(res.Body) != want {
+			t.Fatalf("key %d after the storm: %q replayed=%v, want %q", i, res.Body, (res.Outcome == idemkit.OutcomeReplayed), want)
 		}
 	}
 	t.Logf("storm (wait %s): %d goroutines x %d keys: %d executed, %d replayed, %d in progress", cfg.Wait, ng, nk, executed.Load(), replayed.Load(), inProgress.Load())
@@ -974,36 +988,36 @@ func (s *suite) hugeDurations(t *testing.T) {
 	clock := NewClock()
 	c := ctx(t)
 	huge := time.Duration(math.MaxInt64)
-	claim := func(tok int64) idemkit.ClaimResult {
+	claim := func(tok int64) idemstore.ClaimResult {
 		t.Helper()
-		cr, err := store.Claim(c, idemkit.ClaimRequest{Key: "k-huge", Tool: "t", Token: tok, Lease: huge, Window: huge, Now: clock.Now()})
+		cr, err := store.Claim(c, idemstore.ClaimRequest{Key: "k-huge", Tool: "t", Token: tok, Lease: huge, Window: huge, Now: clock.Now()})
 		if err != nil {
 			t.Fatalf("claim with huge durations: %v", err)
 		}
 		return cr
 	}
-	if cr := claim(1); cr.Status != idemkit.ClaimAcquired {
+	if cr := claim(1); cr.Status != idemstore.ClaimAcquired {
 		t.Fatalf("first claim: %s", cr.Status)
 	}
 	clock.Advance(1000 * time.Hour)
-	if cr := claim(2); cr.Status != idemkit.ClaimBusy {
+	if cr := claim(2); cr.Status != idemstore.ClaimBusy {
 		t.Fatalf("duplicate inside a huge lease: %s, want busy", cr.Status)
 	}
-	if err := store.Extend(c, idemkit.ExtendRequest{Key: "k-huge", Token: 1, Lease: huge, Now: clock.Now()}); err != nil {
+	if err := store.Extend(c, idemstore.ExtendRequest{Key: "k-huge", Token: 1, Lease: huge, Now: clock.Now()}); err != nil {
 		t.Fatalf("extend by a huge lease: %v", err)
 	}
-	if err := store.Finish(c, idemkit.FinishRequest{Key: "k-huge", Token: 1, Succeeded: true, Response: idemkit.Response{Body: []byte("x")}, Size: 1, Now: clock.Now()}); err != nil {
+	if err := store.Finish(c, idemstore.FinishRequest{Key: "k-huge", Token: 1, Succeeded: true, Response: idemkit.Response{Body: []byte("x")}, Size: 1, Now: clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(10 * 365 * 24 * time.Hour)
-	if cr := claim(3); cr.Status != idemkit.ClaimCompleted {
+	if cr := claim(3); cr.Status != idemstore.ClaimCompleted {
 		t.Fatalf("duplicate ten years later inside a huge window: %s, want completed", cr.Status)
 	}
-	rec, err := store.Lookup(c, idemkit.LookupRequest{Key: "k-huge", Now: clock.Now()})
+	rec, err := store.Lookup(c, idemstore.LookupRequest{Key: "k-huge", Now: clock.Now()})
 	if err != nil || !rec.ExpiresAt.After(rec.Now) || rec.Expired() {
 		t.Fatalf("record with a huge window: expires %v at %v (%v)", rec.ExpiresAt, rec.Now, err)
 	}
-	if n, err := store.Sweep(c, idemkit.SweepRequest{Limit: 10, Now: clock.Now()}); err != nil || n != 0 {
+	if n, err := store.Sweep(c, idemstore.SweepRequest{Limit: 10, Now: clock.Now()}); err != nil || n != 0 {
 		t.Fatalf("sweep deleted %d records (%v), want none", n, err)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -17,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit-mcp/idemkit/instrument"
-	"github.com/idemkit-mcp/idemkit/internal/adaptertest"
+	"github.com/idemkit-mcp/idemkit/internal/testing/adaptertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -118,7 +117,7 @@ func (harness) Start(t *testing.T, cfg adaptertest.Config) adaptertest.Server {
 	var h http.Handler
 	switch cfg.Transport {
 	case adaptertest.HTTP:
-		h = NewStreamableHTTPHandler(getServer, nil)
+		h = NewStreamableHTTPHandler(getServer, nil, WithHTTPLimits(cfg.HTTPLimits))
 	case adaptertest.HTTPUnvalidated:
 		h = NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Stateless: true})
 	}
@@ -126,9 +125,7 @@ func (harness) Start(t *testing.T, cfg adaptertest.Config) adaptertest.Server {
 		if cfg.Bearer {
 			h = auth.RequireBearerToken(verifyToken, nil)(h)
 		}
-		hs := httptest.NewServer(h)
-		t.Cleanup(hs.Close)
-		ts.url = hs.URL
+		ts.url = adaptertest.Serve(t, h, cfg)
 	}
 	return ts
 }
@@ -150,6 +147,13 @@ func toHandler(tool adaptertest.Tool) mcp.ToolHandler {
 				return nil, err
 			}
 		}
+		ctx = adaptertest.WithElicit(ctx, func(ctx context.Context, message string) (string, error) {
+			res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: message, RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}}})
+			if err != nil {
+				return "", err
+			}
+			return res.Action, nil
+		})
 		r, err := tool.Run(ctx, args)
 		if err != nil {
 			return nil, err
@@ -229,6 +233,11 @@ func (s *testServer) Connect(t *testing.T, cc adaptertest.ClientConfig) adaptert
 		tr = &mcp.IOTransport{Reader: clientIn, Writer: out}
 	}
 	var copts mcp.ClientOptions
+	if cc.Elicit != nil {
+		copts.ElicitationHandler = func(ctx context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return &mcp.ElicitResult{Action: cc.Elicit(ctx, r.Params.Message)}, nil
+		}
+	}
 	if cc.OnProgress != nil {
 		copts.ProgressNotificationHandler = func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
 			cc.OnProgress(r.Params.Progress)

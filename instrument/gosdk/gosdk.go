@@ -23,6 +23,10 @@
 //     (server.Run(ctx, gosdk.Transport(&mcp.StdioTransport{}))): each
 //     request's jsonrpc.request.id is then recorded, as are the network.*
 //     and client.* attributes. Without them the span leaves the ID off.
+//   - Limits. The SDK's handler bounds request bodies but not sessions:
+//     NewStreamableHTTPHandler caps the sessions open at once and closes
+//     idle ones (instrument.HTTPLimits, WithHTTPLimits); serve it with an
+//     http.Server that has read timeouts (instrument.NewHTTPServer).
 //   - Which sessions are authentic. A stateful StreamableHTTPHandler only
 //     accepts the session IDs it issued (404 otherwise); a stateless one
 //     accepts any. NewStreamableHTTPHandler knows which it built; only then
@@ -69,7 +73,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,6 +128,7 @@ func (m *Instrumentation) Install(s *mcp.Server) {
 	servers.Store(s, m)
 	s.AddReceivingMiddleware(m.receive)
 	s.AddSendingMiddleware(m.send)
+	m.addCallStatusTool(s)
 }
 
 type requestKey struct{}
@@ -154,8 +158,21 @@ func TokenSubject(ctx context.Context) string {
 
 func (m *Instrumentation) send(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		if method == notificationToolsList {
+		switch method {
+		case notificationToolsList:
 			m.idx.invalidate()
+		case "elicitation/create", "sampling/createMessage", "roots/list":
+			// A request to the client, made by a protected call's handler:
+			// the claim's lease is kept while the client (a human) answers.
+			if c := idemkit.CallFromContext(ctx); c != nil {
+				var res mcp.Result
+				err := c.KeepAlive(ctx, func(ctx context.Context) error {
+					var err error
+					res, err = next(ctx, method, req)
+					return err
+				})
+				return res, err
+			}
 		}
 		return next(ctx, method, req)
 	}
@@ -163,9 +180,8 @@ func (m *Instrumentation) send(next mcp.MethodHandler) mcp.MethodHandler {
 
 func (m *Instrumentation) receive(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
-		if strings.HasPrefix(method, "notifications/") {
-			return next(ctx, method, req)
-		}
+		// Notifications too (notifications/initialized, …/cancelled):
+		// each gets its SERVER span, named after its method.
 		r := m.describe(method, req)
 		// The Subject function reads the request (its token, its headers)
 		// on every method: tools/list too decides on its caller.
@@ -299,6 +315,9 @@ func (m *Instrumentation) callTool(op *mcpcall.Op, next mcp.MethodHandler, r *mc
 	if !ok {
 		return next(op, methodCallTool, r)
 	}
+	if name == m.in.CallStatusTool() {
+		m.prepareCallStatus(op, next, r)
+	}
 	call := mcpcall.ToolCall{
 		Tool:         name,
 		Arguments:    r.Params.Arguments,
@@ -309,6 +328,9 @@ func (m *Instrumentation) callTool(op *mcpcall.Op, next mcp.MethodHandler, r *mc
 	if r.Session != nil {
 		if tok := r.Params.GetProgressToken(); tok != nil {
 			call.Progress = progressSender{session: r.Session, token: tok}
+		}
+		if m.in.Gates(name) {
+			call.Elicit = elicitor{r.Session}
 		}
 	}
 	if m.hasTx.Load() {
@@ -437,7 +459,7 @@ func toolInfoOf(t *mcp.Tool) mcpcall.ToolInfo {
 	if a := t.Annotations; a != nil {
 		info.ReadOnlyHint, info.IdempotentHint = a.ReadOnlyHint, a.IdempotentHint
 	}
-	info.StatusTool, _ = t.Meta[instrument.StatusToolMetaKey].(string)
+	info.StatusTool, _ = t.Meta[spancontract.StatusToolMetaKey].(string)
 	return info
 }
 
@@ -551,4 +573,22 @@ func (p progressSender) SendProgress(ctx context.Context, progress, total float6
 	return p.session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
 		ProgressToken: p.token, Progress: progress, Total: total, Message: message,
 	})
+}
+
+// elicitor asks the user of a session (a human gate's question); the
+// sending middleware keeps the call's lease while it is open.
+type elicitor struct{ session *mcp.ServerSession }
+
+// CanElicit reports whether the client declared the elicitation capability.
+func (e elicitor) CanElicit() bool {
+	ip := e.session.InitializeParams()
+	return ip != nil && ip.Capabilities != nil && ip.Capabilities.Elicitation != nil
+}
+
+func (e elicitor) Confirm(ctx context.Context, message string) (string, error) {
+	res, err := e.session.Elicit(ctx, &mcp.ElicitParams{Message: message, RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}}})
+	if err != nil {
+		return "", err
+	}
+	return res.Action, nil
 }

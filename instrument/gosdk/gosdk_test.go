@@ -61,7 +61,7 @@ func TestTypedTool_ArgumentsAreValidatedBeforeTheClaim(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m, _ := res.Meta[instrument.RefusalMetaKey].(map[string]any); !res.IsError || m["reason"] != sc.RefusalInvalidArguments {
+		if m, _ := res.Meta[sc.RefusalMetaKey].(map[string]any); !res.IsError || m["reason"] != sc.RefusalInvalidArguments {
 			t.Errorf("%v: %+v", args, res)
 		}
 	}
@@ -77,7 +77,7 @@ func TestTypedTool_ArgumentsAreValidatedBeforeTheClaim(t *testing.T) {
 	var rm metricdata.ResourceMetrics
 	_ = reader.Collect(context.Background(), &rm)
 	for _, m := range rm.ScopeMetrics[0].Metrics {
-		if m.Name == instrument.MetricClaimDuration {
+		if m.Name == sc.MetricClaimDuration {
 			if n := m.Data.(metricdata.Histogram[float64]).DataPoints[0].Count; n != 1 {
 				t.Errorf("%d claims, want 1 (the valid call only)", n)
 			}
@@ -151,7 +151,49 @@ func TestHTTPHandler_ReadsTheRequestIDAndPutsTheBodyBack(t *testing.T) {
 	if bodies[2] != `[{"jsonrpc":"2.0","id":1,"method":"ping"}]` || bodies[4] != `not json` {
 		t.Errorf("bodies %q", bodies)
 	}
-	if count(&byHeader) != 0 {
+	if count(&byToken) != 0 {
+		t.Error("a request's record outlived it")
+	}
+}
+
+// TestHTTPHandler_RecordsARequestUnderATokenAClientCannotForge: the SDK
+// hands the middleware a request's header and nothing else of it;
+// HTTPHandler records the request under a token it puts in that header
+// (it used the header map's address: a copy of the header lost the
+// record). A client's own value of the header is replaced, so a client
+// cannot present another request's token.
+func TestHTTPHandler_RecordsARequestUnderATokenAClientCannotForge(t *testing.T) {
+	inFirst, release := make(chan string), make(chan struct{})
+	var firstInfo, secondInfo requestInfo
+	var secondToken string
+	h := HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		info := lookupRequest(&mcp.RequestExtra{Header: r.Header.Clone()})
+		if info.id == "first" {
+			firstInfo = info
+			inFirst <- r.Header.Get(requestTokenHeader)
+			<-release
+			return
+		}
+		secondInfo, secondToken = info, r.Header.Get(requestTokenHeader)
+	}), true)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":"first","method":"ping"}`)))
+	}()
+	firstToken := <-inFirst
+	req := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":"second","method":"ping"}`))
+	req.Header.Set(requestTokenHeader, firstToken) // a forgery
+	h.ServeHTTP(httptest.NewRecorder(), req)
+	close(release)
+	<-done
+	if !firstInfo.known || firstInfo.id != "first" {
+		t.Errorf("the first request, looked up through a copy of its header: %+v", firstInfo)
+	}
+	if firstToken == "" || secondToken == firstToken || !secondInfo.known || secondInfo.id != "second" {
+		t.Errorf("the second request presented the first's token %q: it carries %q and was looked up as %+v", firstToken, secondToken, secondInfo)
+	}
+	if count(&byToken) != 0 {
 		t.Error("a request's record outlived it")
 	}
 }

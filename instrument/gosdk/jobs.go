@@ -7,8 +7,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/idemkit-mcp/idemkit/instrument"
 	"github.com/idemkit-mcp/idemkit/instrument/internal/jobtool"
+	"github.com/idemkit-mcp/idemkit/instrument/jobs"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // AddJobTool registers tool on s in the job-and-poll shape; see
@@ -17,9 +18,9 @@ import (
 // tool.Name+"_status" (read-only) takes {"job_id"} and returns the work's
 // own result once it has finished. work is a low-level mcp.ToolHandler: it
 // reads its arguments from req.Params.Arguments.
-func AddJobTool(s *mcp.Server, jobs *instrument.Jobs, tool *mcp.Tool, work mcp.ToolHandler) {
+func AddJobTool(s *mcp.Server, runner *jobs.Runner, tool *mcp.Tool, work mcp.ToolHandler) {
 	name := tool.Name
-	status := instrument.StatusToolName(name)
+	status := jobtool.StatusToolName(name)
 	t := *tool
 	t.Description = jobtool.Description(t.Description, name)
 	if t.InputSchema == nil {
@@ -29,9 +30,9 @@ func AddJobTool(s *mcp.Server, jobs *instrument.Jobs, tool *mcp.Tool, work mcp.T
 	if t.Meta == nil {
 		t.Meta = mcp.Meta{}
 	}
-	t.Meta[instrument.StatusToolMetaKey] = status
+	t.Meta[spancontract.StatusToolMetaKey] = status
 	s.AddTool(&t, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return jobtool.Start(ctx, jobs, codec{}, name, func(ctx context.Context) (*mcp.CallToolResult, error) {
+		return jobtool.Start(ctx, runner, codec{}, name, func(ctx context.Context) (*mcp.CallToolResult, error) {
 			return work(ctx, req)
 		}), nil
 	})
@@ -53,6 +54,6 @@ func AddJobTool(s *mcp.Server, jobs *instrument.Jobs, tool *mcp.Tool, work mcp.T
 			JobID string `json:"job_id"`
 		}
 		_ = json.Unmarshal(req.Params.Arguments, &args)
-		return jobtool.Status(ctx, jobs, codec{}, name, args.JobID), nil
+		return jobtool.Status(ctx, runner, codec{}, name, args.JobID), nil
 	})
 }

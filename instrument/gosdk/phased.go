@@ -23,9 +23,9 @@ import (
 func AddPhasedTool[T, E any](s *mcp.Server, runner instrument.PhasedRunner[T], tool *mcp.Tool,
 	external func(ctx context.Context, req *mcp.CallToolRequest) (E, error),
 	local func(ctx context.Context, tx T, req *mcp.CallToolRequest, ext E) (*mcp.CallToolResult, error)) {
-	if v, ok := servers.Load(s); ok {
-		v.(*Instrumentation).txTools.Store(tool.Name, txtool.Phased(runner))
-		v.(*Instrumentation).hasTx.Store(true)
+	if m, ok := servers.Load(s); ok {
+		m.txTools.Store(tool.Name, txtool.Phased(runner))
+		m.hasTx.Store(true)
 	}
 	t := *tool
 	if t.InputSchema == nil {

@@ -51,15 +51,18 @@ func refuseTasks(getServer func(*http.Request) *mcp.Server, h http.Handler) http
 			return
 		}
 		s := getServer(r)
-		v, ok := servers.Load(s)
-		if s == nil || !ok {
+		if s == nil {
 			h.ServeHTTP(w, r)
 			return
 		}
-		m := v.(*Instrumentation)
+		m, ok := servers.Load(s)
+		if !ok {
+			h.ServeHTTP(w, r)
+			return
+		}
 		req := mcpcall.Request{Method: msg.Method, SessionID: r.Header.Get("Mcp-Session-Id"), ProtocolVersion: r.Header.Get("Mcp-Protocol-Version")}
 		req.ID, req.HasID = mcpcall.FormatRawRequestID(msg.ID)
-		if v, ok := byHeader.Load(headerID(r.Header)); ok {
+		if v, ok := byToken.Load(r.Header.Get(requestTokenHeader)); ok {
 			req.Transport = v.(*requestInfo).transport
 		}
 		const text = "Method not found: this server does not support MCP tasks (its SDK, the go-sdk, has none); call the tool without task augmentation"

@@ -7,13 +7,13 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"reflect"
 	"sync"
-	"unsafe"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/internal/httplimit"
 	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 	"github.com/idemkit-mcp/idemkit/spancontract"
 )
@@ -28,18 +28,24 @@ type requestInfo struct {
 }
 
 // The SDK carries, from the wire to the middleware, only a request's
-// *mcp.RequestExtra (whose Header is the HTTP request's header map). The
-// wrappers record what the middleware needs under those identities:
+// *mcp.RequestExtra (whose Header is the HTTP request's header). The
+// wrappers record what the middleware needs under what it carries:
 //
 //   - byExtra: Transport gives every call read from its connection a
 //     RequestExtra of its own, recorded until the middleware takes it or
 //     the connection closes;
-//   - byHeader: HTTPHandler records each HTTP request under its header
-//     map while the request is served.
+//   - byToken: HTTPHandler records each HTTP request, while it is served,
+//     under a random token that it sets as the request's
+//     requestTokenHeader (replacing any value the client sent).
 var (
-	byExtra  sync.Map // *mcp.RequestExtra -> *extraInfo
-	byHeader sync.Map // unsafe.Pointer (header map) -> *requestInfo
+	byExtra sync.Map // *mcp.RequestExtra -> *extraInfo
+	byToken sync.Map // token (string) -> *requestInfo
 )
+
+// requestTokenHeader is the header in which HTTPHandler hands a request's
+// token to the middleware. Tool handlers see it among the request's
+// headers (RequestExtra.Header); it means nothing outside the request.
+const requestTokenHeader = "Idemkit-Request"
 
 type extraInfo struct {
 	info requestInfo
@@ -57,15 +63,13 @@ func lookupRequest(extra *mcp.RequestExtra) requestInfo {
 		e.conn.forget(extra)
 		return e.info
 	}
-	if extra.Header != nil {
-		if v, ok := byHeader.Load(headerID(extra.Header)); ok {
+	if tok := extra.Header.Get(requestTokenHeader); tok != "" {
+		if v, ok := byToken.Load(tok); ok {
 			return *v.(*requestInfo)
 		}
 	}
 	return requestInfo{}
 }
-
-func headerID(h http.Header) unsafe.Pointer { return reflect.ValueOf(h).UnsafePointer() }
 
 // Transport wraps a transport that is not HTTP (mcp.StdioTransport,
 // mcp.IOTransport, mcp.InMemoryTransport, or your own), so that the spans
@@ -174,13 +178,76 @@ func (c *idConn) Close() error {
 }
 
 // NewStreamableHTTPHandler returns the SDK's mcp.NewStreamableHTTPHandler
-// wrapped by HTTPHandler. Unless opts.Stateless, the SDK only accepts the
-// session IDs it issued (404 for an unknown or terminated one), so calls
-// without a subject may be scoped by their session: a stranger presenting
-// another client's session ID is refused before any tool runs.
-func NewStreamableHTTPHandler(getServer func(*http.Request) *mcp.Server, opts *mcp.StreamableHTTPOptions) http.Handler {
-	validated := opts == nil || !opts.Stateless
-	return HTTPHandler(refuseTasks(getServer, mcp.NewStreamableHTTPHandler(getServer, opts)), validated)
+// wrapped by HTTPHandler, within the limits of instrument.HTTPLimits
+// (their defaults, or those of a WithHTTPLimits among hopts). Unless
+// opts.Stateless, the SDK only accepts the session IDs it issued (404 for
+// an unknown or terminated one), so calls without a subject may be scoped
+// by their session: a stranger presenting another client's session ID is
+// refused before any tool runs.
+//
+// The limits: at most MaxSessions sessions at once (a request that would
+// open another gets HTTP 503 and a JSON-RPC error saying so), each closed
+// once idle for SessionIdleTimeout, and request bodies of at most
+// MaxBodyBytes (the SDK's MaxRequestBodyBytes, which wins when opts sets
+// it: HTTP 413). Serve the handler with an http.Server that has read
+// timeouts (instrument.NewHTTPServer).
+func NewStreamableHTTPHandler(getServer func(*http.Request) *mcp.Server, opts *mcp.StreamableHTTPOptions, hopts ...HTTPOption) http.Handler {
+	var cfg httpConfig
+	for _, o := range hopts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	limits := httplimit.Resolve(cfg.limits.MaxSessions, cfg.limits.SessionIdleTimeout, cfg.limits.MaxBodyBytes)
+	var o mcp.StreamableHTTPOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.MaxRequestBodyBytes == 0 {
+		o.MaxRequestBodyBytes = limits.MaxBodyBytes
+		if o.MaxRequestBodyBytes == 0 {
+			o.MaxRequestBodyBytes = -1 // lifted
+		}
+	}
+	validated := !o.Stateless
+	h := HTTPHandler(refuseTasks(getServer, mcp.NewStreamableHTTPHandler(getServer, &o)), validated)
+	if o.Stateless {
+		return h // no sessions to count
+	}
+	return &httplimit.Handler{
+		Next:     h,
+		Limits:   limits,
+		Sessions: httplimit.NewSessions(limits, nil),
+		Opened: func(r *http.Request, id string) func() {
+			// The session the SDK opened, if it lasts (the SDK closes one
+			// whose initialize failed before the response ends).
+			s := getServer(r)
+			if s == nil {
+				return nil
+			}
+			for ss := range s.Sessions() {
+				if ss.ID() == id {
+					return func() { _ = ss.Close() }
+				}
+			}
+			return nil
+		},
+		WatchDelete: true,
+	}
+}
+
+// HTTPOption configures NewStreamableHTTPHandler beyond the SDK's own
+// options.
+type HTTPOption func(*httpConfig)
+
+type httpConfig struct {
+	limits instrument.HTTPLimits
+}
+
+// WithHTTPLimits sets the limits of NewStreamableHTTPHandler (see
+// instrument.HTTPLimits: zero fields take their defaults).
+func WithHTTPLimits(l instrument.HTTPLimits) HTTPOption {
+	return func(c *httpConfig) { c.limits = l }
 }
 
 // maxParsedBody bounds the request bodies HTTPHandler reads for a request
@@ -193,7 +260,8 @@ const maxParsedBody = 1 << 20
 // version, client.address and client.port. validatedSessions vouches that
 // h accepts only the session IDs it issued (a stateful
 // StreamableHTTPHandler); only then may a session scope the keys of calls
-// without a subject.
+// without a subject. It applies none of the limits of
+// NewStreamableHTTPHandler (sessions): a handler of your own needs its own.
 func HTTPHandler(h http.Handler, validatedSessions bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		info := &requestInfo{known: true, transport: mcpcall.HTTPTransport(r, validatedSessions)}
@@ -203,9 +271,10 @@ func HTTPHandler(h http.Handler, validatedSessions bool) http.Handler {
 		if r.Header == nil {
 			r.Header = http.Header{}
 		}
-		key := headerID(r.Header)
-		byHeader.Store(key, info)
-		defer byHeader.Delete(key)
+		token := rand.Text()
+		r.Header.Set(requestTokenHeader, token)
+		byToken.Store(token, info)
+		defer byToken.Delete(token)
 		h.ServeHTTP(w, r)
 	})
 }

@@ -2,16 +2,18 @@ package gosdk
 
 import (
 	"context"
-	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemkit-mcp/idemkit/instrument"
 	"github.com/idemkit-mcp/idemkit/instrument/internal/txtool"
+	"github.com/idemkit-mcp/idemkit/instrument/internal/weakmap"
 )
 
-// servers finds the Instrumentation installed on a server.
-var servers sync.Map // *mcp.Server -> *Instrumentation
+// servers finds the Instrumentation installed on a server, without keeping
+// the server alive (a server built per request is collected with its
+// entry).
+var servers weakmap.Map[mcp.Server, *Instrumentation]
 
 // TxToolHandler is the handler of a transactional tool (AddTxTool): it
 // makes the tool's database writes through tx, the transaction that also
@@ -29,9 +31,9 @@ type TxToolHandler[T any] func(ctx context.Context, tx T, req *mcp.CallToolReque
 // AddTxTool.
 func AddTxTool[T any](s *mcp.Server, runner instrument.TxRunner[T], tool *mcp.Tool, handler TxToolHandler[T]) {
 	r := txtool.Runner(runner)
-	if v, ok := servers.Load(s); ok {
-		v.(*Instrumentation).txTools.Store(tool.Name, r)
-		v.(*Instrumentation).hasTx.Store(true)
+	if m, ok := servers.Load(s); ok {
+		m.txTools.Store(tool.Name, r)
+		m.hasTx.Store(true)
 	}
 	t := *tool
 	if t.InputSchema == nil {

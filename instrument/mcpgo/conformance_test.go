@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit-mcp/idemkit/instrument"
-	"github.com/idemkit-mcp/idemkit/internal/adaptertest"
+	"github.com/idemkit-mcp/idemkit/internal/testing/adaptertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -56,7 +55,8 @@ func (harness) Start(t *testing.T, cfg adaptertest.Config) adaptertest.Server {
 		opts = append(opts, instrument.WithSubject(TokenSubject))
 	}
 	sopts := append(ServerOptions(cfg.Guard, opts...),
-		server.WithToolCapabilities(true), server.WithPromptCapabilities(false), server.WithResourceCapabilities(false, false))
+		server.WithToolCapabilities(true), server.WithPromptCapabilities(false), server.WithResourceCapabilities(false, false),
+		server.WithElicitation())
 	if cfg.Tasks {
 		sopts = append(sopts, server.WithTaskCapabilities(true, true, true))
 	}
@@ -131,7 +131,7 @@ func (harness) Start(t *testing.T, cfg adaptertest.Config) adaptertest.Server {
 	var h http.Handler
 	switch cfg.Transport {
 	case adaptertest.HTTP:
-		h = NewStreamableHTTPHandler(srv)
+		h = NewStreamableHTTPHandler(srv, WithHTTPLimits(cfg.HTTPLimits))
 	case adaptertest.HTTPUnvalidated:
 		h = HTTPHandler(server.NewStreamableHTTPServer(srv), false)
 	}
@@ -139,9 +139,7 @@ func (harness) Start(t *testing.T, cfg adaptertest.Config) adaptertest.Server {
 		if cfg.Bearer {
 			h = RequireBearerToken(verifyToken, nil)(h)
 		}
-		hs := httptest.NewServer(h)
-		t.Cleanup(hs.Close)
-		ts.url = hs.URL
+		ts.url = adaptertest.Serve(t, h, cfg)
 	}
 	return ts
 }
@@ -168,12 +166,31 @@ func toHandler(tool adaptertest.Tool) server.ToolHandlerFunc {
 		} else if m, ok := req.Params.Arguments.(map[string]any); ok {
 			args = m
 		}
-		r, err := tool.Run(ctx, args)
+		r, err := tool.Run(adaptertest.WithElicit(ctx, elicit), args)
 		if err != nil {
 			return nil, err
 		}
 		return toResult(r), nil
 	}
+}
+
+// elicit asks through RequestElicitation, which keeps the protected call's
+// lease while the user answers.
+func elicit(ctx context.Context, message string) (string, error) {
+	var req mcp.ElicitationRequest
+	req.Params = mcp.ElicitationParams{Message: message, RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}}}
+	res, err := RequestElicitation(ctx, req)
+	if err != nil {
+		return "", err
+	}
+	return string(res.Action), nil
+}
+
+// elicitationHandler is the client's user.
+type elicitationHandler func(ctx context.Context, message string) string
+
+func (h elicitationHandler) Elicit(ctx context.Context, req mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+	return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseAction(h(ctx, req.Params.Message))}}, nil
 }
 
 func toResult(r adaptertest.Result) *mcp.CallToolResult {
@@ -235,7 +252,11 @@ func (s *testServer) Connect(t *testing.T, cc adaptertest.ClientConfig) adaptert
 			<-done
 		})
 	}
-	c := client.NewClient(tr)
+	var copts []client.ClientOption
+	if cc.Elicit != nil {
+		copts = append(copts, client.WithElicitationHandler(elicitationHandler(cc.Elicit)))
+	}
+	c := client.NewClient(tr, copts...)
 	ctx := context.Background()
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)

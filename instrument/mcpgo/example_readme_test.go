@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -21,6 +22,7 @@ import (
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
 	"github.com/idemkit-mcp/idemkit/instrument"
 	"github.com/idemkit-mcp/idemkit/instrument/mcpgo"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // This file is the README's integration snippet. README.md shows the lines
@@ -59,11 +61,13 @@ func newBillingHandler(ctx context.Context) (http.Handler, func() error, error) 
 	if err != nil {
 		return nil, nil, errors.Join(err, store.Close())
 	}
+	stopSweeper := guard.StartSweeper(time.Minute, nil) // deletes the records whose window ended
+	stop := func() error { stopSweeper(); return store.Close() }
 	s := server.NewMCPServer("billing", "1.0.0", mcpgo.ServerOptions(guard,
 		instrument.WithSubject(mcpgo.TokenSubject))...) // keys are scoped by the caller
 	s.AddTool(refundTool, refundHandler) // an unannotated write tool: protected
 	auth := mcpgo.RequireBearerToken(verifyToken, nil)
-	return auth(mcpgo.NewStreamableHTTPHandler(s)), store.Close, nil
+	return auth(mcpgo.NewStreamableHTTPHandler(s)), stop, nil // sessions and bodies bounded by default
 }
 
 // README:end
@@ -110,7 +114,7 @@ func Example_readme() {
 		if err != nil {
 			panic(err)
 		}
-		replayed := res.Meta != nil && res.Meta.AdditionalFields[instrument.ReplayMetaKey] != nil
+		replayed := res.Meta != nil && res.Meta.AdditionalFields[spancontract.ReplayMetaKey] != nil
 		fmt.Println(res.Content[0].(mcp.TextContent).Text, "- replayed:", replayed)
 	}
 	fmt.Println("refunds:", refunds)

@@ -2,12 +2,16 @@ package mcpgo
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/internal/httplimit"
 	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 )
 
@@ -20,17 +24,117 @@ type httpInfo struct {
 }
 
 // NewStreamableHTTPHandler serves s over Streamable HTTP with mcp-go's
-// StreamableHTTPServer, configured by opts and then server.WithStateful(true),
-// wrapped by HTTPHandler. With stateful sessions the server only accepts
-// the session IDs it issued and answers 404 to a terminated or unknown
-// one, so the instrumentation may scope the keys of calls without a
-// subject by their session: a stranger who presents another client's
-// session ID is refused before any tool runs, never replayed that client's
-// results.
+// StreamableHTTPServer, configured by opts and then with stateful sessions
+// (a session manager of this package), wrapped by HTTPHandler, within the
+// limits of instrument.HTTPLimits (their defaults, or those of a
+// WithHTTPLimits among opts).
+//
+// Sessions are stateful: the server only accepts the session IDs it
+// issued and answers 404 to a terminated, expired or unknown one (a GET
+// too, which mcp-go alone does not check), so the instrumentation may
+// scope the keys of calls without a subject by their session: a stranger
+// who presents another client's session ID is refused before any tool
+// runs, never replayed that client's results. A terminated session leaves
+// nothing behind.
+//
+// The limits: at most MaxSessions sessions at once (a request that would
+// open another gets HTTP 503 and a JSON-RPC error saying so), each ended
+// once idle for SessionIdleTimeout, and request bodies of at most
+// MaxBodyBytes (HTTP 413, a larger body is not read), checked before any
+// other layer reads the body. Serve the handler with an http.Server that
+// has read timeouts (instrument.NewHTTPServer). The notifications clients
+// POST get their SERVER spans here (mcp-go shows them to no hook);
+// HTTPHandler alone does not give them any.
 func NewStreamableHTTPHandler(s *server.MCPServer, opts ...server.StreamableHTTPOption) http.Handler {
-	opts = append(opts[:len(opts):len(opts)], server.WithStateful(true))
-	return HTTPHandler(taskLayer(s, server.NewStreamableHTTPServer(s, opts...)), true)
+	cfg := &httpConfig{}
+	var inner *server.StreamableHTTPServer
+	all := make([]server.StreamableHTTPOption, 0, len(opts)+3)
+	all = append(all, func(hs *server.StreamableHTTPServer) { building.Store(hs, cfg) })
+	all = append(all, opts...)
+	sessions := &sessionManager{}
+	all = append(all, server.WithStateful(true), server.WithSessionIdManager(sessions))
+	inner = server.NewStreamableHTTPServer(s, all...)
+	building.Delete(inner)
+
+	limits := httplimit.Resolve(cfg.limits.MaxSessions, cfg.limits.SessionIdleTimeout, cfg.limits.MaxBodyBytes)
+	sessions.Sessions = httplimit.NewSessions(limits, func(id string) { endSession(inner, id) })
+	return &httplimit.Handler{
+		Next:      HTTPHandler(notificationLayer(s, taskLayer(s, inner)), true),
+		Limits:    limits,
+		Sessions:  sessions.Sessions,
+		ReadsBody: true, // mcp-go reads any body whole
+		StrictGET: true, // mcp-go opens a session for a GET without one, and serves a GET with any ID
+	}
 }
+
+// httpConfig is what NewStreamableHTTPHandler's own options set.
+type httpConfig struct {
+	limits instrument.HTTPLimits
+}
+
+// building holds the configuration of the StreamableHTTPServers that
+// NewStreamableHTTPHandler is building, for its options to find.
+var building sync.Map // *server.StreamableHTTPServer -> *httpConfig
+
+// WithHTTPLimits sets the limits of NewStreamableHTTPHandler (see
+// instrument.HTTPLimits: zero fields take their defaults). It is an
+// option of NewStreamableHTTPHandler only: given to
+// server.NewStreamableHTTPServer, it does nothing.
+func WithHTTPLimits(l instrument.HTTPLimits) server.StreamableHTTPOption {
+	return func(hs *server.StreamableHTTPServer) {
+		if cfg, ok := building.Load(hs); ok {
+			cfg.(*httpConfig).limits = l
+		}
+	}
+}
+
+// sessionManager is mcp-go's session ID manager of NewStreamableHTTPHandler:
+// it issues unguessable IDs, accepts only the ones it issued and has not
+// ended, and keeps nothing of an ended session (mcp-go's own stateful
+// manager keeps every terminated ID forever). Its sessions are those the
+// limits count.
+type sessionManager struct {
+	*httplimit.Sessions
+}
+
+// Generate implements server.SessionIdManager.
+func (m *sessionManager) Generate() string {
+	id := "mcp-session-" + rand.Text()
+	m.Add(id, nil)
+	return id
+}
+
+// Validate implements server.SessionIdManager.
+func (m *sessionManager) Validate(id string) (isTerminated bool, err error) {
+	if m.Has(id) {
+		return false, nil
+	}
+	return false, errors.New("session not found")
+}
+
+// Terminate implements server.SessionIdManager.
+func (m *sessionManager) Terminate(id string) (isNotAllowed bool, err error) {
+	m.Remove(id)
+	return false, nil
+}
+
+// endSession ends an idle session as a client's DELETE would: the session
+// manager forgets it and mcp-go drops the session's state.
+func endSession(h *server.StreamableHTTPServer, id string) {
+	r, err := http.NewRequestWithContext(context.Background(), http.MethodDelete, "/", http.NoBody)
+	if err != nil {
+		return
+	}
+	r.Header.Set(httplimit.SessionHeader, id)
+	h.ServeHTTP(discard{}, r)
+}
+
+// discard is a ResponseWriter that keeps nothing.
+type discard struct{}
+
+func (discard) Header() http.Header         { return http.Header{} }
+func (discard) Write(b []byte) (int, error) { return len(b), nil }
+func (discard) WriteHeader(int)             {}
 
 // HTTPHandler returns h, an MCP HTTP handler of an instrumented server
 // (Streamable HTTP or SSE), with what each of its requests' spans records
@@ -40,7 +144,8 @@ func NewStreamableHTTPHandler(s *server.MCPServer, opts ...server.StreamableHTTP
 // stateful session manager, or one that verifies signed IDs); only then
 // may a session scope the keys of calls without a subject. Pass false for
 // a stateless server or one whose session manager accepts any well-formed
-// ID.
+// ID. It applies none of the limits of NewStreamableHTTPHandler (sessions,
+// bodies): a handler of your own needs its own.
 func HTTPHandler(h http.Handler, validatedSessions bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hi := &httpInfo{transport: mcpcall.HTTPTransport(r, validatedSessions)}

@@ -48,7 +48,10 @@
 // wrap your own handler with HTTPHandler): it records the transport
 // attributes and, with stateful sessions, lets calls without a subject be
 // scoped by their session. Without it such calls cannot be scoped and are
-// refused by default (see instrument.WithSubject).
+// refused by default (see instrument.WithSubject). It also bounds what
+// clients may hold (sessions, idle sessions, request bodies: see
+// instrument.HTTPLimits and WithHTTPLimits); serve it with an http.Server
+// that has read timeouts (instrument.NewHTTPServer).
 //
 // # MCP tasks
 //
@@ -59,7 +62,7 @@
 //   - a task-augmented tools/call is a protected call whose answer is its
 //     CreateTaskResult: a duplicate (same subject, tool and canonical
 //     arguments, or the same explicit key) gets the first call's
-//     CreateTaskResult back, replayed with instrument.ReplayMetaKey, and the
+//     CreateTaskResult back, replayed with spancontract.ReplayMetaKey, and the
 //     task's work runs once, in the background, once that answer is
 //     stored. Its tools/call span is the task-creating call's.
 //   - tasks/get, tasks/result, tasks/cancel and tasks/list are answered
@@ -82,7 +85,6 @@
 package mcpgo
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"maps"
@@ -166,6 +168,7 @@ func (m *Instrumentation) ServerOptions() []server.ServerOption {
 		server.WithMetaPropagator(metaPropagator{m}),
 		m.installHooks,
 		server.WithToolHandlerMiddleware(m.middleware),
+		m.addCallStatusTool,
 	}
 }
 
@@ -416,14 +419,14 @@ func (m *Instrumentation) beforeCallTool(ctx context.Context, _ any, req *mcp.Ca
 	if !ok {
 		return
 	}
-	if _, ok := args[instrument.KeyArgument]; !ok {
+	if _, ok := args[spancontract.KeyArgument]; !ok {
 		return
 	}
 	if info := lookupTool(ctx, req.Params.Name); !m.in.StripsKey(req.Params.Name, info) {
 		return
 	}
 	c := maps.Clone(args)
-	delete(c, instrument.KeyArgument)
+	delete(c, spancontract.KeyArgument)
 	req.Params.Arguments = c
 }
 
@@ -470,12 +473,12 @@ func toolInfoOf(t *mcp.Tool) mcpcall.ToolInfo {
 		IdempotentHint: t.Annotations.IdempotentHint != nil && *t.Annotations.IdempotentHint,
 	}
 	if t.RawInputSchema != nil {
-		info.DeclaresKey = bytes.Contains(t.RawInputSchema, []byte(`"`+instrument.KeyArgument+`"`))
+		info.DeclaresKey = mcpcall.RawSchemaDeclaresKey(t.RawInputSchema)
 	} else {
-		_, info.DeclaresKey = t.InputSchema.Properties[instrument.KeyArgument]
+		info.DeclaresKey = mcpcall.PropertiesDeclareKey(t.InputSchema.Properties)
 	}
 	if t.Meta != nil {
-		info.StatusTool, _ = t.Meta.AdditionalFields[instrument.StatusToolMetaKey].(string)
+		info.StatusTool, _ = t.Meta.AdditionalFields[spancontract.StatusToolMetaKey].(string)
 	}
 	return info
 }
@@ -574,6 +577,9 @@ func (m *Instrumentation) serve(op *mcpcall.Op, req mcp.CallToolRequest, next se
 	if len(call.Arguments) == 0 && req.Params.Arguments != nil {
 		call.Arguments, _ = json.Marshal(req.Params.Arguments)
 	}
+	if m.in.Gates(name) {
+		call.Elicit = elicitor{op}
+	}
 	if meta := req.Params.Meta; meta != nil {
 		call.Meta = meta.AdditionalFields
 		if meta.ProgressToken != nil {
@@ -590,10 +596,9 @@ func (m *Instrumentation) serve(op *mcpcall.Op, req mcp.CallToolRequest, next se
 		// Validate what the handler will receive (decoded by mcp-go
 		// already); CallTool does so only for a protected call.
 		call.Validator = m.validatorOf(tool)
+		call.ValidatedArguments = r.Params.RawArguments
 		if args, ok := r.Params.Arguments.(map[string]any); ok {
 			call.Decoded = args
-		} else {
-			call.ValidatedArguments = r.Params.RawArguments
 		}
 	}
 	if m.hasTx.Load() {
@@ -660,9 +665,9 @@ func (m *Instrumentation) serveDetached(ctx context.Context, req mcp.CallToolReq
 // of it.
 func stripKeyArgument(req *mcp.CallToolRequest) {
 	if args, ok := req.Params.Arguments.(map[string]any); ok {
-		if _, ok := args[instrument.KeyArgument]; ok {
+		if _, ok := args[spancontract.KeyArgument]; ok {
 			c := maps.Clone(args)
-			delete(c, instrument.KeyArgument)
+			delete(c, spancontract.KeyArgument)
 			req.Params.Arguments = c
 		}
 	}
@@ -771,10 +776,10 @@ func withKeyParameter(tool mcp.Tool) mcp.Tool {
 		if props == nil {
 			props = make(map[string]any, 1)
 		}
-		props[instrument.KeyArgument] = mcpcall.KeyParameterSchema()
+		props[spancontract.KeyArgument] = mcpcall.KeyParameterSchema()
 		tool.InputSchema.Properties = props
 		if order := tool.InputSchema.PropertyOrder; order != nil {
-			tool.InputSchema.PropertyOrder = append(order[:len(order):len(order)], instrument.KeyArgument)
+			tool.InputSchema.PropertyOrder = append(order[:len(order):len(order)], spancontract.KeyArgument)
 		}
 		if tool.InputSchema.Type == "" {
 			tool.InputSchema.Type = "object"

@@ -98,7 +98,7 @@ func refundServer(r *rig, runs *int, mu *sync.Mutex) {
 func hasKey(tools []mcp.Tool, name string) bool {
 	for _, tl := range tools {
 		if tl.Name == name {
-			_, ok := tl.InputSchema.Properties[instrument.KeyArgument]
+			_, ok := tl.InputSchema.Properties[sc.KeyArgument]
 			return ok && strings.Contains(tl.Description, "Retries are safe")
 		}
 	}
@@ -224,11 +224,11 @@ func TestToolsList_FollowsReRegistration(t *testing.T) {
 	}
 	r.srv.AddTool(mcp.NewTool("send", mcp.WithDescription("Second."), mcp.WithString("to")), h)
 	tl := list()
-	if !strings.HasPrefix(tl.Description, "Second.") || tl.InputSchema.Properties["to"] == nil || tl.InputSchema.Properties[instrument.KeyArgument] == nil {
+	if !strings.HasPrefix(tl.Description, "Second.") || tl.InputSchema.Properties["to"] == nil || tl.InputSchema.Properties[sc.KeyArgument] == nil {
 		t.Errorf("%+v", tl)
 	}
 	r.srv.AddTool(mcp.NewTool("send", mcp.WithDescription("Third."), mcp.WithReadOnlyHintAnnotation(true)), h)
-	if tl := list(); tl.Description != "Third." || tl.InputSchema.Properties[instrument.KeyArgument] != nil {
+	if tl := list(); tl.Description != "Third." || tl.InputSchema.Properties[sc.KeyArgument] != nil {
 		t.Errorf("a read-only tool was decorated: %+v", tl)
 	}
 }
@@ -281,7 +281,7 @@ func TestKeyArgument_PassesMCPGosOwnStrictValidation(t *testing.T) {
 	r.srv.AddTool(mcp.NewTool("send", mcp.WithInteger("n", mcp.Required()), mcp.WithSchemaAdditionalProperties(false)),
 		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			runs++
-			if _, ok := req.GetArguments()[instrument.KeyArgument]; ok {
+			if _, ok := req.GetArguments()[sc.KeyArgument]; ok {
 				return nil, errors.New("the handler saw the key")
 			}
 			return mcp.NewToolResultText("sent"), nil
@@ -289,7 +289,7 @@ func TestKeyArgument_PassesMCPGosOwnStrictValidation(t *testing.T) {
 	c := r.client(t)
 	var req mcp.CallToolRequest
 	req.Params.Name = "send"
-	for _, args := range []map[string]any{{"n": 1, instrument.KeyArgument: "k"}, {"n": 1, instrument.KeyArgument: "k"}, {"n": "1"}} {
+	for _, args := range []map[string]any{{"n": 1, sc.KeyArgument: "k"}, {"n": 1, sc.KeyArgument: "k"}, {"n": "1"}} {
 		req.Params.Arguments = args
 		res, err := c.CallTool(context.Background(), req)
 		if err != nil {

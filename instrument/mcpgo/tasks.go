@@ -11,6 +11,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/instrument/internal/weakmap"
 	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 	"github.com/idemkit-mcp/idemkit/spancontract"
 )
@@ -86,15 +88,12 @@ func (s *taskSlot) isTask() bool {
 }
 
 // servers finds the Instrumentation installed on a server, for the
-// handlers built from the server alone.
-var servers sync.Map // *server.MCPServer -> *Instrumentation
+// handlers built from the server alone, without keeping the server alive.
+var servers weakmap.Map[server.MCPServer, *Instrumentation]
 
 func instrumentationOf(s *server.MCPServer) *Instrumentation {
-	v, ok := servers.Load(s)
-	if !ok {
-		return nil
-	}
-	return v.(*Instrumentation)
+	m, _ := servers.Load(s)
+	return m
 }
 
 // taskMethods are the request methods of MCP tasks.
@@ -102,6 +101,13 @@ var taskMethods = map[string]bool{
 	spancontract.MethodTasksGet: true, spancontract.MethodTasksResult: true,
 	spancontract.MethodTasksCancel: true, spancontract.MethodTasksList: true,
 }
+
+// maxTaskBody bounds the part of a request body the task layer reads to
+// find task methods: the largest arguments a key is derived from
+// (idemkit.DefaultMaxArgsBytes) and room for the JSON-RPC envelope. A
+// larger body reaches mcp-go as it is: a protected call with such
+// arguments is refused as invalid_arguments, whatever carries it.
+const maxTaskBody = idemkit.DefaultMaxArgsBytes + 64<<10
 
 // taskLayer wraps the Streamable HTTP handler h of s: task-related requests
 // get a slot and are answered from it.
@@ -112,13 +118,21 @@ func taskLayer(s *server.MCPServer, h http.Handler) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		body, err := io.ReadAll(r.Body)
+		var buf bytes.Buffer
+		n, err := io.Copy(&buf, io.LimitReader(r.Body, maxTaskBody+1))
+		if err != nil || n > maxTaskBody {
+			// Pass on what was read, then the rest, unread here.
+			r.Body = readCloser{io.MultiReader(&buf, r.Body), r.Body}
+			h.ServeHTTP(w, r)
+			return
+		}
 		_ = r.Body.Close()
+		body := buf.Bytes()
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		// Most requests mention no task: pass them on undecoded (a method
 		// "tasks/…" or a "task" member both contain `"task`, also when a
 		// name is written with escapes, which a \u in the body reveals).
-		if err != nil || !bytes.Contains(body, []byte(`"task`)) && !bytes.Contains(body, []byte(`\u`)) {
+		if !bytes.Contains(body, []byte(`"task`)) && !bytes.Contains(body, []byte(`\u`)) {
 			h.ServeHTTP(w, r)
 			return
 		}
@@ -173,6 +187,12 @@ func taskLayer(s *server.MCPServer, h http.Handler) http.Handler {
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write(b)
 	})
+}
+
+// readCloser reads from Reader and closes Closer.
+type readCloser struct {
+	io.Reader
+	io.Closer
 }
 
 // captureWriter keeps mcp-go's response to a task-related request. It

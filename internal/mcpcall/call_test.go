@@ -7,7 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
+	"github.com/idemkit-mcp/idemkit/internal/hashkey"
 	"reflect"
 	"strings"
 	"sync"
@@ -18,6 +18,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
+	"github.com/idemkit-mcp/idemkit/internal/clip"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
@@ -47,7 +49,7 @@ func TestCallTool_ReplayIsTheStoredResultPlusTheMarker(t *testing.T) {
 	if !reflect.DeepEqual(first, want) {
 		t.Errorf("first result %v, want the upstream's %v", first, want)
 	}
-	marker := metaOf(second, ReplayMetaKey)
+	marker := metaOf(second, sc.ReplayMetaKey)
 	if !reflect.DeepEqual(marker, map[string]any{"replayed": true, "attempt": float64(1), "write_id": "re_1"}) {
 		t.Errorf("marker %v", marker)
 	}
@@ -64,9 +66,9 @@ func TestCallTool_ReplayIsTheStoredResultPlusTheMarker(t *testing.T) {
 	base := func(id, outcome string) map[string]any {
 		return map[string]any{
 			sc.MCPMethodName: "tools/call", sc.GenAIOperationName: "execute_tool", sc.GenAIToolName: "refund",
-			sc.JSONRPCRequestID: id, sc.MCPSessionID: "s-1", sc.MCPProtocolVersion: "2025-11-25", sc.NetworkTransport: "pipe",
+			sc.JSONRPCRequestID: id, sc.MCPSessionID: hashkey.Hasher{}.SessionHash("s-1"), sc.MCPProtocolVersion: "2025-11-25", sc.NetworkTransport: "pipe",
 			sc.ArgsHash: k.ArgsHash()[:32], sc.KeyHash: k.Hash(), sc.KeySource: "derived",
-			sc.SubjectHash: idemkit.ShortHash("alice"), sc.Outcome: outcome, sc.Attempt: int64(1), sc.WriteID: "re_1",
+			sc.SubjectHash: clip.Hash("alice"), sc.Outcome: outcome, sc.Attempt: int64(1), sc.WriteID: "re_1",
 		}
 	}
 	assertAttrs(t, spans[0], base("1", "executed"))
@@ -81,17 +83,17 @@ func TestCallTool_ReplayIsTheStoredResultPlusTheMarker(t *testing.T) {
 	}
 
 	ms := r.metrics()
-	if got, want := sums(t, ms[MetricToolCalls]), map[string]int64{
+	if got, want := sums(t, ms[sc.MetricToolCalls]), map[string]int64{
 		key(sc.GenAIToolName, "refund", sc.Outcome, "executed"): 1,
 		key(sc.GenAIToolName, "refund", sc.Outcome, "replayed"): 1,
 	}; !reflect.DeepEqual(got, want) {
-		t.Errorf("%s = %v, want %v", MetricToolCalls, got, want)
+		t.Errorf("%s = %v, want %v", sc.MetricToolCalls, got, want)
 	}
-	if got := sums(t, ms[MetricReplays]); !reflect.DeepEqual(got, map[string]int64{key(sc.GenAIToolName, "refund"): 1}) {
-		t.Errorf("%s = %v", MetricReplays, got)
+	if got := sums(t, ms[sc.MetricReplays]); !reflect.DeepEqual(got, map[string]int64{key(sc.GenAIToolName, "refund"): 1}) {
+		t.Errorf("%s = %v", sc.MetricReplays, got)
 	}
-	if got := histCounts(t, ms[MetricClaimDuration]); !reflect.DeepEqual(got, map[string]uint64{key(sc.GenAIToolName, "refund"): 2}) {
-		t.Errorf("%s = %v", MetricClaimDuration, got)
+	if got := histCounts(t, ms[sc.MetricClaimDuration]); !reflect.DeepEqual(got, map[string]uint64{key(sc.GenAIToolName, "refund"): 2}) {
+		t.Errorf("%s = %v", sc.MetricClaimDuration, got)
 	}
 	if got := histCounts(t, ms["mcp.server.operation.duration"]); !reflect.DeepEqual(got, map[string]uint64{
 		key(sc.MCPMethodName, "tools/call", sc.GenAIOperationName, "execute_tool", sc.GenAIToolName, "refund",
@@ -130,7 +132,7 @@ func TestCallTool_ConcurrentDuplicatesRunOnce(t *testing.T) {
 	}
 	for _, a := range answers {
 		res := result(t, a)
-		m := metaOf(res, RefusalMetaKey)
+		m := metaOf(res, sc.RefusalMetaKey)
 		if !isError(res) || m["reason"] != "in_progress" || m["status_tool"] != "export_status" || m["attempt"] != float64(1) {
 			t.Errorf("duplicate answer %v", res)
 		}
@@ -142,11 +144,11 @@ func TestCallTool_ConcurrentDuplicatesRunOnce(t *testing.T) {
 		}
 	}
 	ms := r.metrics()
-	if got := sums(t, ms[MetricToolCalls])[key(sc.GenAIToolName, "export", sc.Outcome, "in_progress", sc.RefusalReason, "in_progress")]; got != 8 {
+	if got := sums(t, ms[sc.MetricToolCalls])[key(sc.GenAIToolName, "export", sc.Outcome, "in_progress", sc.RefusalReason, "in_progress")]; got != 8 {
 		t.Errorf("in-progress calls %d", got)
 	}
-	if got := sums(t, ms[MetricInProgress])[key(sc.GenAIToolName, "export")]; got != 8 {
-		t.Errorf("%s %d", MetricInProgress, got)
+	if got := sums(t, ms[sc.MetricInProgress])[key(sc.GenAIToolName, "export")]; got != 8 {
+		t.Errorf("%s %d", sc.MetricInProgress, got)
 	}
 }
 
@@ -177,7 +179,7 @@ func TestCallTool_StatusToolPrecedence(t *testing.T) {
 			res := result(t, r.call("t", "", nil))
 			close(release)
 			<-done
-			if got := metaOf(res, RefusalMetaKey)["status_tool"]; got != tc.want || !strings.Contains(text(res), "Call "+tc.want) {
+			if got := metaOf(res, sc.RefusalMetaKey)["status_tool"]; got != tc.want || !strings.Contains(text(res), "Call "+tc.want) {
 				t.Errorf("status tool %v in %q, want %s", got, text(res), tc.want)
 			}
 		})
@@ -190,8 +192,8 @@ func TestCallTool_ExplicitKeyReusedWithOtherArgumentsIsRejected(t *testing.T) {
 	if res := result(t, r.call("refund", `{"order":"o-1","idempotency_key":"k-1"}`, nil)); isError(res) {
 		t.Fatal(res)
 	}
-	res := result(t, r.call("refund", `{"order":"o-2"}`, map[string]any{KeyMetaKey: "k-1"}))
-	if !isError(res) || metaOf(res, RefusalMetaKey)["reason"] != "mismatch" || !strings.Contains(text(res), "already used for a call with different arguments") {
+	res := result(t, r.call("refund", `{"order":"o-2"}`, map[string]any{sc.KeyMetaKey: "k-1"}))
+	if !isError(res) || metaOf(res, sc.RefusalMetaKey)["reason"] != "mismatch" || !strings.Contains(text(res), "already used for a call with different arguments") {
 		t.Errorf("mismatch answer %v", res)
 	}
 	if tool.count() != 1 {
@@ -202,8 +204,8 @@ func TestCallTool_ExplicitKeyReusedWithOtherArgumentsIsRejected(t *testing.T) {
 		t.Errorf("span %v", a)
 	}
 	// The same key with the same arguments replays, whichever way it is sent.
-	res = result(t, r.call("refund", `{"order":"o-1"}`, map[string]any{KeyArgument: "k-1"}))
-	if metaOf(res, ReplayMetaKey) == nil || tool.count() != 1 {
+	res = result(t, r.call("refund", `{"order":"o-1"}`, map[string]any{sc.KeyArgument: "k-1"}))
+	if metaOf(res, sc.ReplayMetaKey) == nil || tool.count() != 1 {
 		t.Errorf("replay by _meta key %v", res)
 	}
 }
@@ -215,7 +217,7 @@ func TestCallTool_UnidentifiedCallersAreRefusedAndLoggedOncePerTool(t *testing.T
 	lookup := r.tool("lookup", ToolInfo{ReadOnlyHint: true}, refundResult)
 	for range 3 {
 		res := result(t, r.call("refund", `{"order":"o-1","idempotency_key":"k"}`, nil))
-		if !isError(res) || metaOf(res, RefusalMetaKey)["reason"] != "unscoped" || !strings.Contains(text(res), "nothing was done") {
+		if !isError(res) || metaOf(res, sc.RefusalMetaKey)["reason"] != "unscoped" || !strings.Contains(text(res), "nothing was done") {
 			t.Fatalf("refusal %v", res)
 		}
 	}
@@ -240,7 +242,7 @@ func TestCallTool_UnidentifiedCallersAreRefusedAndLoggedOncePerTool(t *testing.T
 	if in := r.srv.in; in.AdvertisesKey("refund", ToolInfo{}, Scope{}) || in.Protects("refund", ToolInfo{}, Scope{}) {
 		t.Error("a tool whose calls are refused is advertised as protected")
 	}
-	if got := sums(t, r.metrics()[MetricToolCalls])[key(sc.GenAIToolName, "refund", sc.RefusalReason, "unscoped")]; got != 3 {
+	if got := sums(t, r.metrics()[sc.MetricToolCalls])[key(sc.GenAIToolName, "refund", sc.RefusalReason, "unscoped")]; got != 3 {
 		t.Errorf("refused calls %d", got)
 	}
 }
@@ -251,7 +253,7 @@ func TestCallTool_UnscopedOptIns(t *testing.T) {
 		tool := r.tool("refund", ToolInfo{}, refundResult)
 		r.call("refund", `{"a":1}`, nil)
 		res := result(t, r.call("refund", `{"a":1}`, nil))
-		if tool.count() != 1 || metaOf(res, ReplayMetaKey) == nil {
+		if tool.count() != 1 || metaOf(res, sc.ReplayMetaKey) == nil {
 			t.Errorf("runs %d, %v", tool.count(), res)
 		}
 		if a := r.last(); a[sc.SubjectHash] != nil || a[sc.Outcome] != "replayed" {
@@ -312,7 +314,7 @@ func TestCallTool_SessionsScopeKeys(t *testing.T) {
 	if tool.count() != 2 {
 		t.Errorf("runs %d: one per session", tool.count())
 	}
-	if a := r.last(); a[sc.SubjectHash] != idemkit.ShortHash(sessionScopePrefix+"s-2") {
+	if a := r.last(); a[sc.SubjectHash] != clip.Hash(sessionScopePrefix+"s-2") {
 		t.Errorf("subject hash %v", a[sc.SubjectHash])
 	}
 }
@@ -320,7 +322,7 @@ func TestCallTool_SessionsScopeKeys(t *testing.T) {
 func TestCallTool_SubjectHashesAreKeyed(t *testing.T) {
 	r := newRig(t, rigConfig{cfg: func(c *Config) {
 		c.Subject = func(context.Context) string { return "alice@example.com" }
-		c.SubjectHashKey = []byte("k")
+		c.HashKey = []byte("k")
 	}})
 	r.tool("t", ToolInfo{}, refundResult)
 	r.call("t", "", nil)
@@ -353,11 +355,11 @@ func TestCallTool_MalformedRequestsAreRejectedBeforeTheClaim(t *testing.T) {
 		{`{}`, nil, "invalid_arguments"},
 		{`{"amount_cents":1,"idempotency_key":5}`, nil, "invalid_key"},
 		{`{"amount_cents":1,"idempotency_key":""}`, nil, "invalid_key"},
-		{`{"amount_cents":1}`, map[string]any{KeyMetaKey: 7}, "invalid_key"},
-		{`{"amount_cents":1,"idempotency_key":"a"}`, map[string]any{KeyMetaKey: "b"}, "invalid_key"},
+		{`{"amount_cents":1}`, map[string]any{sc.KeyMetaKey: 7}, "invalid_key"},
+		{`{"amount_cents":1,"idempotency_key":"a"}`, map[string]any{sc.KeyMetaKey: "b"}, "invalid_key"},
 	} {
 		res := result(t, r.call("refund", tc.args, tc.meta))
-		if !isError(res) || metaOf(res, RefusalMetaKey)["reason"] != tc.reason || !strings.Contains(text(res), "rejected and nothing was done") {
+		if !isError(res) || metaOf(res, sc.RefusalMetaKey)["reason"] != tc.reason || !strings.Contains(text(res), "rejected and nothing was done") {
 			t.Errorf("%s %v: %v", tc.args, tc.meta, res)
 		}
 		a := r.last()
@@ -368,7 +370,7 @@ func TestCallTool_MalformedRequestsAreRejectedBeforeTheClaim(t *testing.T) {
 	if tool.count() != 0 {
 		t.Errorf("upstream ran %d times", tool.count())
 	}
-	if _, ok := r.metrics()[MetricClaimDuration]; ok {
+	if _, ok := r.metrics()[sc.MetricClaimDuration]; ok {
 		t.Error("a malformed call was claimed")
 	}
 	// 1250 and 1250.0 are one integer: accepted, one run.
@@ -397,14 +399,14 @@ func TestCallTool_InputRoundsAreNotStoredAndContinuationsAreMarked(t *testing.T)
 		return json.RawMessage(refundResult), nil
 	}
 	res = result(t, r.send("tools/call", map[string]any{"name": "book", "arguments": map[string]any{"a": 1}, "requestState": "st"}))
-	if isError(res) || metaOf(res, ReplayMetaKey) != nil {
+	if isError(res) || metaOf(res, sc.ReplayMetaKey) != nil {
 		t.Fatalf("continuation %v", res)
 	}
 	a = r.last()
 	if a[sc.InputContinuation] != true || a[sc.InputRequested] != nil || a[sc.Attempt] != int64(2) {
 		t.Errorf("continuation span %v", a)
 	}
-	if res := result(t, r.call("book", `{"a":1}`, nil)); metaOf(res, ReplayMetaKey) == nil {
+	if res := result(t, r.call("book", `{"a":1}`, nil)); metaOf(res, sc.ReplayMetaKey) == nil {
 		t.Errorf("the completed call is not replayed: %v", res)
 	}
 	if tool.count() != 2 {
@@ -425,21 +427,21 @@ func TestCallTool_ResponsesTooLargeToKeep(t *testing.T) {
 		t.Errorf("first span: status %v, attrs %v (a delivered response never gets an ERROR status)", s.Status(), a)
 	}
 	dup := result(t, r.call("t", "", nil))
-	if !isError(dup) || metaOf(dup, RefusalMetaKey)["reason"] != "response_not_kept" || !strings.Contains(text(dup), "Do not call it again") {
+	if !isError(dup) || metaOf(dup, sc.RefusalMetaKey)["reason"] != "response_not_kept" || !strings.Contains(text(dup), "Do not call it again") {
 		t.Errorf("duplicate %v", dup)
 	}
 	if tool.count() != 1 {
 		t.Errorf("runs %d", tool.count())
 	}
-	if got := sums(t, r.metrics()[MetricFinishErrors]); !reflect.DeepEqual(got, map[string]int64{key(sc.GenAIToolName, "t", sc.FinishError, "response_too_large"): 1}) {
-		t.Errorf("%s %v", MetricFinishErrors, got)
+	if got := sums(t, r.metrics()[sc.MetricFinishErrors]); !reflect.DeepEqual(got, map[string]int64{key(sc.GenAIToolName, "t", sc.FinishError, "response_too_large"): 1}) {
+		t.Errorf("%s %v", sc.MetricFinishErrors, got)
 	}
 }
 
 // lossyStore fails every finish.
 type lossyStore struct{ idemkit.MemoryStore }
 
-func (*lossyStore) Finish(context.Context, idemkit.FinishRequest) error {
+func (*lossyStore) Finish(context.Context, idemstore.FinishRequest) error {
 	return errors.New("disk full")
 }
 
@@ -479,23 +481,23 @@ func TestCallTool_AFailedReleaseIsRecordedBesideTheWorksError(t *testing.T) {
 	if a[sc.FinishError] != "store_error" || a[sc.Outcome] != "executed" || a[sc.ErrorType] != "-32603" {
 		t.Errorf("span %v", dump(a))
 	}
-	if got := sums(t, r.metrics()[MetricFinishErrors]); !reflect.DeepEqual(got, map[string]int64{key(sc.GenAIToolName, "t", sc.FinishError, "store_error"): 1}) {
-		t.Errorf("%s %v", MetricFinishErrors, got)
+	if got := sums(t, r.metrics()[sc.MetricFinishErrors]); !reflect.DeepEqual(got, map[string]int64{key(sc.GenAIToolName, "t", sc.FinishError, "store_error"): 1}) {
+		t.Errorf("%s %v", sc.MetricFinishErrors, got)
 	}
 }
 
 // deadStore fails every claim.
 type deadStore struct{ idemkit.MemoryStore }
 
-func (*deadStore) Claim(context.Context, idemkit.ClaimRequest) (idemkit.ClaimResult, error) {
-	return idemkit.ClaimResult{}, errors.New("connection refused")
+func (*deadStore) Claim(context.Context, idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
+	return idemstore.ClaimResult{}, errors.New("connection refused")
 }
 
 func TestCallTool_AnUnreachableStoreFailsClosed(t *testing.T) {
 	r := newRig(t, rigConfig{local: true, store: &deadStore{}})
 	tool := r.tool("t", ToolInfo{}, refundResult)
 	res := result(t, r.call("t", "", nil))
-	if !isError(res) || metaOf(res, RefusalMetaKey)["reason"] != "store_unavailable" || !strings.Contains(text(res), "Nothing was done") {
+	if !isError(res) || metaOf(res, sc.RefusalMetaKey)["reason"] != "store_unavailable" || !strings.Contains(text(res), "Nothing was done") {
 		t.Errorf("%v", res)
 	}
 	if tool.count() != 0 {
@@ -511,7 +513,7 @@ func TestCallTool_UnreadableStoredResult(t *testing.T) {
 	r.tool("t", ToolInfo{}, `"not an object"`)
 	r.call("t", "", nil)
 	res := result(t, r.call("t", "", nil))
-	if !isError(res) || metaOf(res, RefusalMetaKey)["reason"] != "result_unreadable" {
+	if !isError(res) || metaOf(res, sc.RefusalMetaKey)["reason"] != "result_unreadable" {
 		t.Errorf("%v", res)
 	}
 	if a := r.last(); a[sc.Outcome] != "replayed" || a[sc.RefusalReason] != "result_unreadable" {
@@ -733,17 +735,17 @@ func TestExplicitKey(t *testing.T) {
 	}{
 		{nil, "", "", false},
 		{map[string]any{"progressToken": 1}, "", "", false},
-		{map[string]any{KeyMetaKey: "k"}, "", "k", false},
-		{map[string]any{KeyArgument: "k"}, "", "k", false},
-		{map[string]any{KeyMetaKey: "k", KeyArgument: "k"}, `"k"`, "k", false},
+		{map[string]any{sc.KeyMetaKey: "k"}, "", "k", false},
+		{map[string]any{sc.KeyArgument: "k"}, "", "k", false},
+		{map[string]any{sc.KeyMetaKey: "k", sc.KeyArgument: "k"}, `"k"`, "k", false},
 		{nil, `"k"`, "k", false},
 		{nil, `null`, "", false},
-		{map[string]any{KeyMetaKey: "k", KeyArgument: "j"}, "", "", true},
-		{map[string]any{KeyMetaKey: "k"}, `"j"`, "", true},
-		{map[string]any{KeyMetaKey: 5}, "", "", true},
+		{map[string]any{sc.KeyMetaKey: "k", sc.KeyArgument: "j"}, "", "", true},
+		{map[string]any{sc.KeyMetaKey: "k"}, `"j"`, "", true},
+		{map[string]any{sc.KeyMetaKey: 5}, "", "", true},
 		{nil, `5`, "", true},
-		{map[string]any{KeyMetaKey: ""}, "", "", true},
-		{map[string]any{KeyMetaKey: "bad\nkey"}, "", "", true},
+		{map[string]any{sc.KeyMetaKey: ""}, "", "", true},
+		{map[string]any{sc.KeyMetaKey: "bad\nkey"}, "", "", true},
 	} {
 		got, err := explicitKey(tc.meta, json.RawMessage(tc.stripped))
 		if got != tc.want || (err != nil) != tc.err || (err != nil && !errors.Is(err, idemkit.ErrInvalidKey)) {
@@ -777,7 +779,7 @@ func TestKeyParameterHelpers(t *testing.T) {
 func TestRawCodec(t *testing.T) {
 	var c RawCodec
 	in := json.RawMessage(`{"content":[{"type":"text","text":"x"}],"structuredContent":{"n":1.0,"big":12345678901234567890}}`)
-	out := c.WithMeta(in, ReplayMetaKey, map[string]any{"replayed": true})
+	out := c.WithMeta(in, sc.ReplayMetaKey, map[string]any{"replayed": true})
 	if !strings.Contains(string(out), `"structuredContent":{"n":1.0,"big":12345678901234567890}`) ||
 		!strings.Contains(string(out), `"_meta":{"io.idemkit/replay":{"replayed":true}}`) {
 		t.Errorf("WithMeta must keep the other members byte for byte: %s", out)
@@ -829,14 +831,12 @@ func TestSchemaValidator(t *testing.T) {
 	}
 }
 
-func TestConfigFrom_NeedsTheInstrumentPackage(t *testing.T) {
-	defer func() {
-		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "instrument") {
-			t.Errorf("recovered %v", r)
-		}
-	}()
-	saved := configure
-	configure = nil
-	defer func() { configure = saved }()
-	ConfigFrom(nil)
+// TestConfigFrom_AppliesOptionsWithoutPackageInstrument: the adapters'
+// options reach a Config through ordinary values, without package
+// instrument installing anything first (it did so from its init function).
+func TestConfigFrom_AppliesOptionsWithoutPackageInstrument(t *testing.T) {
+	c := ConfigFrom([]Option{nil, OptionFunc(func(c *Config) { c.ResultCap = 7 }), OptionFunc(func(c *Config) { c.ResultCap *= 2 })})
+	if c.ResultCap != 14 || !c.AdvertiseKey || !c.StripKey || c.Unscoped != UnscopedRefuse {
+		t.Errorf("%+v", c)
+	}
 }

@@ -42,7 +42,8 @@ import (
 
 // UnscopedPolicy decides what happens to a call of a protected tool whose
 // caller cannot be identified: no subject, not a single-client local
-// transport, and no authentic session.
+// transport, and no authentic session. It is instrument.UnscopedPolicy,
+// documented there.
 type UnscopedPolicy uint8
 
 const (
@@ -71,10 +72,17 @@ type Config struct {
 
 	// Subject names the authenticated caller of a request, or "".
 	Subject func(ctx context.Context) string
-	// SubjectHashKey makes subject and key hashes HMACs under it.
-	SubjectHashKey []byte
+	// HashKey is the deployment's hash key: every hash exported on spans
+	// (idemkit.args.hash, idemkit.key.hash, idemkit.subject.hash, the
+	// hashed mcp.session.id) and in the Guard's errors is an HMAC-SHA-256
+	// under it (see package idemkit). nil: the Guard's own
+	// (idemkit.Config.HashKey), else plain SHA-256.
+	HashKey []byte
 	// RawSubject records the raw subject on spans.
 	RawSubject bool
+	// RawSessionID records the raw MCP session ID as mcp.session.id
+	// instead of its hash.
+	RawSessionID bool
 
 	// Protect overrides, per tool, whether calls are protected (true) or
 	// bypassed (false) whatever the tool's annotations say.
@@ -85,6 +93,18 @@ type Config struct {
 	// Exclude lists, per tool, top-level argument fields left out of the
 	// argument hash.
 	Exclude map[string][]string
+	// Confirm holds, per tool, the human gate asked before a call runs
+	// (see gate.go).
+	Confirm map[string]Confirmation
+	// RequireKey lists the tools whose calls must carry an explicit key
+	// (refused with RefusalMissingKey otherwise).
+	RequireKey map[string]bool
+	// ToolVersions holds, per tool, a version mixed into its keys.
+	ToolVersions map[string]string
+	// CallStatusTool names the call status tool the front end serves (see
+	// CallStatus), which is never protected and which in-progress answers
+	// name for tools without a status tool of their own; "" serves none.
+	CallStatusTool string
 	// Unscoped is the policy for calls whose caller cannot be identified.
 	Unscoped UnscopedPolicy
 	// UnscopedAdvice, when set, returns what the refusal of an unscoped
@@ -112,7 +132,8 @@ type Config struct {
 }
 
 // DefaultCaptureBytes is the cap of a recorded argument or result when the
-// caller asked for recording without a size.
+// caller asked for recording without a size (instrument.WithRecordArguments
+// and WithRecordResults document it).
 const DefaultCaptureBytes = 1 << 10
 
 // DefaultConfig returns the defaults: global OpenTelemetry providers and
@@ -138,22 +159,26 @@ func (c *Config) complete() {
 	}
 }
 
-// configure converts the instrument package's options (passed as any, to
-// keep this package free of it) into a Config. Package instrument sets it
-// in its init function.
-var configure func(c *Config, opts any)
+// Option is one setting of a Config. It is instrument.Option (an alias of
+// this type): the instrument package's With… functions return Options, and
+// the SDK adapters apply the ones their users passed with ConfigFrom.
+type Option interface {
+	apply(*Config)
+}
 
-// SetConfigure installs the function that applies instrument.Options to a
-// Config. Package instrument calls it once, from init.
-func SetConfigure(f func(c *Config, opts any)) { configure = f }
+// OptionFunc is an Option that sets a Config by calling the function.
+type OptionFunc func(*Config)
 
-// ConfigFrom returns DefaultConfig with opts (a []instrument.Option) applied.
-// The SDK adapters call it with the options their users passed.
-func ConfigFrom(opts any) Config {
+func (f OptionFunc) apply(c *Config) { f(c) }
+
+// ConfigFrom returns DefaultConfig with opts applied in order; nil options
+// are skipped.
+func ConfigFrom(opts []Option) Config {
 	c := DefaultConfig()
-	if configure == nil {
-		panic("mcpcall: ConfigFrom before package instrument was initialised")
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&c)
+		}
 	}
-	configure(&c, opts)
 	return c
 }

@@ -1,9 +1,7 @@
 package mcpcall
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
+	"bytes"
 	"sync"
 	"sync/atomic"
 
@@ -12,21 +10,19 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
-	"github.com/idemkit-mcp/idemkit/spancontract"
+	"github.com/idemkit-mcp/idemkit/internal/hashkey"
 )
 
 // ScopeName is the instrumentation scope of the tracer and the meter: the
 // import path of the package users configure, instrument.
 const ScopeName = "github.com/idemkit-mcp/idemkit/instrument"
 
-// Version is the instrumentation version reported with the scope.
-const Version = idemkit.Version
-
 // Instrumenter traces MCP requests and protects the tool calls that need
 // it. Build it with New; it is safe for concurrent use.
 type Instrumenter struct {
 	cfg    Config
 	guard  *idemkit.Guard
+	hasher hashkey.Hasher // every exported hash
 	tracer trace.Tracer
 	m      instruments
 
@@ -40,6 +36,9 @@ type Instrumenter struct {
 	sessions  sync.Map     // session ID -> scope
 	nsessions atomic.Int32 // entries in sessions
 
+	sessionHashes  sync.Map     // session ID -> its mcp.session.id
+	nsessionHashes atomic.Int32 // entries in sessionHashes
+
 	refusedMu sync.Mutex      // protects refused
 	refused   map[string]bool // tools whose unscoped refusal was logged
 }
@@ -49,11 +48,36 @@ type Instrumenter struct {
 // spans still carry the key hashes (bypass reason no_guard). Metric
 // instruments that cannot be created are reported to otel.Handle and
 // replaced by no-ops.
+//
+// With cfg.HashKey, every exported hash is keyed with it, the Guard's too
+// (the Instrumenter uses a copy of guard with that key); without it, with
+// the Guard's key (idemkit.Config.HashKey), if it has one.
 func New(guard *idemkit.Guard, cfg Config) *Instrumenter {
 	cfg.complete()
 	in := &Instrumenter{cfg: cfg, guard: guard, methods: methodAttrs()}
+	switch {
+	case len(cfg.HashKey) > 0:
+		in.hasher = hashkey.New(cfg.HashKey)
+		if len(cfg.HashKey) < hashkey.MinKeyLen {
+			cfg.Logger.Warn("the hash key is short: use 32 random bytes, so that nobody can guess it and recompute the exported hashes",
+				"bytes", len(cfg.HashKey), "minimum", hashkey.MinKeyLen)
+		} else if guard != nil && !bytes.Equal(guard.Config().HashKey, cfg.HashKey) {
+			// The Guard's errors and log records carry the same keyed
+			// hashes: a Guard on the same store and configuration, with
+			// this key.
+			gc := guard.Config()
+			gc.HashKey = cfg.HashKey
+			if g, err := idemkit.NewGuard(guard.Store(), &gc); err == nil {
+				in.guard = g
+			} else {
+				cfg.Logger.Warn("the Guard's errors keep unkeyed hashes", "error", err)
+			}
+		}
+	case guard != nil:
+		in.hasher = hashkey.New(guard.Config().HashKey)
+	}
 	in.tracer = cfg.TracerProvider.Tracer(ScopeName,
-		trace.WithInstrumentationVersion(Version), trace.WithSchemaURL(semconv.SchemaURL))
+		trace.WithInstrumentationVersion(idemkit.Version), trace.WithSchemaURL(semconv.SchemaURL))
 	if err := in.m.init(cfg.MeterProvider); err != nil {
 		otel.Handle(err)
 	}
@@ -84,6 +108,9 @@ type ToolInfo struct {
 // as the Protect overrides say, otherwise unless the tool is annotated
 // read-only or idempotent.
 func (in *Instrumenter) WriteTool(tool string, info ToolInfo) bool {
+	if tool == in.cfg.CallStatusTool && tool != "" {
+		return false // read-only, whatever Protect says
+	}
 	if v, ok := in.cfg.Protect[tool]; ok {
 		return v
 	}
@@ -117,13 +144,17 @@ func (in *Instrumenter) StripsKey(tool string, info ToolInfo) bool {
 
 // statusToolOf returns the tool a model should call to check on an
 // in-progress call of tool: the one configured with WithStatusTool, else the
-// one the tool names in its _meta. (A status tool set in the Guard's
-// idemkit.ToolConfig comes first: it is already in the Guard's answer.)
+// one the tool names in its _meta, else the call status tool when one is
+// served. (A status tool set in the Guard's idemkit.ToolConfig comes first:
+// it is already in the Guard's answer.)
 func (in *Instrumenter) statusToolOf(tool string, info ToolInfo) string {
 	if s, ok := in.cfg.StatusTools[tool]; ok {
 		return s
 	}
-	return info.StatusTool
+	if info.StatusTool != "" {
+		return info.StatusTool
+	}
+	return in.CallStatusTool()
 }
 
 // maxCachedSubjects bounds the subject hash cache; past it, hashes are
@@ -135,12 +166,7 @@ func (in *Instrumenter) hashSubject(scope string) string {
 	if v, ok := in.subjects.Load(scope); ok {
 		return v.(string)
 	}
-	var h string
-	if in.cfg.SubjectHashKey == nil {
-		h = idemkit.ShortHash(scope)
-	} else {
-		h = in.shortMAC(scope)
-	}
+	h := in.hasher.SubjectHash(scope)
 	if in.nsubjects.Load() < maxCachedSubjects {
 		if _, loaded := in.subjects.LoadOrStore(scope, h); !loaded {
 			in.nsubjects.Add(1)
@@ -149,20 +175,29 @@ func (in *Instrumenter) hashSubject(scope string) string {
 	return h
 }
 
-// keyHash returns the idemkit.key.hash of key: the plain SHA-256 prefix of
-// the key ID or, with a SubjectHashKey, an HMAC of it, so that a span reader
-// who guesses a subject and arguments cannot confirm the guess.
-func (in *Instrumenter) keyHash(key idemkit.Key) string {
-	if in.cfg.SubjectHashKey == nil {
-		return key.Hash()
-	}
-	return in.shortMAC(key.ID())
-}
+// unreliableSessionID reports a session ID that names no session (mcp-go's
+// stdio placeholder, which its front end passes as ""): exported as it is,
+// so that the Collector's dup processor still recognises it.
+func unreliableSessionID(id string) bool { return id == "stdio" }
 
-func (in *Instrumenter) shortMAC(s string) string {
-	mac := hmac.New(sha256.New, in.cfg.SubjectHashKey)
-	mac.Write([]byte(s))
-	return hex.EncodeToString(mac.Sum(nil)[:spancontract.HashLen/2])
+// SessionAttr returns the value exported as mcp.session.id for the session
+// ID id: its hash (hashkey.Hasher.SessionHash), which tells sessions apart
+// as the ID does but grants nothing, unless RawSessionID asks for the ID.
+// Front ends use it wherever they log a session ID too.
+func (in *Instrumenter) SessionAttr(id string) string {
+	if id == "" || in.cfg.RawSessionID || unreliableSessionID(id) {
+		return id
+	}
+	if v, ok := in.sessionHashes.Load(id); ok {
+		return v.(string)
+	}
+	h := in.hasher.SessionHash(id)
+	if in.nsessionHashes.Load() < maxCachedSessions {
+		if _, loaded := in.sessionHashes.LoadOrStore(id, h); !loaded {
+			in.nsessionHashes.Add(1)
+		}
+	}
+	return h
 }
 
 // logRefusedOnce logs, once per tool, that unscoped calls of tool are

@@ -12,17 +12,8 @@ import (
 	"go.opentelemetry.io/otel/semconv/v1.41.0/mcpconv"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/spancontract"
-)
-
-// Names of idemkit's own instruments (OpenTelemetry names; units in the
-// unit field, no _total).
-const (
-	MetricToolCalls     = "idemkit.tool.calls"
-	MetricClaimDuration = "idemkit.claim.duration"
-	MetricReplays       = "idemkit.replays"
-	MetricInProgress    = "idemkit.in_progress"
-	MetricFinishErrors  = "idemkit.finish.errors"
 )
 
 // claimBuckets cover a memory store (tens of µs) to a slow database.
@@ -42,7 +33,7 @@ type instruments struct {
 }
 
 func (m *instruments) init(mp metric.MeterProvider) error {
-	meter := mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version), metric.WithSchemaURL(schemaURL))
+	meter := mp.Meter(ScopeName, metric.WithInstrumentationVersion(idemkit.Version), metric.WithSchemaURL(schemaURL))
 	var errs, err error
 	counter := func(name, desc string) metric.Int64Counter {
 		c, cerr := meter.Int64Counter(name, metric.WithUnit("{call}"), metric.WithDescription(desc))
@@ -52,11 +43,11 @@ func (m *instruments) init(mp metric.MeterProvider) error {
 		}
 		return c
 	}
-	m.calls = counter(MetricToolCalls, "MCP tool calls by tool and idemkit outcome.")
-	m.replays = counter(MetricReplays, "Duplicate tool calls answered with the stored result.")
-	m.inProgress = counter(MetricInProgress, "Duplicate tool calls answered that the first call is still in progress.")
-	m.finishErrs = counter(MetricFinishErrors, "Tool calls whose work ran but whose outcome could not be recorded, so a duplicate may run the work again.")
-	if m.claim, err = meter.Float64Histogram(MetricClaimDuration, metric.WithUnit("s"),
+	m.calls = counter(spancontract.MetricToolCalls, "MCP tool calls by tool and idemkit outcome.")
+	m.replays = counter(spancontract.MetricReplays, "Duplicate tool calls answered with the stored result.")
+	m.inProgress = counter(spancontract.MetricInProgress, "Duplicate tool calls answered that the first call is still in progress.")
+	m.finishErrs = counter(spancontract.MetricFinishErrors, "Tool calls whose work ran but whose outcome could not be recorded, so a duplicate may run the work again.")
+	if m.claim, err = meter.Float64Histogram(spancontract.MetricClaimDuration, metric.WithUnit("s"),
 		metric.WithDescription("Time spent claiming an idempotency key before the work starts or a duplicate is answered."),
 		metric.WithExplicitBucketBoundaries(claimBuckets...)); err != nil {
 		errs = errors.Join(errs, err)
@@ -113,7 +104,8 @@ var bypassReasons = [...]string{spancontract.BypassUnprotected, spancontract.Byp
 var refusalReasons = [...]string{
 	spancontract.RefusalInProgress, spancontract.RefusalMismatch, spancontract.RefusalUnscoped,
 	spancontract.RefusalInvalidKey, spancontract.RefusalInvalidArguments, spancontract.RefusalStoreUnavailable,
-	spancontract.RefusalResponseNotKept, spancontract.RefusalResultUnreadable,
+	spancontract.RefusalResponseNotKept, spancontract.RefusalResultUnreadable, spancontract.RefusalStoreFull,
+	RefusalDeclined, RefusalConfirmationUnavailable, RefusalMissingKey, RefusalAttemptsExhausted,
 }
 
 func indexOf(list []string, s string) int {
@@ -131,7 +123,7 @@ var (
 	attrToolsCall   = attribute.String(spancontract.MCPMethodName, spancontract.MethodToolsCall)
 )
 
-// knownMethods are the request methods whose name is their own
+// knownMethods are the request and notification methods whose name is their own
 // mcp.method.name; any other method is recorded as "_OTHER" in metrics and
 // span names, so that a client cannot grow their cardinality.
 var knownMethods = map[string]bool{
@@ -143,6 +135,9 @@ var knownMethods = map[string]bool{
 	spancontract.MethodCompletionComplete: true, spancontract.MethodTasksGet: true,
 	spancontract.MethodTasksResult: true, spancontract.MethodTasksList: true, spancontract.MethodTasksCancel: true,
 	"server/discover": true, "subscriptions/listen": true,
+	// The notifications a client sends (see notifications.go).
+	NotificationInitialized: true, NotificationCancelled: true, NotificationProgress: true,
+	NotificationRootsListChanged: true, NotificationTasksStatus: true,
 }
 
 // methodAttrs returns the attributes of every known method without a
@@ -189,7 +184,8 @@ type targetAttrs struct {
 	refuseOpts [len(refusalReasons)][]metric.AddOption
 	toolAdd    []metric.AddOption
 	toolRecord []metric.RecordOption
-	finishOpts sync.Map // reason -> []metric.AddOption
+	finishOpts sync.Map         // reason -> []metric.AddOption
+	duration   durationEstimate // the tool's successful calls, for the retry hint
 
 	opOpts sync.Map                // opKey -> []metric.RecordOption
 	opLast atomic.Pointer[opEntry] // the last opOpts entry used: most requests of a target repeat it

@@ -323,7 +323,9 @@ func (op *Op) requestAttributes(attrs []attribute.KeyValue) []attribute.KeyValue
 	if r.HasID {
 		attrs = append(attrs, attribute.String(spancontract.JSONRPCRequestID, r.ID))
 	}
-	attrs = appendNonEmpty(attrs, spancontract.MCPSessionID, r.SessionID)
+	if r.SessionID != "" {
+		attrs = append(attrs, attribute.String(spancontract.MCPSessionID, op.in.SessionAttr(r.SessionID)))
+	}
 	attrs = appendNonEmpty(attrs, spancontract.MCPProtocolVersion, r.ProtocolVersion)
 	attrs = appendNonEmpty(attrs, spancontract.MCPResourceURI, r.ResourceURI)
 	t := &r.Transport
@@ -351,8 +353,8 @@ func (op *Op) callAttributes(attrs []attribute.KeyValue) []attribute.KeyValue {
 	}
 	if !c.key.IsZero() {
 		attrs = append(attrs,
-			attribute.String(spancontract.ArgsHash, c.key.ArgsHash()[:spancontract.HashLen]),
-			attribute.String(spancontract.KeyHash, in.keyHash(c.key)),
+			attribute.String(spancontract.ArgsHash, in.hasher.ArgsHash(c.key.ArgsHash())),
+			attribute.String(spancontract.KeyHash, in.hasher.KeyHash(c.key.ID())),
 			attribute.String(spancontract.KeySource, c.key.Source()),
 		)
 		if c.scope.Value != "" {
@@ -378,6 +380,7 @@ func (op *Op) callAttributes(attrs []attribute.KeyValue) []attribute.KeyValue {
 	if c.finishReason != "" {
 		attrs = append(attrs, attribute.String(spancontract.FinishError, c.finishReason))
 	}
+	attrs = appendNonEmpty(attrs, ConfirmationAttr, c.confirm)
 	if c.inputRequested {
 		attrs = append(attrs, attribute.Bool(spancontract.InputRequested, true))
 	}

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -177,14 +178,14 @@ type rig struct {
 	srv    *rawServer
 	sr     *tracetest.SpanRecorder
 	reader *sdkmetric.ManualReader
-	store  idemkit.Store
+	store  idemstore.Store
 	log    *bytes.Buffer
 	nextID int
 	mu     sync.Mutex // protects nextID
 }
 
 type rigConfig struct {
-	store    idemkit.Store
+	store    idemstore.Store
 	guard    *idemkit.Config
 	noGuard  bool
 	cfg      func(*Config)

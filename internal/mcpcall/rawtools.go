@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // Raw JSON forms of tools/list, for a front end that relays another
@@ -36,11 +37,8 @@ func (f *rawToolFields) info() ToolInfo {
 	if f.Annotations != nil {
 		info.ReadOnlyHint, info.IdempotentHint = f.Annotations.ReadOnlyHint, f.Annotations.IdempotentHint
 	}
-	var schema map[string]any
-	if json.Unmarshal(f.InputSchema, &schema) == nil {
-		info.DeclaresKey = SchemaDeclaresKey(schema)
-	}
-	if raw, ok := f.Meta[StatusToolMetaKey]; ok {
+	info.DeclaresKey = RawSchemaDeclaresKey(f.InputSchema)
+	if raw, ok := f.Meta[spancontract.StatusToolMetaKey]; ok {
 		_ = json.Unmarshal(raw, &info.StatusTool)
 	}
 	return info

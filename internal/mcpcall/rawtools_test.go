@@ -53,3 +53,32 @@ func TestDecorateRawToolsList(t *testing.T) {
 		t.Error("a listing that is not an object")
 	}
 }
+
+// TestSchemaDeclaresKey_TopLevelPropertiesOnly: only a top-level property
+// named idempotency_key declares the key, on every form of the schema the
+// front ends hold; a nested property of that name is an ordinary argument.
+func TestSchemaDeclaresKey_TopLevelPropertiesOnly(t *testing.T) {
+	for raw, want := range map[string]bool{
+		`{"type":"object","properties":{"idempotency_key":{"type":"string"}}}`:                                          true,
+		`{"type":"object","properties":{"idempotency\u005fkey":{"type":"string"}}}`:                                     true,
+		`{"type":"object","properties":{"order":{"type":"object","properties":{"idempotency_key":{"type":"string"}}}}}`: false,
+		`{"type":"object","properties":{"a":{"description":"not the idempotency_key"}}}`:                                false,
+		`{"type":"object","$defs":{"idempotency_key":{"type":"string"}}}`:                                               false,
+		`{"type":"object"}`: false,
+		`[1]`:               false,
+		``:                  false,
+	} {
+		if got := RawSchemaDeclaresKey(json.RawMessage(raw)); got != want {
+			t.Errorf("RawSchemaDeclaresKey(%s) = %v, want %v", raw, got, want)
+		}
+		var m map[string]any
+		_ = json.Unmarshal([]byte(raw), &m)
+		if got := SchemaDeclaresKey(m); got != want {
+			t.Errorf("SchemaDeclaresKey(%s) = %v, want %v", raw, got, want)
+		}
+		props, _ := m["properties"].(map[string]any)
+		if got := PropertiesDeclareKey(props); got != want {
+			t.Errorf("PropertiesDeclareKey(properties of %s) = %v, want %v", raw, got, want)
+		}
+	}
+}

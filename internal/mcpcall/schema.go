@@ -3,9 +3,13 @@ package mcpcall
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -20,6 +24,17 @@ import (
 // string lengths) are checked by a fast path that allocates nothing; any
 // other schema goes to the library. A differential test holds the fast
 // path to the library's answers.
+//
+// One deliberate divergence from the library fed encoding/json's float64
+// values: "integer" means an integer by the number's exact decimal value,
+// as idemkit's key reads numbers (16, 16.0 and 1.6e1 are integers;
+// 16.00000000000000000001 and 1e-400 are not, though their nearest
+// doubles, 16 and 0, are). Read as a float64, 16.00000000000000000001
+// passed as the integer 16 while its key was not 16's: a second 16-cent
+// refund. A number whose double is integral but whose exact value is not
+// is validated as the next double towards its exact value, on the fast
+// path and in the library alike; from 2^52 on, where every double is an
+// integer, such a number (9007199254740993.5) is refused as unreadable.
 type SchemaValidator struct {
 	flat     *flatSchema          // nil: not fast-pathable
 	resolved *jsonschema.Resolved // the library's compiled form
@@ -65,11 +80,195 @@ func NewSchemaValidator(schema any) (*SchemaValidator, error) {
 func (v *SchemaValidator) Validate(args json.RawMessage) error {
 	var instance any = map[string]any{}
 	if t := bytes.TrimSpace(args); len(t) > 0 && string(t) != "null" {
-		if err := json.Unmarshal(t, &instance); err != nil {
+		var err error
+		if instance, err = decodeExact(t); err != nil {
 			return fmt.Errorf("%w: %v", idemkit.ErrInvalidArguments, err)
 		}
 	}
 	return v.ValidateValue(instance)
+}
+
+// ValidateDecoded checks arguments an SDK decoded already (decoded, as
+// encoding/json decodes into an any) from the raw arguments raw: decoded
+// itself, unless raw holds a number its float64 misreads as an integer
+// (see SchemaValidator), in which case raw is decoded exactly.
+func (v *SchemaValidator) ValidateDecoded(decoded any, raw []byte) error {
+	if hasInexactInteger(raw) {
+		return v.Validate(raw)
+	}
+	return v.ValidateValue(decoded)
+}
+
+// decodeExact decodes JSON arguments as encoding/json does into an any,
+// except that a number whose float64 is integral while its exact decimal
+// value is not becomes the next double towards its exact value.
+func decodeExact(doc []byte) (any, error) {
+	var instance any
+	if !hasInexactInteger(doc) {
+		err := json.Unmarshal(doc, &instance)
+		return instance, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
+	if err := dec.Decode(&instance); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("invalid character after the top-level value")
+	}
+	return exactNumbers(instance)
+}
+
+// exactNumbers replaces the json.Numbers in v by float64s, as decodeExact
+// says.
+func exactNumbers(v any) (any, error) {
+	switch x := v.(type) {
+	case json.Number:
+		return numberValue(string(x))
+	case map[string]any:
+		for k, e := range x {
+			n, err := exactNumbers(e)
+			if err != nil {
+				return nil, err
+			}
+			x[k] = n
+		}
+	case []any:
+		for i, e := range x {
+			n, err := exactNumbers(e)
+			if err != nil {
+				return nil, err
+			}
+			x[i] = n
+		}
+	}
+	return v, nil
+}
+
+// numberValue returns the float64 of the JSON number text: encoding/json's,
+// or, when that is integral and text's exact value is not an integer, the
+// next double towards the exact value.
+func numberValue(text string) (float64, error) {
+	f, err := strconv.ParseFloat(text, 64)
+	if err != nil {
+		return 0, fmt.Errorf("cannot read number %s as a float64", text)
+	}
+	if f != math.Trunc(f) || exactInteger(text) {
+		return f, nil
+	}
+	neg := strings.HasPrefix(text, "-")
+	next := math.Nextafter(f, math.Inf(-1))
+	if decimalAbove(text, f) != neg {
+		next = math.Nextafter(f, math.Inf(1))
+	}
+	if next == math.Trunc(next) {
+		// From 2^52 on, every double is an integer: none stands for the
+		// fraction.
+		return 0, fmt.Errorf("the number %s has a fraction beyond a double's precision (it would be read as the integer %s); send an integer or fewer digits",
+			text, strconv.FormatFloat(f, 'f', -1, 64))
+	}
+	return next, nil
+}
+
+// numberParts splits a valid JSON number into its integer and fraction
+// digits and its exponent (clamped far beyond any double's).
+func numberParts(text string) (intDigits, frac string, exp int64) {
+	text = strings.TrimPrefix(text, "-")
+	mant := text
+	if i := strings.IndexAny(text, "eE"); i >= 0 {
+		mant = text[:i]
+		e := text[i+1:]
+		neg := strings.HasPrefix(e, "-")
+		e = strings.TrimLeft(e, "+-")
+		for _, c := range []byte(e) {
+			if exp < 1<<40 {
+				exp = exp*10 + int64(c-'0')
+			}
+		}
+		if neg {
+			exp = -exp
+		}
+	}
+	intDigits, frac, _ = strings.Cut(mant, ".")
+	return intDigits, frac, exp
+}
+
+// exactInteger reports whether the valid JSON number text is an integer by
+// its exact decimal value: 16, 16.0, 1.6e1 and 1600e-2 are; 16.5 and
+// 16.00000000000000000001 are not.
+func exactInteger(text string) bool {
+	intDigits, frac, exp := numberParts(text)
+	digits := strings.TrimRight(intDigits+frac, "0")
+	if strings.Trim(digits, "0") == "" {
+		return true // zero
+	}
+	// value = digits × 10^scale, digits without trailing zeros.
+	scale := exp - int64(len(frac)) + int64(len(intDigits)+len(frac)-len(digits))
+	return scale >= 0
+}
+
+// decimalAbove reports whether the magnitude of the valid JSON number text,
+// which is not an integer, is above |f|, an integral double.
+func decimalAbove(text string, f float64) bool {
+	intDigits, frac, exp := numberParts(text)
+	digits, point := intDigits+frac, int64(len(intDigits))+exp
+	// The integer part of |text|: the digits before the decimal point.
+	var whole string
+	switch {
+	case point <= 0:
+		whole = "0"
+	case point >= int64(len(digits)):
+		whole = digits + strings.Repeat("0", int(point-int64(len(digits))))
+	default:
+		whole = digits[:point]
+	}
+	whole = strings.TrimLeft(whole, "0")
+	fi := strconv.FormatFloat(math.Abs(f), 'f', 0, 64) // exact: f is integral
+	if fi == "0" {
+		fi = ""
+	}
+	// |text| has a fraction: it is above |f| when its integer part is at
+	// least |f|, below otherwise.
+	if len(whole) != len(fi) {
+		return len(whole) > len(fi)
+	}
+	return whole >= fi
+}
+
+// hasInexactInteger reports whether the JSON document doc holds a number
+// whose float64 is integral while its exact decimal value is not an
+// integer (16.00000000000000000001, 1e-400). It reads numbers only: strings
+// are skipped.
+func hasInexactInteger(doc []byte) bool {
+	for i := 0; i < len(doc); i++ {
+		switch c := doc[i]; {
+		case c == '"':
+			for i++; i < len(doc) && doc[i] != '"'; i++ {
+				if doc[i] == '\\' {
+					i++
+				}
+			}
+		case c == '-' || (c >= '0' && c <= '9'):
+			start, fractional := i, false
+			for i < len(doc) {
+				b := doc[i]
+				if b == '.' || b == 'e' || b == 'E' {
+					fractional = true
+				} else if !(b >= '0' && b <= '9' || b == '-' || b == '+') {
+					break
+				}
+				i++
+			}
+			if fractional {
+				text := string(doc[start:i])
+				if f, err := strconv.ParseFloat(text, 64); err == nil && f == math.Trunc(f) && !exactInteger(text) {
+					return true
+				}
+			}
+			i--
+		}
+	}
+	return false
 }
 
 // ValidateValue checks decoded arguments (as encoding/json decodes them

@@ -3,17 +3,23 @@ package mcpcall
 import (
 	"encoding/json"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
 // TestSchemaValidator_FastPathAgreesWithTheLibrary generates flat object
 // schemas and argument objects at random and checks that the fast path
-// accepts exactly what github.com/google/jsonschema-go accepts.
+// accepts exactly what github.com/google/jsonschema-go accepts: for decoded
+// values, and for raw arguments whose numbers are spelled so that their
+// float64 and their exact value disagree on being integers (both sides
+// then see the same exact-decimal reading; see SchemaValidator).
 func TestSchemaValidator_FastPathAgreesWithTheLibrary(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	types := []string{"string", "integer", "number", "boolean", "null", "array", "object"}
 	values := []any{nil, true, false, 0.0, 1.0, -1.0, 2.5, 1e21, 12.0000001, "", "a", "héllo", "12", []any{}, []any{1.0}, map[string]any{}, map[string]any{"x": 1.0}}
 	names := []string{"a", "b", "c", "idempotency_key"}
+	rawNumbers := []string{"16", "16.0", "1.6e1", "16.00000000000000000001", "-16.00000000000000000001", "15.99999999999999999999",
+		"1e-400", "-0.0", "1.5", "0.99999999999999999999", "1.00000000000000000001", "2.0000000000000000001e0", `"16"`}
 	checked, fast := 0, 0
 	for range 1500 {
 		schema := map[string]any{"type": "object"}
@@ -83,6 +89,21 @@ func TestSchemaValidator_FastPathAgreesWithTheLibrary(t *testing.T) {
 			if (fe == nil) != (le == nil) {
 				ib, _ := json.Marshal(inst)
 				t.Fatalf("schema %s, arguments %s: fast path %v, library %v", raw, ib, fe, le)
+			}
+			if fe == nil {
+				fast++
+			}
+			var members []string
+			for _, n := range append(names, "zzz") {
+				if rng.IntN(2) == 0 {
+					members = append(members, `"`+n+`":`+rawNumbers[rng.IntN(len(rawNumbers))])
+				}
+			}
+			args := json.RawMessage("{" + strings.Join(members, ",") + "}")
+			fe, le = v.Validate(args), lib.Validate(args)
+			checked++
+			if (fe == nil) != (le == nil) {
+				t.Fatalf("schema %s, arguments %s: fast path %v, library %v", raw, args, fe, le)
 			}
 			if fe == nil {
 				fast++

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // ScopeKind says how a request's caller was identified.
@@ -93,13 +94,6 @@ func (in *Instrumenter) ScopeOf(ctx context.Context, sessionID string, t *Transp
 // keyScope returns the subject the key of a call in sc is derived with.
 func keyScope(sc Scope) string { return sc.Value }
 
-// KeyMetaKey is the params._meta entry that carries an explicit idempotency
-// key; the plain KeyArgument name is accepted in _meta too.
-const KeyMetaKey = "io.idemkit/idempotency_key"
-
-// KeyArgument is the optional tool argument that carries an explicit key.
-const KeyArgument = idemkit.DefaultExplicitKeyField
-
 // explicitKey returns the explicit idempotency key of a call: from
 // params._meta (KeyMetaKey or KeyArgument) and from the argument a front
 // end removed before the call reached it (stripped, its raw JSON), which
@@ -109,7 +103,7 @@ func explicitKey(meta map[string]any, stripped json.RawMessage) (string, error) 
 		key   string
 		found bool
 	)
-	for _, name := range [...]string{KeyMetaKey, KeyArgument} {
+	for _, name := range [...]string{spancontract.KeyMetaKey, spancontract.KeyArgument} {
 		v, ok := meta[name]
 		if !ok || v == nil {
 			continue
@@ -119,17 +113,17 @@ func explicitKey(meta map[string]any, stripped json.RawMessage) (string, error) 
 			return "", fmt.Errorf("%w: _meta %q must be a string", idemkit.ErrInvalidKey, name)
 		}
 		if found && s != key {
-			return "", fmt.Errorf("%w: _meta %q and %q carry two different idempotency keys", idemkit.ErrInvalidKey, KeyMetaKey, KeyArgument)
+			return "", fmt.Errorf("%w: _meta %q and %q carry two different idempotency keys", idemkit.ErrInvalidKey, spancontract.KeyMetaKey, spancontract.KeyArgument)
 		}
 		key, found = s, true
 	}
 	if len(stripped) > 0 && string(stripped) != "null" {
 		var s string
 		if err := json.Unmarshal(stripped, &s); err != nil {
-			return "", fmt.Errorf("%w: the %q argument must be a string", idemkit.ErrInvalidKey, KeyArgument)
+			return "", fmt.Errorf("%w: the %q argument must be a string", idemkit.ErrInvalidKey, spancontract.KeyArgument)
 		}
 		if found && s != key {
-			return "", fmt.Errorf("%w: the %q argument and the request metadata carry two different idempotency keys", idemkit.ErrInvalidKey, KeyArgument)
+			return "", fmt.Errorf("%w: the %q argument and the request metadata carry two different idempotency keys", idemkit.ErrInvalidKey, spancontract.KeyArgument)
 		}
 		key, found = s, true
 	}

@@ -69,10 +69,10 @@ func TestSpanContract_BorrowedKeysMatchSemconv(t *testing.T) {
 			t.Errorf("spancontract has %q, semconv v1.41.0 has %q for %s", tc.ours, tc.kv.Value.AsString(), tc.kv.Key)
 		}
 	}
-	if MetricOperationDuration := (mcpconv.ServerOperationDuration{}).Name(); MetricOperationDuration != "mcp.server.operation.duration" {
-		t.Errorf("operation duration %q", MetricOperationDuration)
+	if name := (mcpconv.ServerOperationDuration{}).Name(); name != sc.MetricOperationDuration {
+		t.Errorf("spancontract has %q, semconv v1.41.0 has %q", sc.MetricOperationDuration, name)
 	}
-	if (mcpconv.ServerSessionDuration{}).Name() != "mcp.server.session.duration" {
-		t.Error("session duration")
+	if name := (mcpconv.ServerSessionDuration{}).Name(); name != sc.MetricSessionDuration {
+		t.Errorf("spancontract has %q, semconv v1.41.0 has %q", sc.MetricSessionDuration, name)
 	}
 }

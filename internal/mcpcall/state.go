@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
+	"github.com/idemkit-mcp/idemkit/internal/clip"
 )
 
 type stateKey struct{}
@@ -111,7 +113,9 @@ func Progress(ctx context.Context, progress, total float64, message string) erro
 			_ = st.progress.SendProgress(ctx, progress, total, message)
 		}
 	}
-	return idemkit.CallFromContext(ctx).Heartbeat(ctx)
+	// The progress is the record's note: what the call status tool and
+	// `idemkit inspect` report of a running call.
+	return idemkit.CallFromContext(ctx).HeartbeatNote(ctx, EncodeRunNote(RunNote{Progress: progress, Total: total, Message: message}))
 }
 
 // InRun reports whether ctx is the context of a background run's work (a
@@ -173,7 +177,7 @@ func (c *stateContext) Value(key any) any {
 }
 
 // RunNote is the progress a background run's work reported, as its record
-// keeps it (idemkit.Record.Note, at most idemkit.MaxNoteBytes).
+// keeps it (idemstore.Record.Note, at most idemstore.MaxNoteBytes).
 type RunNote struct {
 	Progress float64 `json:"p,omitempty"`
 	Total    float64 `json:"t,omitempty"`
@@ -181,18 +185,18 @@ type RunNote struct {
 }
 
 // EncodeRunNote returns n as a record note: compact JSON, the message cut
-// so that the whole fits in idemkit.MaxNoteBytes.
+// so that the whole fits in idemstore.MaxNoteBytes.
 func EncodeRunNote(n RunNote) string {
 	for {
 		b, err := json.Marshal(n)
 		if err != nil {
 			return ""
 		}
-		if len(b) <= idemkit.MaxNoteBytes || n.Message == "" {
+		if len(b) <= idemstore.MaxNoteBytes || n.Message == "" {
 			return string(b)
 		}
-		over := len(b) - idemkit.MaxNoteBytes
-		n.Message = idemkit.TruncateText(n.Message, max(len(n.Message)-over-8, 0))
+		over := len(b) - idemstore.MaxNoteBytes
+		n.Message = clip.Text(n.Message, max(len(n.Message)-over-8, 0))
 	}
 }
 

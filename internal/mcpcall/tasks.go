@@ -161,17 +161,18 @@ func CreateTask[R any](op *Op, t *Tasks, call *ToolCall, codec Codec[R], next fu
 			return nil, err
 		}
 		progress := call.Progress
+		taskID := r.Info().ID
 		OnRecorded(ctx, func(recorded bool) {
 			if !recorded {
 				r.Abort("the task was not started: the answer of the call that created it could not be recorded, so nothing was done")
 				return
 			}
-			r.Launch(func(rctx context.Context) (idemkit.Response, error) {
+			r.Launch(func(rctx context.Context) (resp idemkit.Response, err error) {
+				// The execution's span carries the write the work records.
+				rctx, span := t.in.startTaskRun(rctx, tool, taskID)
+				defer func() { endTaskRun(span, rctx, resp, err) }()
 				wctx, written := RunContext(rctx, ctx, NoteReporter(progress), progress)
-				var (
-					res R
-					err error
-				)
+				var res R
 				if tx != nil {
 					err = tx.Run(wctx, func(c context.Context) error {
 						var herr error
@@ -249,8 +250,8 @@ func refusalError(res json.RawMessage, reason string) *RPCError {
 	if len(r.Content) > 0 {
 		e.Message = r.Content[0].Text
 	}
-	if m, ok := r.Meta[RefusalMetaKey]; ok {
-		e.Data = map[string]json.RawMessage{RefusalMetaKey: m}
+	if m, ok := r.Meta[spancontract.RefusalMetaKey]; ok {
+		e.Data = map[string]json.RawMessage{spancontract.RefusalMetaKey: m}
 	}
 	switch reason {
 	case spancontract.RefusalInvalidArguments, spancontract.RefusalInvalidKey, spancontract.RefusalMismatch:

@@ -96,7 +96,7 @@ func TestTasks_DuplicatesShareOneTaskAcrossReplicas(t *testing.T) {
 		task["pollInterval"] != float64(250) || task["createdAt"] == "" {
 		t.Fatalf("CreateTaskResult %v", first)
 	}
-	if m, _ := first["_meta"].(map[string]any); m[ModelImmediateResponseMetaKey] == nil || m[ReplayMetaKey] != nil {
+	if m, _ := first["_meta"].(map[string]any); m[ModelImmediateResponseMetaKey] == nil || m[spancontract.ReplayMetaKey] != nil {
 		t.Fatalf("the first CreateTaskResult's _meta %v", first["_meta"])
 	}
 	firstSpan := a.spans("tools/call issue_refund")[0]
@@ -104,7 +104,7 @@ func TestTasks_DuplicatesShareOneTaskAcrossReplicas(t *testing.T) {
 
 	// The duplicate, on the other replica: the first call's task, replayed.
 	second := result(t, b.taskCall("issue_refund", `{"cents":100,"order":"o-1"}`))
-	if second["task"].(map[string]any)["taskId"] != id || metaOf(second, ReplayMetaKey)["replayed"] != true {
+	if second["task"].(map[string]any)["taskId"] != id || metaOf(second, spancontract.ReplayMetaKey)["replayed"] != true {
 		t.Fatalf("the duplicate's answer %v, want task %s replayed", second, id)
 	}
 	assertOutcome(t, b.spans("tools/call issue_refund")[0], spancontract.OutcomeReplayed)
@@ -283,10 +283,10 @@ func TestTasks_RefusalsAreJSONRPCErrors(t *testing.T) {
 	local.withTasks(TasksConfig{})
 	local.tool("issue_refund", ToolInfo{}, `{"content":[]}`)
 	resp := local.send("tools/call", map[string]any{"name": "issue_refund", "arguments": map[string]any{}, "task": map[string]any{},
-		"_meta": map[string]any{KeyMetaKey: 12}})
+		"_meta": map[string]any{spancontract.KeyMetaKey: 12}})
 	code, _ = rpcErr(resp)
 	data, _ := resp["error"].(map[string]any)["data"].(map[string]json.RawMessage)
-	if code != -32602 || !strings.Contains(string(data[RefusalMetaKey]), "invalid_key") {
+	if code != -32602 || !strings.Contains(string(data[spancontract.RefusalMetaKey]), "invalid_key") {
 		t.Fatalf("a malformed key: %v", resp)
 	}
 	s := local.spans("tools/call issue_refund")[0]

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
@@ -37,11 +38,17 @@ type ToolCall struct {
 	Validator *SchemaValidator
 	// Decoded, when not nil, is the arguments the handler receives, decoded
 	// already by the SDK (as encoding/json decodes into an any); Validator
-	// checks it instead of decoding ValidatedArguments.
+	// checks it instead of decoding ValidatedArguments, unless they hold a
+	// number whose float64 is integral while its exact value is not (see
+	// SchemaValidator.ValidateDecoded).
 	Decoded any
-	// ValidatedArguments is the raw JSON Validator checks when Decoded is
-	// nil: the arguments the handler receives. Defaults to Arguments.
+	// ValidatedArguments is the raw JSON of the arguments the handler
+	// receives, which Validator checks (or, with Decoded, scans for
+	// numbers). Defaults to Arguments.
 	ValidatedArguments []byte
+	// Elicit asks the client's user (a tool's Config.Confirm question), or
+	// is nil when the front end cannot.
+	Elicit Elicitor
 	// Tx, when not nil, runs the call in a database transaction: a
 	// protected call's claim, the handler's writes and the outcome commit
 	// together (TxRunner.Claim); an unprotected call runs in a
@@ -95,6 +102,7 @@ type callFacts struct {
 	inputRequested bool
 	continuation   bool
 	resultAttr     string
+	confirm        string // the human gate's answer (ConfirmationAttr)
 }
 
 // errNeedsInput marks a result that asks the client for more input: the
@@ -163,9 +171,12 @@ func CallTool[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.C
 		return refuse(op, codec, spancontract.RefusalUnscoped, unscopedText(call.Tool, in.cfg.UnscopedAdvice), nil), nil
 	case decideBypass:
 		c.outcome = outcomeBypassed
-		if write && op.rec {
-			// A write tool run unprotected: record the hashes anyway, so
-			// that the duplicates that leak are visible.
+		if (write || !call.Info.ReadOnlyHint) && op.rec {
+			// A tool that may write, run unprotected (no Guard, no scope,
+			// or not protected: declared idempotent, or excluded by
+			// WithProtect): record the hashes anyway, so that the
+			// duplicates that leak are visible. Only declared reads go
+			// without.
 			if k, err := in.newKey(c.scope, call); err == nil {
 				c.key = k
 			}
@@ -212,13 +223,14 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 	c := &op.call
 	if v := call.Validator; v != nil {
 		var err error
-		switch {
-		case call.Decoded != nil:
-			err = v.ValidateValue(call.Decoded)
-		case call.ValidatedArguments != nil:
-			err = v.Validate(call.ValidatedArguments)
-		default:
-			err = v.Validate(call.Arguments)
+		raw := call.ValidatedArguments
+		if raw == nil {
+			raw = call.Arguments
+		}
+		if call.Decoded != nil {
+			err = v.ValidateDecoded(call.Decoded, raw)
+		} else {
+			err = v.Validate(raw)
 		}
 		if err != nil {
 			return refuse(op, codec, spancontract.RefusalInvalidArguments, rejectedText(call.Tool, err), nil), nil
@@ -233,8 +245,15 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 		return refuse(op, codec, reason, rejectedText(call.Tool, err), nil), nil
 	}
 	c.key = key
+	if text := in.missingKey(call.Tool, key); text != "" {
+		return refuse(op, codec, RefusalMissingKey, text, nil), nil
+	}
+	g, reason, text := in.gateOf(call, c)
+	if reason != "" {
+		return refuse(op, codec, reason, text, nil), nil
+	}
 
-	w := work[R]{op: op, codec: codec, next: next}
+	w := work[R]{op: op, codec: codec, next: next, gate: g}
 	claimStart := time.Now()
 	var (
 		r    idemkit.Result
@@ -252,6 +271,9 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 	} else {
 		c.claimTime = time.Since(claimStart)
 	}
+	if ran && w.unencodable != nil {
+		return unencodable(op, call, codec, &w, derr), nil
+	}
 
 	switch {
 	case derr == nil && r.Outcome == idemkit.OutcomeReplayed:
@@ -261,10 +283,13 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 			c.finishErr = uerr
 			return refuse(op, codec, spancontract.RefusalResultUnreadable, unreadableText(call.Tool), nil), nil
 		}
-		return answer(op, codec, codec.WithMeta(stored, ReplayMetaKey, replayMarker(r.Attempt, r.WriteID)), nil, r.Body)
+		return answer(op, codec, codec.WithMeta(stored, spancontract.ReplayMetaKey, replayMarker(r.Attempt, r.WriteID)), nil, r.Body)
 	case derr == nil:
 		c.outcome, c.attempt, c.writeID = ranOutcome(r.Outcome), r.Attempt, r.WriteID
 		c.recorded = true
+		if ran && !r.IsError {
+			op.ta.duration.observe(w.took)
+		}
 		return answer(op, codec, handlerRes, nil, body)
 	case ran && errors.Is(derr, ErrLocalRolledBack):
 		// A phased call's local transaction did not commit: none of its
@@ -273,6 +298,12 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 		c.outcome, c.attempt, c.writeID = outcomeNone, 0, ""
 		c.finishErr, c.finishReason = derr, finishReason(derr)
 		return refuse(op, codec, spancontract.RefusalStoreUnavailable, localRolledBackText(call.Tool), nil), nil
+	case ran && w.gated(derr):
+		// The user was asked and did not accept (or could not be asked):
+		// the claim is released, nothing ran.
+		ge, _ := asGateError(derr)
+		c.outcome, c.writeID = outcomeNone, ""
+		return refuse(op, codec, ge.reason, ge.text, nil), nil
 	case ran && errors.Is(derr, ErrRolledBack) && (handlerErr == nil || !errors.Is(derr, handlerErr)):
 		// The work ran in a transaction that did not commit: neither its
 		// writes nor its claim remain, so nothing happened.
@@ -309,20 +340,80 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 		if e.StatusTool == "" {
 			e.StatusTool = in.statusToolOf(call.Tool, call.Info)
 		}
-		return refuse(op, codec, spancontract.RefusalInProgress, e.Error(), inProgressMarker(&e)), nil
+		hint := op.ta.duration.retryAfter(&e, time.Now())
+		text := e.Error()
+		if e.StatusTool != "" && e.StatusTool == in.CallStatusTool() {
+			text += " " + callStatusHint(e.StatusTool, call.Tool)
+		}
+		return refuse(op, codec, spancontract.RefusalInProgress, text, inProgressMarker(&e, hint)), nil
 	}
 	if mismatch, ok := errors.AsType[*idemkit.MismatchError](derr); ok {
 		c.outcome = outcomeMismatch
 		return refuse(op, codec, spancontract.RefusalMismatch, mismatch.Error(), nil), nil
 	}
+	if errors.Is(derr, idemkit.ErrAttemptsExhausted) {
+		// A poison call: its attempts failed MaxAttempts times; this one
+		// ran nothing.
+		return refuse(op, codec, RefusalAttemptsExhausted, derr.Error(), nil), nil
+	}
 	if tooLarge, ok := errors.AsType[*idemkit.ResponseTooLargeError](derr); ok {
 		c.outcome = outcomeReplayed
 		return refuse(op, codec, spancontract.RefusalResponseNotKept, tooLarge.Error(), nil), nil
+	}
+	if damaged, ok := errors.AsType[*idemkit.RecordDamagedError](derr); ok {
+		// The call ran; its stored answer cannot be read (the Guard logged
+		// why). Never "nothing was done", never a re-run.
+		c.outcome, c.attempt, c.finishErr = outcomeReplayed, damaged.Attempt, derr
+		return refuse(op, codec, spancontract.RefusalResultUnreadable, unreadableText(call.Tool), nil), nil
+	}
+	if full, ok := errors.AsType[*idemstore.StoreFullError](derr); ok {
+		c.finishErr = derr
+		return refuse(op, codec, spancontract.RefusalStoreFull, storeFullText(call.Tool), storeFullMarker(full)), nil
 	}
 	// The claim failed (store unreachable, ctx cancelled): fail closed,
 	// never run the work unprotected.
 	c.finishErr = derr
 	return refuse(op, codec, spancontract.RefusalStoreUnavailable, unavailableText(call.Tool), nil), nil
+}
+
+// unencodable answers a protected call whose work ran and whose result
+// could not be encoded (a NaN in structuredContent): neither the SDK nor the
+// store can carry it. The call is recorded as done without its result
+// (idemkit.Response.NotKept), so every retry within the window is answered
+// response_not_kept and nothing runs again; the caller gets an isError
+// answer saying that the work is done, with the same RefusalMetaKey
+// reason. A tool-error result that does not encode is released, as tool
+// errors are by default (its retry runs again), and a transactional call's
+// transaction rolls back (nothing of it remains); their answers say so.
+func unencodable[R any](op *Op, call *ToolCall, codec Codec[R], w *work[R], derr error) R {
+	c := &op.call
+	c.attempt, c.outcome = w.attempt, outcomeExecuted
+	if w.attempt > 1 {
+		c.outcome = outcomeTakeover
+	}
+	c.writeID = op.state.recordedWrite()
+	c.finishErr, c.finishReason = w.unencodable, spancontract.FinishUnencodable
+	c.isError = true
+	var kind unencodableKind
+	switch {
+	case errors.Is(derr, ErrRolledBack):
+		kind = unencodableRolledBack
+		c.outcome, c.attempt, c.writeID = outcomeNone, 0, ""
+		c.finishErr = errors.Join(w.unencodable, derr)
+	case errors.Is(derr, idemkit.ErrResponseTooLarge):
+		kind = unencodableKept
+		c.recorded = true
+	default: // a tool error, released; or recording the call failed
+		kind = unencodableReleased
+		if derr != nil {
+			c.finishErr = errors.Join(w.unencodable, derr)
+		}
+	}
+	res := codec.ErrorResult(unencodableText(call.Tool, w.unencodable, kind))
+	if kind == unencodableKept {
+		res = codec.WithMeta(res, spancontract.RefusalMetaKey, map[string]any{"reason": spancontract.RefusalResponseNotKept})
+	}
+	return res
 }
 
 // work is a protected call's work for the Guard, and what it learned. It
@@ -331,13 +422,22 @@ type work[R any] struct {
 	op    *Op
 	codec Codec[R]
 	next  func(context.Context) (R, error)
+	gate  *gate // the question to ask first, or nil
 
-	ran        bool
-	attempt    int
-	start      time.Time
-	handlerRes R
-	handlerErr error
-	body       []byte
+	ran         bool
+	attempt     int
+	start       time.Time
+	took        time.Duration // how long the handler ran
+	unencodable error         // the handler's result could not be encoded
+	handlerRes  R
+	handlerErr  error
+	gateErr     error // the gate's refusal, when the question ended the work
+	body        []byte
+}
+
+// gated reports whether derr is the gate's refusal of the work.
+func (w *work[R]) gated(derr error) bool {
+	return w.gateErr != nil && errors.Is(derr, w.gateErr)
 }
 
 func (w *work[R]) run(wctx context.Context) (idemkit.Response, error) {
@@ -350,7 +450,14 @@ func (w *work[R]) run(wctx context.Context) (idemkit.Response, error) {
 	if w.attempt > 1 {
 		c.outcome = outcomeTakeover
 	}
+	if w.gate != nil {
+		if err := w.gate.ask(wctx, c); err != nil {
+			w.gateErr = err
+			return idemkit.Response{}, err
+		}
+	}
 	w.handlerRes, w.handlerErr = w.next(wctx)
+	w.took = time.Since(w.start)
 	if w.handlerErr != nil {
 		return idemkit.Response{}, w.handlerErr
 	}
@@ -359,7 +466,12 @@ func (w *work[R]) run(wctx context.Context) (idemkit.Response, error) {
 	}
 	b, merr := codec.Marshal(w.handlerRes)
 	if merr != nil {
-		return idemkit.Response{}, &unencodableError{merr}
+		// The work ran, and its result cannot be stored (nor sent): it is
+		// recorded as done without a body, as a result too large to keep
+		// is, so that a retry is answered response_not_kept instead of
+		// running the work again.
+		w.unencodable = &unencodableError{merr}
+		return idemkit.Response{NotKept: true, WriteID: op.state.recordedWrite(), IsError: codec.IsError(w.handlerRes)}, nil
 	}
 	w.body = b
 	return idemkit.Response{Body: b, WriteID: op.state.recordedWrite(), IsError: codec.IsError(w.handlerRes)}, nil
@@ -413,7 +525,7 @@ func refuse[R any](op *Op, codec Codec[R], reason, text string, extra map[string
 	for k, v := range extra {
 		marker[k] = v
 	}
-	return codec.WithMeta(codec.ErrorResult(text), RefusalMetaKey, marker)
+	return codec.WithMeta(codec.ErrorResult(text), spancontract.RefusalMetaKey, marker)
 }
 
 // unencodableError marks a result that could not be encoded for storage.
@@ -453,5 +565,5 @@ func (in *Instrumenter) newKey(sc Scope, call *ToolCall) (idemkit.Key, error) {
 		return idemkit.Key{}, err
 	}
 	opts := idemkit.KeyOptions{ExplicitKey: explicit, Exclude: in.cfg.Exclude[call.Tool]}
-	return idemkit.NewKey(keyScope(sc), call.Tool, args, &opts)
+	return idemkit.NewKey(in.versionedScope(keyScope(sc), call.Tool), call.Tool, args, &opts)
 }

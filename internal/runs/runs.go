@@ -1,5 +1,5 @@
 // Package runs runs durable background work on an idemkit.Guard's records:
-// the work of a job-and-poll tool (instrument.Jobs) and of an MCP task
+// the work of a job-and-poll tool (jobs.Runner) and of an MCP task
 // (internal/mcpcall) is a run. A run's execution is itself a claim: its
 // record, keyed by idemkit.NewRunKey in its owner's namespace, is in
 // progress while a worker holds it with a lease its heartbeats keep,
@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
+	"github.com/idemkit-mcp/idemkit/internal/runkey"
 )
 
 // Defaults of Config.
@@ -144,8 +146,9 @@ type Config struct {
 // Engine starts and reports runs. Build it with New and Close it on
 // shutdown; it is safe for concurrent use.
 type Engine struct {
-	guard     *idemkit.Guard // lease and failure policy of runs
-	store     idemkit.Store
+	guard     *idemkit.Guard   // lease and failure policy of runs
+	now       func() time.Time // the Guard's Config.Now, or nil: the store's clock
+	store     idemstore.Store
 	kind      string
 	prefix    string
 	heartbeat time.Duration
@@ -184,8 +187,21 @@ func New(g *idemkit.Guard, cfg Config) (*Engine, error) {
 	if hb >= lease {
 		return nil, fmt.Errorf("runs: Config.Heartbeat %s must be shorter than Config.Lease %s", hb, lease)
 	}
+	// Runs use g's store, clock and windows, with their own lease, and keep
+	// an error result as their outcome: every tool's policy says so.
+	gc := g.Config()
+	gc.Lease, gc.FailurePolicy = lease, idemkit.StoreToolErrors
+	for name, tc := range gc.Tools {
+		tc.Lease, tc.FailurePolicy = lease, idemkit.StoreToolErrors
+		gc.Tools[name] = tc
+	}
+	rg, err := idemkit.NewGuard(g.Store(), &gc)
+	if err != nil {
+		return nil, fmt.Errorf("runs: %w", err)
+	}
 	e := &Engine{
-		guard:     g.WithPolicy(idemkit.ToolConfig{Lease: lease, FailurePolicy: idemkit.StoreToolErrors}),
+		guard:     rg,
+		now:       gc.Now,
 		store:     g.Store(),
 		kind:      cfg.Kind,
 		prefix:    cfg.IDPrefix,
@@ -196,11 +212,20 @@ func New(g *idemkit.Guard, cfg Config) (*Engine, error) {
 	return e, nil
 }
 
+// clock returns the time of a store request: the Guard's clock, or zero
+// for the store's own.
+func (e *Engine) clock() time.Time {
+	if e.now == nil {
+		return time.Time{}
+	}
+	return e.now()
+}
+
 // key returns the record key of a caller's run ID, or ErrNotFound for an ID
 // that the engine did not make.
 func (e *Engine) key(owner, tool, id string) (idemkit.Key, error) {
 	hex, ok := strings.CutPrefix(id, e.prefix)
-	if !ok || !idemkit.ValidRunID(hex) {
+	if !ok || !runkey.ValidID(hex) {
 		return idemkit.Key{}, ErrNotFound
 	}
 	if tool == "" {
@@ -270,7 +295,7 @@ func (e *Engine) Create(ctx, base context.Context, owner, tool string) (*Run, er
 	e.wg.Add(1)
 	e.mu.Unlock()
 
-	hex := idemkit.NewRunID()
+	hex := runkey.NewID()
 	key, err := idemkit.NewRunKey(e.kind, owner, tool, hex)
 	if err != nil {
 		e.wg.Done()
@@ -326,7 +351,7 @@ func (e *Engine) Create(ctx, base context.Context, owner, tool string) (*Run, er
 	// The record as the store wrote it: its clock's creation time, and the
 	// window of the tool.
 	r.info = Info{ID: r.id, Tool: tool, Status: Running, Created: time.Now()}
-	if rec, err := e.store.Lookup(ctx, idemkit.LookupRequest{Key: key.ID(), Now: e.guard.Now()}); err == nil {
+	if rec, err := e.store.Lookup(ctx, idemstore.LookupRequest{Key: key.ID(), Now: e.clock()}); err == nil {
 		r.info.Created, r.info.Expires = rec.Started, rec.ExpiresAt
 	}
 	r.info.Updated = r.info.Created
@@ -387,7 +412,7 @@ func (e *Engine) Get(ctx context.Context, owner, id string, body bool) (Info, er
 	if err != nil {
 		return Info{}, err
 	}
-	rec, err := e.store.Lookup(ctx, idemkit.LookupRequest{Key: key.ID(), Body: body, Now: e.guard.Now()})
+	rec, err := e.store.Lookup(ctx, idemstore.LookupRequest{Key: key.ID(), Body: body, Now: e.clock()})
 	if errors.Is(err, idemkit.ErrNotFound) {
 		return Info{}, ErrNotFound
 	}
@@ -399,7 +424,7 @@ func (e *Engine) Get(ctx context.Context, owner, id string, body bool) (Info, er
 
 // info turns the record of key into an Info, settling an abandoned run as
 // Lost.
-func (e *Engine) info(ctx context.Context, key idemkit.Key, rec idemkit.Record, body bool) (Info, error) {
+func (e *Engine) info(ctx context.Context, key idemkit.Key, rec idemstore.Record, body bool) (Info, error) {
 	if rec.Expired() {
 		return Info{}, ErrNotFound
 	}
@@ -410,7 +435,7 @@ func (e *Engine) info(ctx context.Context, key idemkit.Key, rec idemkit.Record, 
 			rec = settled
 		case errors.Is(err, idemkit.ErrNotInProgress), errors.Is(err, idemkit.ErrInProgress):
 			// Finished, or heartbeated, meanwhile: read it again.
-			again, err := e.store.Lookup(ctx, idemkit.LookupRequest{Key: rec.Key, Body: body, Now: e.guard.Now()})
+			again, err := e.store.Lookup(ctx, idemstore.LookupRequest{Key: rec.Key, Body: body, Now: e.clock()})
 			if err != nil {
 				return Info{}, fmt.Errorf("%w: read run: %w", idemkit.ErrStore, err)
 			}
@@ -419,7 +444,7 @@ func (e *Engine) info(ctx context.Context, key idemkit.Key, rec idemkit.Record, 
 			return Info{}, err
 		}
 	}
-	id, _ := idemkit.RunID(rec.Key)
+	id, _ := runkey.ID(rec.Key)
 	in := Info{
 		ID: e.prefix + id, Tool: rec.Tool, Created: rec.Started, Updated: rec.Updated, Expires: rec.ExpiresAt,
 		Note: rec.Note, Error: rec.Error, WriteID: rec.WriteID, IsError: rec.IsError, Body: rec.Body,
@@ -428,14 +453,14 @@ func (e *Engine) info(ctx context.Context, key idemkit.Key, rec idemkit.Record, 
 		in.Updated = in.Created
 	}
 	switch rec.State {
-	case idemkit.StateInProgress:
+	case idemstore.StateInProgress:
 		in.Status = Running
-	case idemkit.StateCompleted:
-		in.Status, in.Kept = Succeeded, rec.Storage != idemkit.StorageDropped
+	case idemstore.StateCompleted:
+		in.Status, in.Kept = Succeeded, rec.Storage != idemstore.StorageDropped
 		if rec.IsError {
 			in.Status = Failed
 		}
-	case idemkit.StateReleased:
+	case idemstore.StateReleased:
 		switch {
 		case rec.Cancelled && rec.Error == lostReason:
 			in.Status = Lost
@@ -485,12 +510,12 @@ func (e *Engine) List(ctx context.Context, owner, cursor string, limit int) ([]I
 	if limit <= 0 {
 		limit = DefaultPageSize
 	}
-	limit = min(limit, idemkit.MaxListLimit-1)
-	prefix := idemkit.RunKeyPrefix(e.kind, owner)
+	limit = min(limit, idemstore.MaxListLimit-1)
+	prefix := runkey.Prefix(e.kind, owner)
 	after := ""
 	if cursor != "" {
 		hex, ok := strings.CutPrefix(cursor, e.prefix)
-		if !ok || !idemkit.ValidRunID(hex) {
+		if !ok || !runkey.ValidID(hex) {
 			return nil, "", ErrBadCursor
 		}
 		after = prefix + hex
@@ -500,7 +525,7 @@ func (e *Engine) List(ctx context.Context, owner, cursor string, limit int) ([]I
 		// One record more than the page needs tells whether another page
 		// follows.
 		want := limit - len(out) + 1
-		recs, err := e.store.List(ctx, idemkit.ListRequest{KeyPrefix: prefix, After: after, Limit: want, Now: e.guard.Now()})
+		recs, err := e.store.List(ctx, idemstore.ListRequest{KeyPrefix: prefix, After: after, Limit: want, Now: e.clock()})
 		if err != nil {
 			return nil, "", fmt.Errorf("%w: list runs: %w", idemkit.ErrStore, err)
 		}
@@ -509,7 +534,7 @@ func (e *Engine) List(ctx context.Context, owner, cursor string, limit int) ([]I
 				return out, out[len(out)-1].ID, nil
 			}
 			after = rec.Key
-			hex, ok := idemkit.RunID(rec.Key)
+			hex, ok := runkey.ID(rec.Key)
 			if !ok {
 				continue
 			}

@@ -12,11 +12,13 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
+	"github.com/idemkit-mcp/idemkit/internal/runkey"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func newEngine(t *testing.T, store idemkit.Store, cfg Config) *Engine {
+func newEngine(t *testing.T, store idemstore.Store, cfg Config) *Engine {
 	t.Helper()
 	g, err := idemkit.NewGuard(store, nil)
 	if err != nil {
@@ -258,9 +260,9 @@ func TestRun_DeadWorkerIsLost(t *testing.T) {
 	}
 	defer e.Close(context.Background())
 	// The worker of a process that was killed: its claim, then nothing.
-	id := idemkit.NewRunID()
+	id := runkey.NewID()
 	key, _ := idemkit.NewRunKey("job", "alice", "export", id)
-	if _, err := store.Claim(ctx(t), idemkit.ClaimRequest{Key: key.ID(), Tool: "export", Token: 42, Lease: time.Minute, Window: time.Hour, Now: clock.Now()}); err != nil {
+	if _, err := store.Claim(ctx(t), idemstore.ClaimRequest{Key: key.ID(), Tool: "export", Token: 42, Lease: time.Minute, Window: time.Hour, Now: clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	if in, err := e.Get(ctx(t), "alice", id, false); err != nil || in.Status != Running {
@@ -272,7 +274,7 @@ func TestRun_DeadWorkerIsLost(t *testing.T) {
 		t.Fatalf("past the lease: %+v, %v; want lost", in, err)
 	}
 	// The slow worker cannot heartbeat it back, nor record an outcome.
-	if err := store.Extend(ctx(t), idemkit.ExtendRequest{Key: key.ID(), Token: 42, Lease: time.Minute, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
+	if err := store.Extend(ctx(t), idemstore.ExtendRequest{Key: key.ID(), Token: 42, Lease: time.Minute, Now: clock.Now()}); !errors.Is(err, idemkit.ErrLeaseLost) {
 		t.Fatalf("the dead worker's heartbeat: %v", err)
 	}
 	if in, err := e.Get(ctx(t), "alice", id, false); err != nil || in.Status != Lost {

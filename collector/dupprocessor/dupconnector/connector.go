@@ -33,6 +33,11 @@ const (
 	// MetricCandidates counts every tool call the connector saw, duplicate
 	// or not, by tool and service: the denominator of a duplicate rate.
 	MetricCandidates = "idemkit.duplicate.candidates"
+	// MetricUncompared counts the tool calls the dup processor could not
+	// compare with other calls (idemkit.duplicate.uncompared: no idemkit
+	// key and no captured arguments), by tool and service: their
+	// duplicates, if any, are not in MetricCalls.
+	MetricUncompared = "idemkit.duplicate.uncompared"
 )
 
 // Attribute keys of the metrics' data points.
@@ -78,6 +83,7 @@ type dupConnector struct {
 	mu         sync.Mutex
 	calls      map[seriesKey]*counter
 	candidates map[seriesKey]*counter
+	uncompared map[seriesKey]*counter
 	gaps       map[seriesKey]*histogram
 
 	stop      chan struct{}
@@ -101,6 +107,7 @@ func newDupConnector(set connector.Settings, cfg *Config, next consumer.Metrics)
 		bounds:     bounds,
 		calls:      map[seriesKey]*counter{},
 		candidates: map[seriesKey]*counter{},
+		uncompared: map[seriesKey]*counter{},
 		gaps:       map[seriesKey]*histogram{},
 		stop:       make(chan struct{}),
 	}
@@ -170,7 +177,7 @@ func (c *dupConnector) ConsumeTraces(_ context.Context, td ptrace.Traces) error 
 
 func (c *dupConnector) observe(attrs pcommon.Map, service string, now pcommon.Timestamp) {
 	var tool, cause, effect string
-	var dup, hasGap bool
+	var dup, uncompared, hasGap bool
 	var gap int64
 	for k, v := range attrs.All() {
 		switch k {
@@ -178,6 +185,8 @@ func (c *dupConnector) observe(attrs pcommon.Map, service string, now pcommon.Ti
 			tool = spanview.Scalar(v)
 		case sc.Duplicate:
 			dup = v.Type() == pcommon.ValueTypeBool && v.Bool()
+		case sc.DuplicateUncompared:
+			uncompared = v.Type() == pcommon.ValueTypeBool && v.Bool()
 		case sc.DuplicateCause:
 			cause = spanview.Scalar(v)
 		case sc.DuplicateEffect:
@@ -189,6 +198,10 @@ func (c *dupConnector) observe(attrs pcommon.Map, service string, now pcommon.Ti
 		}
 	}
 	c.count(c.candidates, seriesKey{tool: tool, service: service}, now)
+	if uncompared && !dup {
+		c.count(c.uncompared, seriesKey{tool: tool, service: service}, now)
+		return
+	}
 	if !dup || !validCause(cause) || !validEffect(effect) {
 		return
 	}
@@ -285,6 +298,7 @@ func (c *dupConnector) build(now pcommon.Timestamp) (pmetric.Metrics, bool) {
 	c.appendSum(sm.Metrics(), MetricCalls, "Duplicate tool calls, by the layer that caused them (cause), what they did (effect: leaked when it ran again), tool and service.", c.calls, now)
 	c.appendGap(sm.Metrics(), now)
 	c.appendSum(sm.Metrics(), MetricCandidates, "Tool calls seen, duplicate or not, by tool and service.", c.candidates, now)
+	c.appendSum(sm.Metrics(), MetricUncompared, "Tool calls the dup processor could not compare with other calls (no idemkit key, no captured arguments), by tool and service: duplicates among them are not counted.", c.uncompared, now)
 	return md, true
 }
 

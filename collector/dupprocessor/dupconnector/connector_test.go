@@ -110,6 +110,16 @@ func malformedAnnotations() ptrace.Traces {
 		m.PutStr(sc.DuplicateEffect, sc.EffectBlocked)
 		m.PutStr(sc.DuplicateGapMS, "12")
 	})
+	// The uncompared mark counts only as the bool true, and never on a
+	// span that also says it is a duplicate.
+	add(func(m pcommon.Map) { m.PutStr(sc.DuplicateUncompared, "true") })
+	add(func(m pcommon.Map) { m.PutBool(sc.DuplicateUncompared, true) })
+	add(func(m pcommon.Map) {
+		m.PutBool(sc.DuplicateUncompared, true)
+		m.PutBool(sc.Duplicate, true)
+		m.PutStr(sc.DuplicateCause, sc.CauseUnknown)
+		m.PutStr(sc.DuplicateEffect, sc.EffectLeaked)
+	})
 	// A plain span with annotations is not a tool span: ignored.
 	s := spans.AppendEmpty()
 	s.Attributes().PutBool(sc.Duplicate, true)
@@ -128,20 +138,24 @@ func TestGolden(t *testing.T) {
 			name:  "processor_cases",
 			input: processorOutputs,
 			check: func(t *testing.T, md pmetric.Metrics) {
-				// The processor's golden cases hold 33 duplicates.
+				// The processor's golden cases hold 48 duplicates.
 				byCause := sumBy(t, md, MetricCalls, sc.DuplicateCause)
 				require.Equal(t, map[string]int64{
-					sc.CauseTransportRetry:  7,
-					sc.CauseHarnessRetry:    8,
-					sc.CauseModelReissue:    8,
+					sc.CauseTransportRetry:  8,
+					sc.CauseHarnessRetry:    15,
+					sc.CauseModelReissue:    11,
 					sc.CauseReconnectReplay: 3,
-					sc.CauseUnknown:         7,
+					sc.CauseUnknown:         11,
 				}, byCause)
 				require.Equal(t, map[string]int64{
-					sc.EffectSuppressed: 16,
-					sc.EffectBlocked:    4,
-					sc.EffectLeaked:     13,
+					sc.EffectSuppressed: 24,
+					sc.EffectBlocked:    6,
+					sc.EffectLeaked:     18,
 				}, sumBy(t, md, MetricCalls, sc.DuplicateEffect))
+				// The calls the processor could not compare (the uncompared
+				// case: two spans of another instrumentation without
+				// arguments, one unprotected write without hashes).
+				require.Equal(t, map[string]int64{"send_email": 3}, sumBy(t, md, MetricUncompared, sc.GenAIToolName))
 				// Every tool span is a candidate; the spans of the other MCP
 				// methods (server_span_shape) are not tool calls.
 				require.Equal(t, int64(toolSpans(t)), total(sumBy(t, md, MetricCandidates, sc.GenAIToolName)))
@@ -149,15 +163,16 @@ func TestGolden(t *testing.T) {
 					t.Error("idemkit.duplicate.leaked is gone: leaked duplicates are calls{effect=leaked}")
 				})
 				// Every duplicate but the eviction case's orphan has a gap.
-				require.Equal(t, uint64(32), histCount(t, md))
+				require.Equal(t, uint64(47), histCount(t, md))
 			},
 		},
 		{
 			name:  "malformed_annotations",
 			input: func(*testing.T) ptrace.Traces { return malformedAnnotations() },
 			check: func(t *testing.T, md pmetric.Metrics) {
-				require.Equal(t, map[string]int64{sc.CauseHarnessRetry: 1}, sumBy(t, md, MetricCalls, sc.DuplicateCause))
-				require.Equal(t, map[string]int64{"send_email": 4}, sumBy(t, md, MetricCandidates, sc.GenAIToolName))
+				require.Equal(t, map[string]int64{sc.CauseHarnessRetry: 1, sc.CauseUnknown: 1}, sumBy(t, md, MetricCalls, sc.DuplicateCause))
+				require.Equal(t, map[string]int64{"send_email": 7}, sumBy(t, md, MetricCandidates, sc.GenAIToolName))
+				require.Equal(t, map[string]int64{"send_email": 1}, sumBy(t, md, MetricUncompared, sc.GenAIToolName))
 				require.Equal(t, uint64(0), histCount(t, md))
 			},
 		},

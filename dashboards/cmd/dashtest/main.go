@@ -50,7 +50,7 @@ import (
 	"github.com/idemkit-mcp/idemkit/dashboards/internal/dashtest"
 	"github.com/idemkit-mcp/idemkit/dashboards/internal/metrics"
 	"github.com/idemkit-mcp/idemkit/examples/demo"
-	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
+	"github.com/idemkit-mcp/idemkit/internal/testing/harness"
 )
 
 func main() {

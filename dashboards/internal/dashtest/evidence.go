@@ -11,7 +11,7 @@ import (
 
 	_ "modernc.org/sqlite" // the demo servers' refund databases
 
-	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
+	"github.com/idemkit-mcp/idemkit/internal/testing/harness"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
@@ -58,16 +58,19 @@ type ToolSpan struct {
 	// BypassReason, Refusal and FinishError are idemkit.bypass.reason,
 	// idemkit.refusal.reason and idemkit.finish.error ("" when absent).
 	BypassReason, Refusal, FinishError string
-	Cause, Effect                      string // empty unless annotated as a duplicate
-	GapMs                              float64
-	HasGap                             bool
+	// ArgsHash reports whether the span carries idemkit.args.hash.
+	ArgsHash      bool
+	Cause, Effect string // empty unless annotated as a duplicate
+	GapMs         float64
+	HasGap        bool
 }
 
 // ReadOnly reports whether the dup processor ignores the span as a read
-// (reason read_only): bypassed because the tool is not protected (or with
-// no reason given).
+// (reason read_only): bypassed because the tool is not protected, without
+// the argument hash a write left unprotected carries (or with no reason
+// given).
 func (s ToolSpan) ReadOnly() bool {
-	return s.Outcome == sc.OutcomeBypassed && (s.BypassReason == "" || s.BypassReason == sc.BypassUnprotected)
+	return s.Outcome == sc.OutcomeBypassed && (s.BypassReason == "" || s.BypassReason == sc.BypassUnprotected && !s.ArgsHash)
 }
 
 // Excluded reports whether the dup processor ignores the span for its
@@ -229,7 +232,8 @@ func ToolSpans(spans []harness.Span) []ToolSpan {
 		ts := ToolSpan{
 			Service: s.Service, Tool: s.Str(sc.GenAIToolName), Outcome: s.Str(sc.Outcome),
 			BypassReason: s.Str(sc.BypassReason), Refusal: s.Str(sc.RefusalReason), FinishError: s.Str(sc.FinishError),
-			Cause: s.Str(sc.DuplicateCause), Effect: s.Str(sc.DuplicateEffect),
+			ArgsHash: s.Str(sc.ArgsHash) != "",
+			Cause:    s.Str(sc.DuplicateCause), Effect: s.Str(sc.DuplicateEffect),
 		}
 		ts.GapMs, ts.HasGap = s.Float(GapAttribute)
 		out = append(out, ts)

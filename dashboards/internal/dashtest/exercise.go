@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/dashboards/internal/metrics"
-	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
+	"github.com/idemkit-mcp/idemkit/internal/testing/harness"
 )
 
 // The processor's telemetry the exercise reads, from metrics.json.

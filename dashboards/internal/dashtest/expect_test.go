@@ -103,4 +103,9 @@ func TestToolSpanIgnoredAs(t *testing.T) {
 			t.Errorf("outcome %q, bypass reason %q: %s (tracked %v), want %s", tc.outcome, tc.bypass, got, s.Tracked(), tc.want)
 		}
 	}
+	// A write the configuration leaves unprotected carries its argument
+	// hash: the processor tracks it (its repeats leak).
+	if s := (ToolSpan{Outcome: "bypassed", BypassReason: "unprotected", ArgsHash: true}); s.ReadOnly() || !s.Tracked() {
+		t.Errorf("an unprotected write with its argument hash: read_only %v, tracked %v; want tracked", s.ReadOnly(), s.Tracked())
+	}
 }

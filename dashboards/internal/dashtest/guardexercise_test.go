@@ -10,8 +10,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/idemkit-mcp/idemkit/instrument"
-	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
+	"github.com/idemkit-mcp/idemkit/internal/testing/harness"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
@@ -61,26 +60,26 @@ func TestGuardExercise_RecordsWhatAHealthyRunNeverDoes(t *testing.T) {
 
 	t.Logf("counters: %v", sums)
 	t.Logf("histogram counts: %v", counts)
-	finish := sums[instrument.MetricFinishErrors]
+	finish := sums[sc.MetricFinishErrors]
 	if finish[sc.FinishLeaseLost] != 1 || finish[sc.FinishStoreError] != 1 || len(finish) != 2 {
-		t.Errorf("%s = %v, want lease_lost 1 and store_error 1", instrument.MetricFinishErrors, finish)
+		t.Errorf("%s = %v, want lease_lost 1 and store_error 1", sc.MetricFinishErrors, finish)
 	}
 	for reason, n := range res.FinishErrors {
 		if finish[reason] != int64(n) {
 			t.Errorf("finish error %s: metric %d, spans %g", reason, finish[reason], n)
 		}
 	}
-	calls := sums[instrument.MetricToolCalls]
+	calls := sums[sc.MetricToolCalls]
 	for _, reason := range []string{sc.RefusalStoreUnavailable, sc.RefusalInvalidArguments} {
 		if calls[reason] != 1 || res.Refusals[reason] != 1 {
 			t.Errorf("refusal %s: metric %d, spans %g, want 1 (tool calls by label: %v)", reason, calls[reason], res.Refusals[reason], calls)
 		}
 	}
-	if sums[instrument.MetricReplays][""] != 1 {
-		t.Errorf("%s = %v, want 1", instrument.MetricReplays, sums[instrument.MetricReplays])
+	if sums[sc.MetricReplays][""] != 1 {
+		t.Errorf("%s = %v, want 1", sc.MetricReplays, sums[sc.MetricReplays])
 	}
-	if got := counts[instrument.MetricSessionDuration][""]; got != uint64(res.Sessions) || got == 0 {
-		t.Errorf("%s count %d, want the %d sessions the client closed", instrument.MetricSessionDuration, got, res.Sessions)
+	if got := counts[sc.MetricSessionDuration][""]; got != uint64(res.Sessions) || got == 0 {
+		t.Errorf("%s count %d, want the %d sessions the client closed", sc.MetricSessionDuration, got, res.Sessions)
 	}
 	methods := Count(res.Spans, func(s harness.Span) (string, bool) { m := s.Str(sc.MCPMethodName); return m, m != "" })
 	for _, m := range []string{"initialize", "tools/list", "ping", "tools/call"} {
@@ -89,8 +88,8 @@ func TestGuardExercise_RecordsWhatAHealthyRunNeverDoes(t *testing.T) {
 		}
 	}
 	for m, n := range methods {
-		if got := counts[instrument.MetricOperationDuration][m]; got != uint64(n) {
-			t.Errorf("%s{%s} count %d, want the %g spans of that method", instrument.MetricOperationDuration, m, got, n)
+		if got := counts[sc.MetricOperationDuration][m]; got != uint64(n) {
+			t.Errorf("%s{%s} count %d, want the %g spans of that method", sc.MetricOperationDuration, m, got, n)
 		}
 	}
 	if !strings.Contains(log.String(), "finish failed") {

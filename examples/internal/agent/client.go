@@ -16,7 +16,6 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemkit-mcp/idemkit/instrument"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 
@@ -116,7 +115,7 @@ func (c *Conn) call(ctx context.Context, tool string, args map[string]any) (*Res
 		_ = json.Unmarshal(b, &out.Structured)
 	}
 	if res.Meta != nil {
-		_, out.Replayed = res.Meta.AdditionalFields[instrument.ReplayMetaKey]
+		_, out.Replayed = res.Meta.AdditionalFields[sc.ReplayMetaKey]
 	}
 	if out.IsError {
 		span.SetStatus(codes.Error, sc.ErrorTypeToolError)
@@ -194,7 +193,7 @@ func (c *Conn) callTask(ctx context.Context, tool string, args map[string]any) (
 	if err := json.Unmarshal(resp.Result, &created); err != nil || created.Task.TaskID == "" {
 		return "", false, fmt.Errorf("tools/call as a task: no task in %s", resp.Result)
 	}
-	_, replayed = created.Meta[instrument.ReplayMetaKey]
+	_, replayed = created.Meta[sc.ReplayMetaKey]
 	return created.Task.TaskID, replayed, nil
 }
 

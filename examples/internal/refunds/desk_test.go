@@ -18,10 +18,11 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
-	"github.com/idemkit-mcp/idemkit/instrument"
-	"github.com/idemkit-mcp/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -84,7 +85,7 @@ func startDeskMode(tb testing.TB, mode string, o deskOptions) *deskRig {
 		cleanups = append(cleanups, pool.Close)
 		return pool
 	}
-	var store idemkit.Store
+	var store idemstore.Store
 	switch mode {
 	case modeSQLite, modeSQLiteApart:
 		s, err := sqlitestore.Open(ctx, filepath.Join(dir, "idemkit.db"), nil)
@@ -243,7 +244,7 @@ func TestDesk_ASlowPaymentHoldsUpNoOtherRefundOrRead(t *testing.T) {
 			}
 			if r.guard != nil {
 				res, err := callTool(ctx, b, ToolIssueRefund, slowArgs)
-				if err != nil || !res.IsError || marker(res, instrument.RefusalMetaKey)["reason"] != "in_progress" {
+				if err != nil || !res.IsError || marker(res, spancontract.RefusalMetaKey)["reason"] != "in_progress" {
 					t.Fatalf("a duplicate of the waiting refund: %+v %v; want in progress", res, err)
 				}
 			}
@@ -308,7 +309,7 @@ func TestDesk_ARefundWhoseCallerHangsUpCompletes(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if marker(res, instrument.ReplayMetaKey)["replayed"] == true {
+				if marker(res, spancontract.ReplayMetaKey)["replayed"] == true {
 					break
 				}
 				if !res.IsError || time.Now().After(deadline) {

@@ -12,8 +12,8 @@ import (
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
-	"github.com/idemkit-mcp/idemkit/instrument"
 	"github.com/idemkit-mcp/idemkit/instrument/gosdk"
+	idemjobs "github.com/idemkit-mcp/idemkit/instrument/jobs"
 )
 
 // The refund desk's tools for the official Go SDK: the same names,
@@ -36,7 +36,7 @@ func orderSchema() *jsonschema.Schema {
 	}
 }
 
-func addGoSDKTools(s *mcp.Server, t *tools, mode txMode, g *idemkit.Guard, jobs *instrument.Jobs) {
+func addGoSDKTools(s *mcp.Server, t *tools, mode txMode, g *idemkit.Guard, jobs *idemjobs.Runner) {
 	one := 1.0
 	f := false
 	schema := orderSchema()

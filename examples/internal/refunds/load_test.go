@@ -20,9 +20,10 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
-	"github.com/idemkit-mcp/idemkit/internal/pgtest"
+	"github.com/idemkit-mcp/idemkit/internal/testing/pgtest"
 )
 
 // The desk's load benchmark (make bench): the refund desk over Streamable
@@ -269,7 +270,7 @@ type ceiling struct {
 func newCeiling(b *testing.B, store string) *ceiling {
 	b.Helper()
 	ctx := context.Background()
-	var s idemkit.Store
+	var s idemstore.Store
 	switch store {
 	case modeSQLite:
 		st, err := sqlitestore.Open(ctx, filepath.Join(b.TempDir(), "ceiling.db"), nil)

@@ -13,7 +13,7 @@ import (
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/idemkit/pgstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
-	"github.com/idemkit-mcp/idemkit/instrument"
+	idemjobs "github.com/idemkit-mcp/idemkit/instrument/jobs"
 	"github.com/idemkit-mcp/idemkit/instrument/mcpgo"
 )
 
@@ -44,7 +44,7 @@ func readTool(name, description string) mcp.Tool {
 	)
 }
 
-func addMCPGoTools(s *server.MCPServer, t *tools, mode txMode, g *idemkit.Guard, jobs *instrument.Jobs) {
+func addMCPGoTools(s *server.MCPServer, t *tools, mode txMode, g *idemkit.Guard, jobs *idemjobs.Runner) {
 	// args reads issue_refund's arguments; bad is the answer to a call
 	// that lacks them.
 	args := func(ctx context.Context, req mcp.CallToolRequest) (orderID string, amount int64, sessionID string, bad *answer) {

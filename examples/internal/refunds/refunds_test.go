@@ -15,7 +15,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
-	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 func startDesk(t *testing.T, sdk string) (string, *DB) {
@@ -109,7 +109,7 @@ func TestRefundDesk_OnBothSDKs(t *testing.T) {
 			// runs nothing.
 			for _, amount := range []any{"100", 12.5, 0} {
 				res := refund(t, alice, "ord_1001", amount)
-				if !res.IsError || marker(res, instrument.RefusalMetaKey)["reason"] != "invalid_arguments" {
+				if !res.IsError || marker(res, spancontract.RefusalMetaKey)["reason"] != "invalid_arguments" {
 					t.Errorf("amount %v: %+v", amount, res)
 				}
 			}
@@ -119,7 +119,7 @@ func TestRefundDesk_OnBothSDKs(t *testing.T) {
 
 			first := refund(t, alice, "ord_1001", 100)
 			again := refund(t, alice, "ord_1001", 100.0)
-			if first.IsError || marker(again, instrument.ReplayMetaKey) == nil {
+			if first.IsError || marker(again, spancontract.ReplayMetaKey) == nil {
 				t.Fatalf("first %+v, again %+v", first, again)
 			}
 			if refundRows(t, db, "ord_1001") != 1 {
@@ -128,7 +128,7 @@ func TestRefundDesk_OnBothSDKs(t *testing.T) {
 
 			// Another caller's identical call is its own.
 			bob := connectDesk(t, url, "demo-token-bob")
-			if res := refund(t, bob, "ord_1001", 100); res.IsError || marker(res, instrument.ReplayMetaKey) != nil {
+			if res := refund(t, bob, "ord_1001", 100); res.IsError || marker(res, spancontract.ReplayMetaKey) != nil {
 				t.Errorf("bob %+v", res)
 			}
 			if refundRows(t, db, "ord_1001") != 2 {
@@ -139,7 +139,7 @@ func TestRefundDesk_OnBothSDKs(t *testing.T) {
 			// ID is worthless once the session ended.
 			anon := connectDesk(t, url, "")
 			refund(t, anon, "ord_1002", 100)
-			if res := refund(t, anon, "ord_1002", 100); marker(res, instrument.ReplayMetaKey) == nil {
+			if res := refund(t, anon, "ord_1002", 100); marker(res, spancontract.ReplayMetaKey) == nil {
 				t.Errorf("same session %+v", res)
 			}
 			sid := anon.GetSessionId()
@@ -173,5 +173,23 @@ func TestRefundDesk_OnBothSDKs(t *testing.T) {
 				_ = resp.Body.Close()
 			}
 		})
+	}
+}
+
+// The refund desk's human gate asks only above its threshold, with the
+// amount and order in the question.
+func TestRefundQuestion_AsksAboveTheThreshold(t *testing.T) {
+	q := refundQuestion(10000)
+	for _, tc := range []struct{ args, want string }{
+		{`{"order_id":"ord_1001","amount_cents":25000}`, "Refund $250.00 on ord_1001?"},
+		{`{"order_id":"ord_1001","amount_cents":10000}`, ""},
+		{`{"order_id":"ord_1002","amount_cents":500}`, ""},
+	} {
+		if got, err := q([]byte(tc.args)); err != nil || got != tc.want {
+			t.Errorf("question for %s: %q %v, want %q", tc.args, got, err, tc.want)
+		}
+	}
+	if _, err := q([]byte(`{"amount_cents":"lots"}`)); err == nil {
+		t.Error("malformed arguments gave a question")
 	}
 }

@@ -2,6 +2,7 @@ package refunds
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
 	"github.com/idemkit-mcp/idemkit/instrument"
 	"github.com/idemkit-mcp/idemkit/instrument/gosdk"
+	idemjobs "github.com/idemkit-mcp/idemkit/instrument/jobs"
 	"github.com/idemkit-mcp/idemkit/instrument/mcpgo"
 )
 
@@ -67,10 +69,13 @@ type Config struct {
 	Tasks instrument.TasksConfig
 	// Jobs configures the export_refunds job (with a Guard). Defaults to
 	// instrument's defaults.
-	Jobs instrument.JobsConfig
+	Jobs idemjobs.Config
 	// ExportDuration is how long an export_refunds job works. Defaults to
 	// DefaultExportDuration.
 	ExportDuration time.Duration
+	// HTTPLimits bound what the desk's clients may hold: sessions, their
+	// idle time, request bodies. Defaults to instrument.HTTPLimits' own.
+	HTTPLimits instrument.HTTPLimits
 	// HoldAfterWrite, when set, is fault injection for the crash tests:
 	// issue_refund writes this file once its refund row is written (not
 	// yet committed) and then waits for its request to end, so that a test
@@ -86,6 +91,13 @@ type Config struct {
 	// beforePayment, when set (by tests), runs in issue_refund's external
 	// phase just before the gateway's latency.
 	beforePayment func(ctx context.Context, orderID string)
+
+	// ConfirmAboveCents, when positive, puts a human gate on issue_refund
+	// (instrument.WithConfirmation): a refund of more than this many cents
+	// runs only after the user confirmed it through MCP elicitation
+	// ("Refund $250.00 on ord_1001?"); a client that cannot be asked is
+	// refused. Defaults to 0: no gate.
+	ConfirmAboveCents int64
 }
 
 // DefaultExportDuration is how long an export_refunds job works by default.
@@ -99,7 +111,7 @@ const (
 
 // options are the instrumentation's options, the same on both SDKs.
 func (cfg *Config) options(subject instrument.Option) []instrument.Option {
-	return []instrument.Option{
+	opts := []instrument.Option{
 		instrument.WithTracerProvider(cfg.TracerProvider),
 		instrument.WithMeterProvider(cfg.MeterProvider),
 		instrument.WithPropagator(propagation.TraceContext{}),
@@ -111,6 +123,29 @@ func (cfg *Config) options(subject instrument.Option) []instrument.Option {
 		// refund instead of "try again".
 		instrument.WithStatusTool(ToolIssueRefund, ToolRefundStatus),
 		instrument.WithTasks(cfg.Tasks),
+	}
+	if cfg.ConfirmAboveCents > 0 {
+		// Large refunds are irreversible enough to ask the user first.
+		opts = append(opts, instrument.WithConfirmation(ToolIssueRefund, instrument.Confirmation{Question: refundQuestion(cfg.ConfirmAboveCents)}))
+	}
+	return opts
+}
+
+// refundQuestion returns the human gate's question for refunds above
+// threshold cents.
+func refundQuestion(threshold int64) func(json.RawMessage) (string, error) {
+	return func(args json.RawMessage) (string, error) {
+		var a struct {
+			OrderID string `json:"order_id"`
+			Amount  int64  `json:"amount_cents"`
+		}
+		if err := json.Unmarshal(args, &a); err != nil {
+			return "", err
+		}
+		if a.Amount <= threshold {
+			return "", nil
+		}
+		return fmt.Sprintf("Refund %s on %s?", money(a.Amount), a.OrderID), nil
 	}
 }
 
@@ -183,8 +218,8 @@ func NewHandler(cfg Config) (http.Handler, error) {
 
 // NewServer returns the refund desk over Streamable HTTP, with stateful
 // sessions (every client gets an Mcp-Session-Id at initialize, and an
-// unknown or terminated one gets 404), behind bearer-token
-// authentication. Mount its Handler at /mcp. On mcp-go it advertises MCP
+// unknown or terminated one gets 404) within cfg.HTTPLimits, behind
+// bearer-token authentication. Mount its Handler at /mcp. On mcp-go it advertises MCP
 // tasks, and issue_refund supports task augmentation: with a Guard, its
 // tasks live in the Guard's store.
 func NewServer(cfg Config) (*Server, error) {
@@ -204,9 +239,9 @@ func NewServer(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	var jobs *instrument.Jobs
+	var jobs *idemjobs.Runner
 	if cfg.Guard != nil {
-		if jobs, err = instrument.NewJobs(cfg.Guard, &cfg.Jobs); err != nil {
+		if jobs, err = idemjobs.New(cfg.Guard, &cfg.Jobs); err != nil {
 			return nil, err
 		}
 		srv.closers = append([]func(context.Context) error{jobs.Close}, srv.closers...)
@@ -217,10 +252,11 @@ func NewServer(cfg Config) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		if inst == nil {
-			srv.Handler = mcpgoAuth(cfg.Tokens, server.NewStreamableHTTPServer(s, server.WithStateful(true)))
-		} else {
-			srv.Handler = mcpgoAuth(cfg.Tokens, mcpgo.NewStreamableHTTPHandler(s))
+		// The same handler with or without idemkit: its HTTP limits
+		// (sessions, bodies) are hygiene every server needs, not
+		// protection against duplicates.
+		srv.Handler = mcpgoAuth(cfg.Tokens, mcpgo.NewStreamableHTTPHandler(s, mcpgo.WithHTTPLimits(cfg.HTTPLimits)))
+		if inst != nil {
 			srv.closers = append([]func(context.Context) error{inst.Close}, srv.closers...)
 		}
 	case SDKGoSDK:
@@ -228,7 +264,7 @@ func NewServer(cfg Config) (*Server, error) {
 			return nil, errors.New("refunds: the server without idemkit is served by mcp-go only; use SDK mcpgo")
 		}
 		s := newGoSDKServer(cfg, mode, jobs)
-		srv.Handler = gosdkAuth(cfg.Tokens, gosdk.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+		srv.Handler = gosdkAuth(cfg.Tokens, gosdk.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil, gosdk.WithHTTPLimits(cfg.HTTPLimits)))
 	default:
 		return nil, fmt.Errorf("refunds: SDK %q: want %s or %s", cfg.SDK, SDKMCPGo, SDKGoSDK)
 	}
@@ -250,7 +286,7 @@ func NewMCPGoServer(cfg Config) (*server.MCPServer, error) {
 	return s, err
 }
 
-func newMCPGoServer(cfg Config, mode txMode, jobs *instrument.Jobs) (*server.MCPServer, *mcpgo.Instrumentation, error) {
+func newMCPGoServer(cfg Config, mode txMode, jobs *idemjobs.Runner) (*server.MCPServer, *mcpgo.Instrumentation, error) {
 	var (
 		opts []server.ServerOption
 		inst *mcpgo.Instrumentation
@@ -288,7 +324,7 @@ func NewGoSDKServer(cfg Config) (*mcp.Server, error) {
 	return newGoSDKServer(cfg, mode, nil), nil
 }
 
-func newGoSDKServer(cfg Config, mode txMode, jobs *instrument.Jobs) *mcp.Server {
+func newGoSDKServer(cfg Config, mode txMode, jobs *idemjobs.Runner) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: Name, Version: Version}, nil)
 	gosdk.Instrument(s, cfg.Guard, cfg.options(instrument.WithSubject(gosdk.TokenSubject))...)
 	addGoSDKTools(s, cfg.tools(), mode, cfg.Guard, jobs)

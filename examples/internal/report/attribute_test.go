@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
-	htmlreport "github.com/idemkit-mcp/idemkit/internal/report"
+	htmlreport "github.com/idemkit-mcp/idemkit/cmd/idemkit/report"
+	"github.com/idemkit-mcp/idemkit/internal/testing/harness"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 

@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"github.com/idemkit-mcp/idemkit/internal/devtools/harness/browser"
-	htmlreport "github.com/idemkit-mcp/idemkit/internal/report"
+	htmlreport "github.com/idemkit-mcp/idemkit/cmd/idemkit/report"
+	"github.com/idemkit-mcp/idemkit/internal/testing/harness/browser"
 )
 
 // BrowserAvailable reports whether headless Chromium is installed for

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
+	htmlreport "github.com/idemkit-mcp/idemkit/cmd/idemkit/report"
 	"github.com/idemkit-mcp/idemkit/examples/internal/agent"
-	htmlreport "github.com/idemkit-mcp/idemkit/internal/report"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 

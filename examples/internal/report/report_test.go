@@ -9,7 +9,7 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/examples/internal/agent"
 	"github.com/idemkit-mcp/idemkit/examples/internal/refunds"
-	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
+	"github.com/idemkit-mcp/idemkit/internal/testing/harness"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 

@@ -9,15 +9,20 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/idemkit-mcp/idemkit/instrument"
+	"github.com/idemkit-mcp/idemkit/instrument/jobs"
 	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
+
+// StatusToolName returns the name of the status tool of a job tool: tool
+// with "_status" appended.
+func StatusToolName(tool string) string { return tool + "_status" }
 
 // Description is the description of a job tool's start tool: its own
 // description, then how to follow the job.
 func Description(description, tool string) string {
 	return strings.TrimSpace(description + "\n\nIt starts the work in the background and returns a job_id at once; call " +
-		instrument.StatusToolName(tool) + " with that job_id to follow it and get the result.")
+		StatusToolName(tool) + " with that job_id to follow it and get the result.")
 }
 
 // StatusDescription is the description of tool's status tool.
@@ -32,9 +37,9 @@ func JobIDDescription(tool string) string { return "The job_id that " + tool + "
 // answer: the job ID as text and as structuredContent {"job_id", "state",
 // "status_tool"}, or an isError result when the job could not be started.
 // The work's result is stored as codec.Marshal writes it.
-func Start[R any](ctx context.Context, jobs *instrument.Jobs, codec mcpcall.Codec[R], tool string, work func(context.Context) (R, error)) R {
-	status := instrument.StatusToolName(tool)
-	job, err := jobs.Start(ctx, tool, func(ctx context.Context) ([]byte, bool, error) {
+func Start[R any](ctx context.Context, runner *jobs.Runner, codec mcpcall.Codec[R], tool string, work func(context.Context) (R, error)) R {
+	status := StatusToolName(tool)
+	job, err := runner.Start(ctx, tool, func(ctx context.Context) ([]byte, bool, error) {
 		res, err := work(ctx)
 		if err != nil {
 			return nil, false, err
@@ -59,18 +64,18 @@ func Start[R any](ctx context.Context, jobs *instrument.Jobs, codec mcpcall.Code
 // result once it has one, else the job's state and progress (isError when
 // it failed or was abandoned), each with a JobMetaKey marker; an isError
 // result for an unknown job or a store failure.
-func Status[R any](ctx context.Context, jobs *instrument.Jobs, codec mcpcall.Codec[R], tool, jobID string) R {
-	status := instrument.StatusToolName(tool)
-	job, err := jobs.Get(ctx, jobID)
+func Status[R any](ctx context.Context, runner *jobs.Runner, codec mcpcall.Codec[R], tool, jobID string) R {
+	status := StatusToolName(tool)
+	job, err := runner.Get(ctx, jobID)
 	switch {
-	case errors.Is(err, instrument.ErrJobNotFound):
+	case errors.Is(err, jobs.ErrNotFound):
 		return codec.ErrorResult(notFoundText(jobID))
 	case err != nil:
 		return codec.ErrorResult("The state of job " + jobID + " could not be read (" + err.Error() + "). Call " + status + " again shortly.")
 	}
 	if job.Result != nil {
 		if res, err := codec.Unmarshal(job.Result); err == nil {
-			return codec.WithMeta(res, instrument.JobMetaKey, jobMeta(job))
+			return codec.WithMeta(res, spancontract.JobMetaKey, jobMeta(job))
 		}
 	}
 	res := mcpcall.TextResult(codec, statusText(job, status), map[string]any{
@@ -79,8 +84,8 @@ func Status[R any](ctx context.Context, jobs *instrument.Jobs, codec mcpcall.Cod
 		"progress": job.Progress,
 		"total":    job.Total,
 		"message":  job.Message,
-	}, job.State != instrument.JobRunning && job.State != instrument.JobSucceeded)
-	return codec.WithMeta(res, instrument.JobMetaKey, jobMeta(job))
+	}, job.State != jobs.Running && job.State != jobs.Succeeded)
+	return codec.WithMeta(res, spancontract.JobMetaKey, jobMeta(job))
 }
 
 func startedText(tool, statusTool, jobID string) string {
@@ -90,7 +95,7 @@ func startedText(tool, statusTool, jobID string) string {
 
 // statusText is the model-facing text of a job that has no result to
 // return yet (running or abandoned), or that failed with a Go error.
-func statusText(job *instrument.Job, statusTool string) string {
+func statusText(job *jobs.Job, statusTool string) string {
 	var b strings.Builder
 	b.WriteString("Job ")
 	b.WriteString(job.ID)
@@ -98,7 +103,7 @@ func statusText(job *instrument.Job, statusTool string) string {
 	b.WriteString(job.Tool)
 	b.WriteString(") ")
 	switch job.State {
-	case instrument.JobRunning:
+	case jobs.Running:
 		b.WriteString("is still running")
 		if job.Total > 0 {
 			b.WriteString(": ")
@@ -117,19 +122,19 @@ func statusText(job *instrument.Job, statusTool string) string {
 		b.WriteString(". It has not failed. Do not start it again; call ")
 		b.WriteString(statusTool)
 		b.WriteString(" again in a few seconds.")
-	case instrument.JobLost:
+	case jobs.Lost:
 		b.WriteString("was lost: ")
 		b.WriteString(job.Error)
 		b.WriteString(". It will not run again by itself. Check whether its effect happened (with a read tool) before starting it again.")
-	case instrument.JobFailed:
+	case jobs.Failed:
 		b.WriteString("failed: ")
 		b.WriteString(job.Error)
 		b.WriteString(".")
-	case instrument.JobCancelled:
+	case jobs.Cancelled:
 		b.WriteString("was cancelled (")
 		b.WriteString(job.Error)
 		b.WriteString("); it may have done part of its work.")
-	case instrument.JobSucceeded:
+	case jobs.Succeeded:
 		b.WriteString("succeeded.")
 	}
 	return b.String()
@@ -140,6 +145,6 @@ func notFoundText(jobID string) string {
 		"and a job is kept as long as its start call's answer (the start tool's window)."
 }
 
-func jobMeta(job *instrument.Job) map[string]any {
+func jobMeta(job *jobs.Job) map[string]any {
 	return map[string]any{"job_id": job.ID, "state": string(job.State)}
 }

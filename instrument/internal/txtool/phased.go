@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/instrument"
 	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 )
@@ -20,15 +21,18 @@ func Phased[T any](r instrument.PhasedRunner[T]) mcpcall.TxRunner { return phase
 type phased[T any] struct{ r instrument.PhasedRunner[T] }
 
 // slot carries a protected phased call's local transaction, once begun,
-// to the handler.
-type slot[T any] struct{ tx T }
+// and the Guard's beginLocal to the handler.
+type slot[T any] struct {
+	tx    T
+	begin func(context.Context) error
+}
 
 type slotKey[T any] struct{}
 
 func (p phased[T]) Claim(ctx context.Context, g *idemkit.Guard, k idemkit.Key, work idemkit.Work) (idemkit.Result, error) {
 	sl := new(slot[T])
 	ctx = context.WithValue(ctx, slotKey[T]{}, sl)
-	begin := func(ctx context.Context) (idemkit.LocalTx, error) {
+	begin := func(ctx context.Context) (idemstore.LocalTx, error) {
 		tx, lt, err := p.r.BeginLocal(ctx)
 		if err != nil {
 			return nil, err
@@ -40,8 +44,9 @@ func (p phased[T]) Claim(ctx context.Context, g *idemkit.Guard, k idemkit.Key, w
 		ran     bool
 		workErr error
 	)
-	res, err := g.DoPhased(ctx, k, begin, func(ctx context.Context) (idemkit.Response, error) {
+	res, err := g.DoPhased(ctx, k, begin, func(ctx context.Context, beginLocal func(context.Context) error) (idemkit.Response, error) {
 		ran = true
+		sl.begin = beginLocal
 		resp, err := work(ctx)
 		workErr = err
 		return resp, err
@@ -69,9 +74,9 @@ func (p phased[T]) Run(ctx context.Context, fn func(ctx context.Context) error) 
 // committed here. An error that fn did not return (the transaction could
 // not begin or commit) matches mcpcall.ErrLocalRolledBack.
 func Local[T any](ctx context.Context, r instrument.PhasedRunner[T], fn func(ctx context.Context, tx T) error) error {
-	if sl, ok := ctx.Value(slotKey[T]{}).(*slot[T]); ok {
+	if sl, ok := ctx.Value(slotKey[T]{}).(*slot[T]); ok && sl.begin != nil {
 		if c := idemkit.CallFromContext(ctx); c != nil {
-			if _, err := c.BeginLocal(ctx); err != nil {
+			if err := sl.begin(ctx); err != nil {
 				return fmt.Errorf("%w: %w", mcpcall.ErrLocalRolledBack, err)
 			}
 			return fn(ctx, sl.tx)

@@ -8,7 +8,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
-	"github.com/idemkit-mcp/idemkit/internal/report"
+	"github.com/idemkit-mcp/idemkit/cmd/idemkit/report"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
 )
 

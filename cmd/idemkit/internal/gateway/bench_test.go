@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/idemkit/sqlitestore"
 	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 )
@@ -41,7 +42,7 @@ func BenchmarkGateway(b *testing.B) {
 	})
 }
 
-func benchGateway(b *testing.B, store idemkit.Store) {
+func benchGateway(b *testing.B, store idemstore.Store) {
 	up := newUpstream(b)
 	guard, err := idemkit.NewGuard(store, nil)
 	if err != nil {

@@ -86,7 +86,9 @@ type Config struct {
 	// tools' spans carry the key hashes (bypass reason no_guard).
 	Guard *idemkit.Guard
 	// Instrumentation configures the spans, the metrics and which tools are
-	// protected (providers, Protect overrides, Exclude, AdvertiseKey). Its
+	// protected (providers, Protect overrides, Exclude, AdvertiseKey), and
+	// the call status tool the gateway serves itself (CallStatusTool; off
+	// when "", and without a Guard). Its
 	// Subject, unscoped-call texts and (when nil) Logger are the gateway's
 	// own. Defaults to mcpcall.DefaultConfig().
 	Instrumentation *mcpcall.Config
@@ -107,15 +109,17 @@ type Config struct {
 	// stream. Defaults to DefaultSessionIdleTimeout.
 	SessionIdleTimeout time.Duration
 	// MaxUpstreams bounds the upstream sessions open at once over HTTP (for
-	// a stdio upstream, its processes): an initialize beyond it gets HTTP
-	// 503 and starts nothing. Defaults to DefaultMaxStdioUpstreams or
-	// DefaultMaxHTTPUpstreams, by the upstream's transport.
+	// a stdio upstream, its processes; for a SharedStdioUpstream, its
+	// processes, one per subject with a session): an initialize beyond it
+	// gets HTTP 503 and starts nothing. Defaults to DefaultMaxStdioUpstreams
+	// or DefaultMaxHTTPUpstreams, by the upstream's transport.
 	MaxUpstreams int
 	// MaxUpstreamsPerSubject bounds the upstream sessions of one subject
 	// (the callers without one, over an HTTP upstream, count as one): an
 	// initialize beyond it gets HTTP 429. It does not apply when
-	// SubjectHeader is "-". Defaults to DefaultMaxStdioUpstreamsPerSubject
-	// or DefaultMaxHTTPUpstreamsPerSubject.
+	// SubjectHeader is "-". Defaults to DefaultMaxStdioUpstreamsPerSubject,
+	// or DefaultMaxHTTPUpstreamsPerSubject for an HTTP upstream and for a
+	// SharedStdioUpstream (whose sessions share one process).
 	MaxUpstreamsPerSubject int
 	// ReadTimeout bounds reading one request's body: a client slower than
 	// that gets HTTP 408 and its connection is closed (the http.Server's
@@ -153,7 +157,9 @@ type Gateway struct {
 	maxUp     int
 	maxUpSubj int  // 0: no per-subject bound
 	stdio     bool // the upstream runs a process per session
+	shared    bool // ... or per subject (SharedStdioUpstream)
 	log       *slog.Logger
+	tasks     *mcpcall.Tasks // the gateway's own tasks; nil without a Guard
 
 	mu        sync.Mutex // protects the fields below
 	sessions  map[string]*session
@@ -189,6 +195,7 @@ func New(cfg Config) (*Gateway, error) {
 		maxUp:      cfg.MaxUpstreams,
 		maxUpSubj:  cfg.MaxUpstreamsPerSubject,
 		stdio:      cfg.Upstream.Transport() == "stdio",
+		shared:     isShared(cfg.Upstream),
 		bySubject:  map[string]int{},
 		log:        cfg.Logger,
 		sessions:   map[string]*session{},
@@ -221,9 +228,14 @@ func New(cfg Config) (*Gateway, error) {
 			g.maxUp = DefaultMaxStdioUpstreams
 		}
 	}
+	if g.shared && g.subjectH == "" {
+		return nil, errors.New("gateway: an upstream shared by subject needs a SubjectHeader: without one every caller would share one process")
+	}
 	switch {
 	case g.subjectH == "":
 		g.maxUpSubj = 0 // every caller is anonymous: only the total counts
+	case g.maxUpSubj == 0 && g.shared:
+		g.maxUpSubj = DefaultMaxHTTPUpstreamsPerSubject // sessions of one process: cheap
 	case g.maxUpSubj == 0 && g.stdio:
 		g.maxUpSubj = DefaultMaxStdioUpstreamsPerSubject
 	case g.maxUpSubj == 0:
@@ -251,6 +263,13 @@ func New(cfg Config) (*Gateway, error) {
 		"or --bypass the tool to forward its calls unprotected, " +
 		"or run with --subject-header - to scope calls by the gateway's own sessions"
 	g.in = mcpcall.New(cfg.Guard, ic)
+	if cfg.Guard != nil {
+		tasks, err := g.in.NewTasks(ic.Tasks)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: Config.Instrumentation.Tasks: %w", err)
+		}
+		g.tasks = tasks
+	}
 	g.streams, g.stopStreams = context.WithCancel(context.Background())
 	go g.reap()
 	return g, nil
@@ -283,6 +302,11 @@ func (g *Gateway) Close(ctx context.Context) error {
 	close(g.stopReaper)
 	<-g.reaperDone
 	g.stopStreams()
+	if g.tasks != nil {
+		// Running tasks finish within ctx, or are cancelled (and reported
+		// failed): their upstream sessions close next.
+		_ = g.tasks.Close(ctx)
+	}
 	var wg sync.WaitGroup
 	for _, s := range sessions {
 		wg.Go(func() { _ = s.close(ctx, "") })
@@ -317,7 +341,7 @@ func (g *Gateway) reap() {
 			}
 			g.mu.Unlock()
 			for _, s := range idle {
-				g.log.Info("closing an idle session", "session", s.id, "idle", g.idle)
+				g.log.Info("closing an idle session", "session", s.logID(), "idle", g.idle)
 				go func() { _ = s.close(context.Background(), "") }()
 			}
 		}
@@ -391,6 +415,7 @@ type session struct {
 	protocol  string
 	transport mcpcall.Transport          // of the request that started the session
 	inflight  map[string]json.RawMessage // client request ID (idKey) -> upstream ID
+	taskCaps  taskCapabilities           // the upstream's, from its initialize answer
 
 	endOnce sync.Once
 
@@ -416,6 +441,10 @@ func newSessionID() string {
 }
 
 func (s *session) touch() { s.lastUsed.Store(time.Now().UnixNano()) }
+
+// logID is the session as the gateway's logs name it: the mcp.session.id
+// its spans carry (a hash), never the ID, which grants the session.
+func (s *session) logID() string { return s.g.in.SessionAttr(s.id) }
 
 func (s *session) protocolVersion() string {
 	s.mu.Lock()
@@ -552,9 +581,15 @@ func (s *session) handle(ctx context.Context, req *Message, h http.Header, t *mc
 			resp = newErrorResponse(req.ID, codeInvalidParams, "Invalid params: tools/call needs params.name (the tool) and params.arguments (an object).")
 			break
 		}
+		if name := s.g.in.CallStatusTool(); name != "" && p.Name == name {
+			resp, err = s.callStatus(op, req, &p, h)
+			break
+		}
 		resp, err = s.toolsCall(op, req, &p, h, out)
 	case req.Method == spancontract.MethodToolsList:
 		resp, err = s.toolsList(op, req, h, out)
+	case isTaskMethod(req.Method) && s.servesTasks():
+		resp, err = s.taskRequest(op, req, &p, h, out)
 	default:
 		resp, err = s.roundTrip(op, req, h, out, nil)
 		if err == nil && req.Method == spancontract.MethodInitialize && resp.Error == nil {
@@ -584,16 +619,16 @@ func (s *session) errorResponse(req *Message, err error) *Message {
 	case errors.As(err, new(*authError)):
 		return newErrorResponse(req.ID, codeInvalidRequest, strings.ToUpper(err.Error()[:1])+err.Error()[1:]+".")
 	case errors.Is(err, ErrSessionLost):
-		s.g.log.Warn("the upstream lost a session; closing it", "session", s.id, "method", req.Method)
+		s.g.log.Warn("the upstream lost a session; closing it", "session", s.logID(), "method", req.Method)
 		return newErrorResponse(req.ID, codeUpstream, "The upstream MCP server no longer knows this session (it restarted or expired it), so this "+req.Method+
 			" request was not processed. Start a new session (initialize) and send it again.")
 	case errors.Is(err, ErrUpstreamGone):
-		s.g.log.Warn("the upstream went away under a request", "session", s.id, "method", req.Method, "error", err)
+		s.g.log.Warn("the upstream went away under a request", "session", s.logID(), "method", req.Method, "error", err)
 		return newErrorResponse(req.ID, codeUpstream, "The upstream MCP server went away before answering this "+req.Method+
 			" request ("+strings.TrimPrefix(err.Error(), ErrUpstreamGone.Error()+": ")+"), so whether it ran is unknown. "+
 			"The gateway recorded no result for it; a retry with the same arguments is checked again.")
 	default:
-		s.g.log.Warn("request failed", "session", s.id, "method", req.Method, "error", err)
+		s.g.log.Warn("request failed", "session", s.logID(), "method", req.Method, "error", err)
 		return newErrorResponse(req.ID, codeInternalError, "The idemkit gateway could not complete this "+req.Method+" request: "+err.Error())
 	}
 }
@@ -609,10 +644,13 @@ func (s *session) toolsList(op *mcpcall.Op, req *Message, h http.Header, out sin
 	result, tools, derr := s.g.in.DecorateRawToolsList(resp.Result, op.Scope())
 	if derr != nil {
 		s.g.log.Warn("the upstream's tools/list answer could not be read; passed on as it is, and its tools' calls are handled as write tools'",
-			"session", s.id, "error", derr)
+			"session", s.logID(), "error", derr)
 		return resp, nil
 	}
 	s.tools.observe(listCursor(req.Params), tools, nextCursor(resp.Result))
+	if name := s.g.in.CallStatusTool(); name != "" {
+		result = s.withCallStatusTool(result, name)
+	}
 	if !bytes.Equal(result, resp.Result) {
 		resp = resp.withResult(result)
 	}
@@ -624,14 +662,7 @@ func (s *session) toolsList(op *mcpcall.Op, req *Message, h http.Header, out sin
 // forward runs at most once per key while a result is kept.
 func (s *session) toolsCall(op *mcpcall.Op, req *Message, p *requestParams, h http.Header, out sink) (*Message, error) {
 	in := s.g.in
-	tool := s.tools.lookup(op, p.Name, func(ctx context.Context) error {
-		err := s.fetchTools(ctx, h)
-		if err != nil {
-			s.g.log.Warn("listing the upstream's tools failed; the call is handled as a write tool's (MCP's default annotations)",
-				"session", s.id, "tool", p.Name, "error", err)
-		}
-		return err
-	})
+	tool := s.tools.lookup(op, p.Name, s.fetchFor(h, p.Name))
 	call := &mcpcall.ToolCall{
 		Tool:         p.Name,
 		Arguments:    p.Arguments,
@@ -651,6 +682,9 @@ func (s *session) toolsCall(op *mcpcall.Op, req *Message, p *requestParams, h ht
 	}
 	if in.WriteTool(p.Name, tool.info) {
 		call.Validator = tool.validator()
+		if nonNull(p.Task) && s.keepsTasks() {
+			return s.taskCall(op, req, call, fwd, h)
+		}
 	}
 	var (
 		tooLarge *answerTooLargeError
@@ -671,7 +705,7 @@ func (s *session) toolsCall(op *mcpcall.Op, req *Message, p *requestParams, h ht
 				return
 			}
 			lastBeat = time.Now()
-			if err := c.Heartbeat(ctx); err != nil {
+			if err := c.HeartbeatNote(ctx, progressNote(m)); err != nil {
 				s.g.log.Warn("extending a call's lease failed", "tool", p.Name, "error", err)
 			}
 		})
@@ -714,7 +748,7 @@ func (s *session) toolsCall(op *mcpcall.Op, req *Message, p *requestParams, h ht
 		s.g.log.Warn("the upstream's answer to a protected call is over the message limit: the call is recorded as done, its result not kept",
 			"session", s.id, "tool", p.Name, "limit", s.g.maxMsg)
 		res = mcpcall.RawCodec{}.WithMeta(mcpcall.RawCodec{}.ErrorResult(tooLarge.notKeptText(p.Name)),
-			mcpcall.RefusalMetaKey, map[string]any{"reason": spancontract.RefusalResponseNotKept})
+			spancontract.RefusalMetaKey, map[string]any{"reason": spancontract.RefusalResponseNotKept})
 	}
 	return newResponse(req.ID, res), nil
 }

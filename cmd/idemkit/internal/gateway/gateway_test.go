@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -26,7 +27,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/internal/clip"
 	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // upstreamServer is a real mcp-go server over Streamable HTTP with stateful
@@ -195,7 +198,7 @@ func newGuard(t testing.TB) *idemkit.Guard {
 // token: the gateway's subject is the token's SHA-256, never the token.
 func subjectHash(token string) string {
 	sum := sha256.Sum256([]byte(token))
-	return idemkit.ShortHash("bearer:" + hex.EncodeToString(sum[:]))
+	return clip.Hash("bearer:" + hex.EncodeToString(sum[:]))
 }
 
 // mcpClient returns an initialized mcp-go Streamable HTTP client of url.
@@ -328,6 +331,43 @@ func TestGateway_MCPGoClientAndServer(t *testing.T) {
 	}
 }
 
+// TestGateway_NestedKeyPropertyIsAnOrdinaryArgument: a property named
+// idempotency_key inside another property is one of the tool's own
+// arguments, not the key; only a top-level property declares the key, so
+// the gateway advertises the key for this tool and strips it from the
+// top level (and only there) before forwarding.
+func TestGateway_NestedKeyPropertyIsAnOrdinaryArgument(t *testing.T) {
+	u := &upstreamServer{}
+	s := server.NewMCPServer("upstream", "1.0.0")
+	s.AddTool(mcp.NewToolWithRawSchema("ship_order", "Ships an order.",
+		json.RawMessage(`{"type":"object","properties":{"order":{"type":"object","properties":{"idempotency_key":{"type":"string"}}}}}`)),
+		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			u.inc("ship_order")
+			u.args.Store("ship_order", req.GetArguments())
+			return mcp.NewToolResultText("shipped"), nil
+		})
+	hs := httptest.NewServer(server.NewStreamableHTTPServer(s, server.WithStateful(true)))
+	t.Cleanup(hs.Close)
+	_, url := newGatewayServer(t, hs.URL+"/mcp", Config{Guard: newGuard(t)})
+	c := mcpClient(t, url, "tok")
+	tools, err := c.ListTools(context.Background(), mcp.ListToolsRequest{})
+	if err != nil || len(tools.Tools) != 1 {
+		t.Fatalf("tools/list: %v %v", tools, err)
+	}
+	if _, ok := tools.Tools[0].InputSchema.Properties[spancontract.KeyArgument]; !ok || !strings.Contains(tools.Tools[0].Description, "Retries are safe") {
+		t.Errorf("ship_order is not advertised the key: %+v", tools.Tools[0])
+	}
+	args := map[string]any{"order": map[string]any{spancontract.KeyArgument: "inner"}, spancontract.KeyArgument: "k-1"}
+	callTool(t, c, "ship_order", args)
+	if r := callTool(t, c, "ship_order", args); r.Meta == nil || r.Meta.AdditionalFields[spancontract.ReplayMetaKey] == nil {
+		t.Errorf("the duplicate was not replayed: %+v", r)
+	}
+	got := u.lastArgs("ship_order")
+	if _, ok := got[spancontract.KeyArgument]; ok || u.count("ship_order") != 1 || !reflect.DeepEqual(got["order"], map[string]any{spancontract.KeyArgument: "inner"}) {
+		t.Errorf("the upstream ran %d times and got %v: the top-level key must be stripped, the nested property kept", u.count("ship_order"), got)
+	}
+}
+
 func TestGateway_LearnsToolsWhenTheClientNeverListed(t *testing.T) {
 	up := newUpstream(t)
 	tel := newTelemetryPair()
@@ -434,7 +474,7 @@ func TestGateway_RefusesProtectedCallsWithoutASubject(t *testing.T) {
 	}
 	for range 2 {
 		r := callTool(t, c, "issue_refund", map[string]any{"order_id": "o-1"})
-		refusal, _ := r.Meta.AdditionalFields[mcpcall.RefusalMetaKey].(map[string]any)
+		refusal, _ := r.Meta.AdditionalFields[spancontract.RefusalMetaKey].(map[string]any)
 		if !r.IsError || refusal["reason"] != "unscoped" || !strings.Contains(text(r), "nothing was done") || !strings.Contains(text(r), "credentials") {
 			t.Errorf("a protected call without a subject: %+v", r)
 		}
@@ -482,7 +522,7 @@ func TestGateway_NoSubjectHeaderScopesCallsBySession(t *testing.T) {
 	args := map[string]any{"order_id": "o-1"}
 	callTool(t, a, "issue_refund", args)
 	r := callTool(t, a, "issue_refund", args)
-	if up.count("issue_refund") != 1 || r.Meta == nil || r.Meta.AdditionalFields[mcpcall.ReplayMetaKey] == nil {
+	if up.count("issue_refund") != 1 || r.Meta == nil || r.Meta.AdditionalFields[spancontract.ReplayMetaKey] == nil {
 		t.Fatalf("a retry on the same session: %d runs, %+v", up.count("issue_refund"), r)
 	}
 	callTool(t, anonymousClient(t, url), "issue_refund", args)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/internal/clip"
 )
 
 // TestGateway_AuthorizationWithoutACredentialIsNoSubject: an Authorization
@@ -74,7 +75,7 @@ func TestGateway_AuthorizationSchemes(t *testing.T) {
 		}
 	}
 	sum := sha256.Sum256([]byte("YWxpY2U6cHc="))
-	want := idemkit.ShortHash("basic:" + hex.EncodeToString(sum[:]))
+	want := clip.Hash("basic:" + hex.EncodeToString(sum[:]))
 	if spans := tel.toolSpans("issue_refund"); len(spans) == 0 || spans[0]["idemkit.subject.hash"] != want {
 		t.Errorf("the Basic caller's span: %v, want idemkit.subject.hash %s", spans, want)
 	}

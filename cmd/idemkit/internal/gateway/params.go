@@ -17,6 +17,10 @@ type requestParams struct {
 	Cursor         json.RawMessage
 	RequestState   json.RawMessage
 	InputResponses json.RawMessage
+	// Task is a tools/call's task member (a task-augmented call), TaskID
+	// the taskId of the task methods.
+	Task   json.RawMessage
+	TaskID string
 }
 
 // envelopeMembers are the members of a tools/call's params that decide
@@ -107,6 +111,10 @@ func decodeParams(raw json.RawMessage, envelope bool) (requestParams, error) {
 			p.RequestState = v
 		case "inputResponses":
 			p.InputResponses = v
+		case "task":
+			p.Task = v
+		case "taskId":
+			keep(unmarshalMember(v, &p.TaskID, name))
 		}
 	}
 	if bad != nil {

@@ -27,6 +27,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/idemkit/idemstore"
 	"github.com/idemkit-mcp/idemkit/instrument"
 	"github.com/idemkit-mcp/idemkit/instrument/mcpgo"
 	sc "github.com/idemkit-mcp/idemkit/spancontract"
@@ -92,7 +93,7 @@ func (p *parityServer) register(s *server.MCPServer) {
 // gives up at once.
 type unrecordedStore struct{ idemkit.MemoryStore }
 
-func (s *unrecordedStore) Finish(ctx context.Context, req idemkit.FinishRequest) error {
+func (s *unrecordedStore) Finish(ctx context.Context, req idemstore.FinishRequest) error {
 	if bytes.Contains(req.Response.Body, []byte("not recorded")) {
 		return errors.New("disk full")
 	}

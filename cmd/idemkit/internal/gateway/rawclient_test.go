@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
+	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
 // rawClient speaks MCP's Streamable HTTP with hand-made requests, so that
@@ -174,7 +174,7 @@ func (a rawAnswer) result(t testing.TB) map[string]any {
 // or "".
 func refusalOf(r map[string]any) string {
 	meta, _ := r["_meta"].(map[string]any)
-	m, _ := meta[mcpcall.RefusalMetaKey].(map[string]any)
+	m, _ := meta[spancontract.RefusalMetaKey].(map[string]any)
 	s, _ := m["reason"].(string)
 	return s
 }
@@ -182,7 +182,7 @@ func refusalOf(r map[string]any) string {
 // replayed reports whether a result carries the replay marker.
 func replayed(r map[string]any) bool {
 	meta, _ := r["_meta"].(map[string]any)
-	return meta[mcpcall.ReplayMetaKey] != nil
+	return meta[spancontract.ReplayMetaKey] != nil
 }
 
 // resultText joins the text contents of a result.

@@ -119,8 +119,17 @@ func protocolVersionOK(w http.ResponseWriter, r *http.Request, s *session) bool 
 	}
 	writeJSONRPCError(w, http.StatusBadRequest, nil, codeInvalidRequest, fmt.Sprintf(
 		"Bad Request: unsupported MCP-Protocol-Version %q (supported: %s). Send the version the initialize answer negotiated.",
-		truncateBytes([]byte(v), 40), strings.Join(supported, ", ")))
+		truncateVersion(v), strings.Join(supported, ", ")))
 	return false
+}
+
+// truncateVersion cuts a caller's protocol version to 40 bytes, at a
+// character boundary, for the error that echoes it.
+func truncateVersion(v string) string {
+	if len(v) <= 40 {
+		return v
+	}
+	return strings.ToValidUTF8(v[:40], "") + "…"
 }
 
 // subjectHeaders returns how many times the subject header appears in h
@@ -283,7 +292,8 @@ func (g *Gateway) initializeHTTP(w http.ResponseWriter, r *http.Request, msg *Me
 		writeJSONRPCError(w, capErr.status, msg.ID, codeUpstream, capErr.Error())
 		return
 	}
-	s, err := g.open(r.Context(), false)
+	// The subject picks the process of an upstream shared by subject.
+	s, err := g.open(context.WithValue(r.Context(), subjectKey{}, subject), false)
 	if err != nil {
 		release()
 		writeJSONRPCError(w, http.StatusBadGateway, msg.ID, codeUpstream, "The idemkit gateway could not reach the upstream MCP server: "+err.Error())
@@ -333,13 +343,22 @@ func (e *capError) Error() string { return e.msg }
 // the function that gives it back, or the cap it would exceed.
 func (g *Gateway) reserve(subject string) (release func(), err *capError) {
 	each := ""
-	if g.stdio {
+	switch {
+	case g.shared:
+		each = "; they share one server process"
+	case g.stdio:
 		each = "; each is a server process"
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch {
-	case g.upstreams >= g.maxUp:
+	case g.shared && g.bySubject[subject] == 0 && len(g.bySubject) >= g.maxUp:
+		// Shared by subject: the cap counts processes, one per caller
+		// with a session.
+		return nil, &capError{http.StatusServiceUnavailable, fmt.Sprintf(
+			"Service Unavailable: the idemkit gateway runs as many server processes as it may (--max-upstreams %d, one per caller). Nothing was started. "+
+				"Retry later: sessions unused for %s close, and a caller's process with its last one.", g.maxUp, g.idle)}
+	case !g.shared && g.upstreams >= g.maxUp:
 		return nil, &capError{http.StatusServiceUnavailable, fmt.Sprintf(
 			"Service Unavailable: the idemkit gateway has as many upstream sessions open as it may run (--max-upstreams %d%s). Nothing was started. "+
 				"Retry later: sessions unused for %s close (and clients that are done should end theirs with HTTP DELETE).", g.maxUp, each, g.idle)}
@@ -376,8 +395,9 @@ func (s *session) initialized(resp *Message, t *mcpcall.Transport) {
 		ProtocolVersion string `json:"protocolVersion"`
 	}
 	_ = json.Unmarshal(resp.Result, &r)
+	caps := parseTaskCapabilities(resp.Result)
 	s.mu.Lock()
-	s.protocol, s.transport = r.ProtocolVersion, *t
+	s.protocol, s.transport, s.taskCaps = r.ProtocolVersion, *t, caps
 	s.mu.Unlock()
 }
 
@@ -411,7 +431,7 @@ func (g *Gateway) register(s *session) bool {
 		}
 		g.mu.Unlock()
 		if mine {
-			g.log.Info("the upstream ended a session", "session", s.id, "upstream", g.up.Transport())
+			g.log.Info("the upstream ended a session", "session", s.logID(), "upstream", g.up.Transport())
 			_ = s.close(context.Background(), spancontract.ErrorTypeOther)
 		}
 	}()

@@ -212,16 +212,31 @@ func drain(resp *http.Response) {
 	resp.Body.Close()
 }
 
-// statusError describes an unexpected HTTP answer, with the start of its
-// body (which often says what is wrong).
+// statusError describes an unexpected HTTP answer by its status, content
+// type and size, never its bytes: the body may be a tool's result, or echo
+// the request's arguments, and the error reaches logs, the span's status
+// and its exception event.
 func statusError(resp *http.Response) error {
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	n, _ := io.Copy(io.Discard, io.LimitReader(resp.Body, countedBytes+1))
 	resp.Body.Close()
-	msg := strings.TrimSpace(string(b))
-	if msg != "" {
-		msg = ": " + msg
+	ct := resp.Header.Get("Content-Type")
+	if ct == "" {
+		ct = "no content type"
 	}
-	return fmt.Errorf("the upstream answered HTTP %d%s", resp.StatusCode, msg)
+	return fmt.Errorf("the upstream answered HTTP %d (%s, %s)", resp.StatusCode, ct, sizeOf(n))
+}
+
+// countedBytes is how much of an unexpected answer statusError reads to
+// say its size.
+const countedBytes = DefaultMaxMessageBytes
+
+// sizeOf says how long an upstream answer was ("212 bytes"), which is all
+// an error about it may say of its bytes.
+func sizeOf(n int64) string {
+	if n > countedBytes {
+		return fmt.Sprintf("over %d bytes", countedBytes)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // Request implements Conn.
@@ -259,22 +274,16 @@ func (c *httpConn) Request(ctx context.Context, msg *Message, h http.Header) (St
 		}
 		m, perr := parseMessage(b)
 		if perr != nil || !m.IsResponse() {
+			// Its size, never its bytes (see statusError).
 			if resp.StatusCode != http.StatusOK {
-				return nil, fmt.Errorf("the upstream answered HTTP %d: %s", resp.StatusCode, truncateBytes(b, 512))
+				return nil, fmt.Errorf("the upstream answered HTTP %d with JSON that is not a JSON-RPC response (%s)", resp.StatusCode, sizeOf(int64(len(b))))
 			}
-			return nil, fmt.Errorf("the upstream's answer is not a JSON-RPC response: %s", truncateBytes(b, 200))
+			return nil, fmt.Errorf("the upstream's answer is not a JSON-RPC response (%s)", sizeOf(int64(len(b))))
 		}
 		return &oneStream{m: m}, nil
 	default:
 		return nil, statusError(resp)
 	}
-}
-
-func truncateBytes(b []byte, n int) string {
-	if len(b) <= n {
-		return string(b)
-	}
-	return string(b[:n]) + "…"
 }
 
 // Send implements Conn.

@@ -231,7 +231,8 @@ func (c *stdioConn) read(out io.Reader) {
 func (c *stdioConn) dispatch(line []byte) {
 	m, err := parseMessage(line)
 	if err != nil {
-		c.log.Warn("upstream wrote a line that is not a JSON-RPC message; ignored", "error", err, "line", truncateBytes(line, 200))
+		// Its size, never its bytes: a line may be a tool's result.
+		c.log.Warn("upstream wrote a line that is not a JSON-RPC message; ignored", "bytes", len(line))
 		return
 	}
 	c.mu.Lock()

@@ -9,14 +9,18 @@
 //        -> {"seq":4,"ok":true,"result":{CallToolResult},"progress":[{progress,total,message},...]}
 //   {"seq":5,"op":"close","conn":"a"}
 //   {"seq":6,"op":"session","conn":"a"}                   -> {"seq":6,"ok":true,"result":"<Mcp-Session-Id>"}
+//   {"seq":7,"op":"request","conn":"a","method":"tasks/get","params":{"taskId":"…"}} -> {"seq":7,"ok":true,"result":{...}}
+//        any request, its result unchecked (a task-augmented tools/call, the task methods)
 //
 // A failed command answers {"seq":N,"ok":false,"error":"...","code":N}.
 import readline from 'node:readline';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { z } from 'zod';
 
 const conns = new Map();
+const anyResult = z.object({}).passthrough();
 const out = (msg) => process.stdout.write(JSON.stringify(msg) + '\n');
 
 async function handle(cmd) {
@@ -56,6 +60,10 @@ async function handle(cmd) {
       if (cmd.meta) params._meta = cmd.meta;
       const result = await c.client.callTool(params, undefined, opts);
       return { result, progress };
+    }
+    case 'request': {
+      const c = conn(cmd);
+      return await c.client.request({ method: cmd.method, params: cmd.params ?? {} }, anyResult, { timeout: cmd.timeoutMs ?? 60000 });
     }
     case 'session':
       return conn(cmd).transport.sessionId ?? null;

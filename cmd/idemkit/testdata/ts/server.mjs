@@ -18,6 +18,7 @@ import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js'
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import { InMemoryEventStore } from '@modelcontextprotocol/sdk/examples/shared/inMemoryEventStore.js';
+import { InMemoryTaskStore, InMemoryTaskMessageQueue } from '@modelcontextprotocol/sdk/experimental/tasks/stores/in-memory.js';
 import { z } from 'zod';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -32,8 +33,19 @@ function record(tool, args, extra) {
   return id;
 }
 
+// The SDK's task store: a task belongs to the session that created it (a
+// stdio process has one session).
+const taskStore = new InMemoryTaskStore();
+
 function build() {
-  const server = new McpServer({ name: 'ts-fixture', version: '1.0.0' });
+  const server = new McpServer(
+    { name: 'ts-fixture', version: '1.0.0' },
+    {
+      capabilities: { tasks: { requests: { tools: { call: {} } }, list: {}, cancel: {} } },
+      taskStore,
+      taskMessageQueue: new InMemoryTaskMessageQueue(),
+    },
+  );
 
   // A write tool with no annotations: MCP's defaults make it a write tool.
   server.registerTool(
@@ -137,6 +149,37 @@ function build() {
       await sleep(50); // see export_report
       const id = record('poll_export', args, extra);
       return { content: [{ type: 'text', text: `export ${id} done` }], structuredContent: { export_id: id } };
+    },
+  );
+
+  // A write tool that runs only as an MCP task (2025-11-25): the call
+  // answers a CreateTaskResult at once, the work ends after delay_ms.
+  server.experimental.tasks.registerToolTask(
+    'export_task',
+    {
+      description: 'Export in the background, as an MCP task.',
+      inputSchema: { name: z.string(), delay_ms: z.number().int() },
+      execution: { taskSupport: 'required' },
+    },
+    {
+      async createTask(args, extra) {
+        const task = await extra.taskStore.createTask({ ttl: extra.taskRequestedTtl ?? 60000 });
+        (async () => {
+          await sleep(args.delay_ms);
+          const id = record('export_task', args, extra);
+          await extra.taskStore.storeTaskResult(task.taskId, 'completed', {
+            content: [{ type: 'text', text: `export ${id} done for ${args.name}` }],
+            structuredContent: { export_id: id },
+          });
+        })().catch((err) => process.stderr.write(`export_task: ${err}\n`));
+        return { task };
+      },
+      async getTask(_args, extra) {
+        return await extra.taskStore.getTask(extra.taskId);
+      },
+      async getTaskResult(_args, extra) {
+        return await extra.taskStore.getTaskResult(extra.taskId);
+      },
     },
   );
 

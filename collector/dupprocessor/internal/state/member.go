@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/hex"
+	"math/bits"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 )
@@ -47,8 +48,8 @@ const (
 // Member is one tool call of a group: what the classification needs of its
 // span, hashed down to fixed-size fields (72 bytes) so that a tracked group
 // holds no reference into a batch. A field is 0 when the span does not
-// carry it. The request and write IDs are only ever compared within a group
-// (at most MaxMembers calls of one key), so 32 bits of a keyed hash tell
+// carry it. The request IDs, write IDs and parents are only ever compared
+// within a group (at most MaxMembers calls of one key), so 32 bits tell
 // them apart; the contexts and the user, which link calls across callers,
 // keep 64.
 type Member struct {
@@ -57,12 +58,17 @@ type Member struct {
 	Trace    uint64 // context key of the trace
 	Conv     uint64 // context key of gen_ai.conversation.id
 	Session  uint64 // context key of a reliable mcp.session.id (0 when unreliable)
-	User     uint64 // hash of user.id, else enduser.id (weak keys only)
+	User     uint64 // hash of user.id, else enduser.id, of the span or its resource
 	SpanID   pcommon.SpanID
 	ReqID    uint32 // hash of jsonrpc.request.id
 	WriteID  uint32 // hash of idemkit.write.id
-	Outcome  Outcome
-	Flags    uint8
+	// Parent folds the parent span ID of an idemkit SERVER span whose
+	// parent is remote: the client's context, which idemkit takes from the
+	// request's params._meta (0 otherwise). The same request delivered
+	// twice carries the same one.
+	Parent  uint32
+	Outcome Outcome
+	Flags   uint8
 }
 
 // Member flags.
@@ -88,15 +94,34 @@ const (
 )
 
 // CallCtx is the context of the call for the deliberate-repeat rule: its
-// reliable session, else its conversation, else its trace; 0 for none.
+// reliable session, else its conversation, else its trace, narrowed to its
+// user when the span names one (a session or trace shared by several users
+// is not one caller's context); 0 for none.
 func (m *Member) CallCtx() uint64 {
+	c := m.Trace
 	switch {
 	case m.Session != 0:
-		return m.Session
+		c = m.Session
 	case m.Conv != 0:
-		return m.Conv
+		c = m.Conv
 	}
-	return m.Trace
+	if c == 0 || m.User == 0 {
+		return c
+	}
+	return WithUser(c, m.User)
+}
+
+// AnyUser stands for every user in WithUser: the context of the inference
+// spans of a trace that name a user, whichever it is.
+const AnyUser uint64 = 0x85ebca6b0c2b2ae3
+
+// WithUser returns the key of context c narrowed to one user (a context key
+// from the user's hash), or to the spans that name any user (AnyUser).
+func WithUser(c, user uint64) uint64 {
+	if h := c ^ bits.RotateLeft64(user*0x9e3779b97f4a7c15, 29); h != 0 {
+		return h
+	}
+	return 1
 }
 
 // Same reports whether m and o are the same span.
@@ -116,16 +141,43 @@ func (m *Member) Before(o *Member) bool {
 	return bytes.Compare(m.SpanID[:], o.SpanID[:]) < 0
 }
 
+// OtherUser reports whether the users of m and o say that they are
+// different callers: both spans name a user and the users differ; or only
+// one names a user while a key does not identify the caller (then a shared
+// session or trace is all that would link them, and one span says whose
+// call it is while the other cannot be shown to be that user's).
+func (m *Member) OtherUser(o *Member) bool {
+	if m.User == o.User {
+		return false
+	}
+	return m.User != 0 && o.User != 0 || (m.Flags|o.Flags)&FlagWeakKey != 0
+}
+
 // Linked reports whether m and o are, on the evidence of their spans, calls
-// of the same caller: always when both keys identify the caller; otherwise
-// only with the same user (user.id or enduser.id, both present), the same
-// reliable session or the same trace. Identical calls of different callers
-// are never duplicates, whatever the gap between them.
+// of the same caller. Never when their users differ (OtherUser), whatever
+// else they share: a gateway's one session for everyone, an orchestrator's
+// trace serving several users. Otherwise always when both keys identify the
+// caller; else only with the same user (user.id or enduser.id, both
+// present), the same reliable session or the same trace. Identical calls of
+// different callers are never duplicates, whatever the gap between them.
 func (m *Member) Linked(o *Member) bool {
+	if m.OtherUser(o) {
+		return false
+	}
 	if (m.Flags|o.Flags)&FlagWeakKey == 0 {
 		return true
 	}
-	return (m.User != 0 && m.User == o.User) ||
+	return m.User != 0 || // equal to o.User: not OtherUser
 		(m.Session != 0 && m.Session == o.Session) ||
 		(m.Trace != 0 && m.Trace == o.Trace)
+}
+
+// NewRequest reports whether the spans prove that o and m are two requests
+// of the client rather than one request delivered twice: both carry a
+// parent from the client (Parent) and the parents or traces differ. A
+// transport retry or a replay re-sends the same bytes, params._meta
+// included, so its parent is the first delivery's. The same parent proves
+// nothing: a client may send several requests from one span.
+func (m *Member) NewRequest(o *Member) bool {
+	return m.Parent != 0 && o.Parent != 0 && (m.Parent != o.Parent || m.Trace != o.Trace)
 }

@@ -109,3 +109,46 @@ func TestGroups_CreateWith(t *testing.T) {
 		}
 	}
 }
+
+// TestMember_Evidence checks the caller and request rules on pairs of
+// calls: different users are never linked, whatever they share; a user on
+// one call only breaks a link that rests on shared context; different
+// client parents prove a new request.
+func TestMember_Evidence(t *testing.T) {
+	weak := Member{Trace: 1, Session: 2, Flags: FlagWeakKey}
+	strong := Member{Trace: 1, Session: 2}
+	with := func(m Member, user uint64, parent uint32) *Member {
+		m.User, m.Parent = user, parent
+		return &m
+	}
+	for _, tc := range []struct {
+		name          string
+		a, b          *Member
+		linked, other bool
+	}{
+		{"weak, same session and trace, no users", with(weak, 0, 0), with(weak, 0, 0), true, false},
+		{"weak, same session and trace, users differ", with(weak, 10, 0), with(weak, 11, 0), false, true},
+		{"weak, a user on one only", with(weak, 10, 0), with(weak, 0, 0), false, true},
+		{"weak, same user, nothing else shared", &Member{User: 10, Trace: 1, Flags: FlagWeakKey}, &Member{User: 10, Trace: 3, Flags: FlagWeakKey}, true, false},
+		{"strong, users differ", with(strong, 10, 0), with(strong, 11, 0), false, true},
+		{"strong, a user on one only", with(strong, 10, 0), with(strong, 0, 0), true, false},
+		{"strong and weak, a user on one only", with(strong, 10, 0), with(weak, 0, 0), false, true},
+	} {
+		require.Equal(t, tc.linked, tc.a.Linked(tc.b), "%s: Linked", tc.name)
+		require.Equal(t, tc.linked, tc.b.Linked(tc.a), "%s: Linked, reversed", tc.name)
+		require.Equal(t, tc.other, tc.a.OtherUser(tc.b), "%s: OtherUser", tc.name)
+	}
+
+	require.True(t, with(strong, 0, 5).NewRequest(with(strong, 0, 6)), "different parents")
+	require.False(t, with(strong, 0, 5).NewRequest(with(strong, 0, 5)), "the same parent proves nothing")
+	require.False(t, with(strong, 0, 5).NewRequest(with(strong, 0, 0)), "a parent on one only proves nothing")
+	other := with(strong, 0, 5)
+	other.Trace = 9
+	require.True(t, with(strong, 0, 5).NewRequest(other), "the same parent in another trace")
+
+	// A user narrows the call's context; without one it is the plain one.
+	require.Equal(t, uint64(2), with(weak, 0, 0).CallCtx())
+	require.Equal(t, WithUser(2, 10), with(weak, 10, 0).CallCtx())
+	require.NotEqual(t, WithUser(2, 10), WithUser(2, 11))
+	require.NotEqual(t, WithUser(2, 10), WithUser(2, AnyUser))
+}

@@ -43,7 +43,7 @@ import (
 
 	"github.com/idemkit-mcp/idemkit/examples/demo"
 	"github.com/idemkit-mcp/idemkit/examples/internal/report"
-	"github.com/idemkit-mcp/idemkit/internal/devtools/harness"
+	"github.com/idemkit-mcp/idemkit/internal/testing/harness"
 )
 
 func main() {

@@ -1,0 +1,3 @@
+ALTER TABLE {schema}idemkit_claims
+    DROP COLUMN checksum_token,
+    DROP COLUMN checksum;

@@ -1,0 +1,2 @@
+ALTER TABLE {schema}idemkit_claims
+    DROP COLUMN generation;

@@ -1,0 +1,1 @@
+ALTER TABLE idemkit_claims DROP COLUMN generation;
