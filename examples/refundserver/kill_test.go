@@ -207,31 +207,58 @@ func TestKill_PhasedRefundBetweenPaymentAndCommit(t *testing.T) {
 
 func testKillPhased(t *testing.T, backend, hold string) {
 	dir := t.TempDir()
-	order, args := "ord_1001", serverArgs
+	order := "ord_1001"
 	if hold == "after-write" {
 		order = "ord_1002"
 	}
 	if backend == "postgres" {
 		// The PostgreSQL database is shared by the package's tests: orders
 		// of their own.
-		order, args = "ord_1013", func(dir string, more ...string) []string { return pgArgs(t, dir, more...) }
+		order = "ord_1013"
 		if hold == "after-write" {
 			order = "ord_1015"
 		}
 	}
-	rows := func() (int, int) {
-		if backend == "postgres" {
-			return pgCounts(t, dir, order)
-		}
-		r, _, g := counts(t, dir, order)
-		return r, g
+	// The payment server runs in the test's process, outside the desk
+	// that is killed, as a provider would: it sees every request and the
+	// key each carried.
+	gateway, err := refunds.OpenGateway(context.Background(), ":memory:")
+	if err != nil {
+		t.Fatal(err)
 	}
-	record := func() (idemstore.Record, error) {
-		// The key the instrumentation derives for the call.
-		k, err := idemkit.NewKey("user:alice", refunds.ToolIssueRefund, []byte(`{"order_id":"`+order+`","amount_cents":1200}`), nil)
+	defer gateway.Close()
+	gatewayURL, stopGateway, err := refunds.ServeGateway(gateway)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopGateway(context.Background())
+	args := func(dir string, more ...string) []string {
+		return serverArgs(dir, append([]string{"-gateway-url", gatewayURL}, more...)...)
+	}
+	if backend == "postgres" {
+		args = func(dir string, more ...string) []string {
+			return pgArgs(t, dir, append([]string{"-gateway-url", gatewayURL}, more...)...)
+		}
+	}
+	rows := func() (int, int) {
+		var r int
+		if backend == "postgres" {
+			r, _ = pgCounts(t, dir, order)
+		} else {
+			r, _, _ = counts(t, dir, order)
+		}
+		g, err := gateway.Refunds(context.Background(), order)
 		if err != nil {
 			t.Fatal(err)
 		}
+		return r, g
+	}
+	// The key the instrumentation derives for the call.
+	k, err := idemkit.NewKey("user:alice", refunds.ToolIssueRefund, []byte(`{"order_id":"`+order+`","amount_cents":1200}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := func() (idemstore.Record, error) {
 		var store idemstore.Store
 		if backend == "postgres" {
 			if store, err = pgstore.New(pgtest.Pool(t), nil); err != nil {
@@ -297,7 +324,16 @@ func testKillPhased(t *testing.T, backend, hold string) {
 	if r, gw := rows(); r != 1 || gw != 1 {
 		t.Fatalf("in the end: %d refund rows, %d gateway refunds; want one of each", r, gw)
 	}
-	if rec, err := record(); err != nil || rec.State != idemstore.StateCompleted || rec.Attempt != 2 {
+	rec, err := record()
+	if err != nil || rec.State != idemstore.StateCompleted || rec.Attempt != 2 {
 		t.Fatalf("in the end the claim record: %+v, %v; want completed by attempt 2", rec, err)
+	}
+	// The payment server saw the refund twice (the killed attempt and the
+	// takeover), both times with the record's downstream key, and charged
+	// once: the second request was answered with the first one's refund.
+	want := idemkit.DownstreamKey(k.ID(), rec.Generation)
+	reqs := gateway.Requests(order)
+	if len(reqs) != 2 || reqs[0].Key != want || reqs[1].Key != want || reqs[0].Replayed || !reqs[1].Replayed || reqs[1].Ref != reqs[0].Ref {
+		t.Fatalf("the payment server's requests for %s: %+v; want two, both with key %s, the second a replay of the first", order, reqs, want)
 	}
 }

@@ -1,9 +1,12 @@
 // Command refundserver is the demo's MCP server: a refund desk served over
 // Streamable HTTP (stateful sessions) by mcp-go or, with -sdk gosdk, by the
-// official Go SDK. Its issue_refund tool refunds an order through a fake
-// payment gateway (an external service with its own ledger, keyed by
-// idemkit's per-call idempotency key) and writes the refund row to the
-// desk's database. idemkit protects issue_refund (arguments validated,
+// official Go SDK. Its issue_refund tool refunds an order through a payment
+// gateway's HTTP API (the desk's fake one, served on a loopback port with
+// its own ledger, or another at -gateway-url), which deduplicates by the
+// Idempotency-Key header for 24 hours: the desk's client forwards idemkit's
+// downstream key of the call there (downstream.Transport), the same on
+// every attempt of one refund. It then writes the refund row to the desk's
+// database. idemkit protects issue_refund (arguments validated,
 // claim before the work, replay the stored result to every duplicate), and
 // with the SQLite or PostgreSQL store the desk's tables live in the store's
 // database: the claim commits first, the payment runs outside any
@@ -66,6 +69,7 @@ type options struct {
 	addr, readyFile          string
 	sdk                      string
 	dbPath, gatewayDB        string
+	gatewayURL               string
 	store, storeDB, pgDSN    string
 	window, lease            time.Duration
 	unprotected              bool
@@ -91,7 +95,8 @@ func parseFlags() options {
 	flag.StringVar(&o.readyFile, "ready-file", "", "once listening, write the server's MCP URL to this file")
 	flag.StringVar(&o.sdk, "sdk", refunds.SDKMCPGo, "MCP SDK serving the tools: mcpgo (github.com/mark3labs/mcp-go) or gosdk (the official Go SDK)")
 	flag.StringVar(&o.dbPath, "db", "refunds.db", "SQLite orders database (created and seeded when missing); with -store sqlite it holds idemkit's store too")
-	flag.StringVar(&o.gatewayDB, "gateway-db", "", "SQLite ledger of the fake payment gateway (default: gateway.db beside -db)")
+	flag.StringVar(&o.gatewayDB, "gateway-db", "", "SQLite ledger of the fake payment gateway the desk serves on a loopback port (default: gateway.db beside -db; ignored with -gateway-url)")
+	flag.StringVar(&o.gatewayURL, "gateway-url", "", "base URL of the payment gateway's HTTP API (POST /v1/refunds, deduplicating by Idempotency-Key; default: the desk serves its fake gateway on a loopback port)")
 	flag.StringVar(&o.store, "store", "sqlite", "idemkit store: sqlite (in -db), memory or postgres (ignored with -unprotected)")
 	flag.StringVar(&o.storeDB, "store-db", "", "SQLite file of the idemkit store (default: the -db file, where a refund row commits with the call's recorded outcome; "+
 		"another file makes the row commit in a transaction of its own, before the outcome is recorded)")
@@ -175,14 +180,18 @@ func run(o options, log *slog.Logger) error {
 			return err
 		}
 	}
-	gateway, err := refunds.OpenGateway(ctx, o.gatewayDB)
-	if err != nil {
-		return err
+	var gateway *refunds.Gateway
+	if o.gatewayURL == "" {
+		// The fake payment gateway, served by the desk (NewServer) on a
+		// loopback port: the desk pays it over HTTP.
+		if gateway, err = refunds.OpenGateway(ctx, o.gatewayDB); err != nil {
+			return err
+		}
+		defer gateway.Close()
 	}
-	defer gateway.Close()
 
 	cfg := refunds.Config{
-		Gateway: gateway, SDK: o.sdk, TracerProvider: tel.Tracer, MeterProvider: tel.Meter, Tokens: tokens,
+		Gateway: gateway, GatewayURL: o.gatewayURL, SDK: o.sdk, TracerProvider: tel.Tracer, MeterProvider: tel.Meter, Tokens: tokens,
 		FastLatency: o.fastLatency, SlowLatency: o.slowLatency,
 		Tasks: instrument.TasksConfig{Lease: o.taskLease}, Jobs: jobs.Config{Lease: o.jobLease},
 		ExportDuration: o.exportDuration, HoldAfterWrite: o.holdAfterWrite, HoldAfterPayment: o.holdAfterPayment,

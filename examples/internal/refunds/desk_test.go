@@ -51,6 +51,8 @@ type deskOptions struct {
 	fast, slow    time.Duration
 	beforePayment func(ctx context.Context, orderID string)
 	pgConns       int32
+	guard         *idemkit.Config // the Guard's Config (nil: the defaults)
+	confirmAbove  int64           // Config.ConfirmAboveCents
 }
 
 // startDeskMode starts the desk of mode, on its own files or PostgreSQL
@@ -122,7 +124,7 @@ func startDeskMode(tb testing.TB, mode string, o deskOptions) *deskRig {
 	}
 	cleanups = append(cleanups, func() { _ = r.db.Close() })
 	if store != nil {
-		g, err := idemkit.NewGuard(store, nil)
+		g, err := idemkit.NewGuard(store, o.guard)
 		must(err)
 		r.guard = g
 	}
@@ -133,7 +135,7 @@ func startDeskMode(tb testing.TB, mode string, o deskOptions) *deskRig {
 	tp, mp := sdktrace.NewTracerProvider(), sdkmetric.NewMeterProvider()
 	cleanups = append(cleanups, func() { _ = tp.Shutdown(ctx); _ = mp.Shutdown(ctx) })
 	r.srv, err = NewServer(Config{DB: r.db, Guard: r.guard, Gateway: gw, TracerProvider: tp, MeterProvider: mp, Tokens: DemoTokens,
-		FastLatency: o.fast, SlowLatency: o.slow, beforePayment: o.beforePayment})
+		FastLatency: o.fast, SlowLatency: o.slow, beforePayment: o.beforePayment, ConfirmAboveCents: o.confirmAbove})
 	must(err)
 	hs := httptest.NewServer(r.srv.Handler)
 	cleanups = append(cleanups, func() {

@@ -44,9 +44,16 @@ type Config struct {
 	// issue_refund then writes its refund row in the transaction that
 	// records the call's outcome, after the payment.
 	DB *DB
-	// Gateway is the fake payment gateway's ledger. Defaults to one in
-	// memory.
+	// Gateway is the fake payment gateway (its ledger and its HTTP API),
+	// which NewServer serves on a loopback port of its own when
+	// GatewayURL is empty. Defaults to one with its ledger in memory.
 	Gateway *Gateway
+	// GatewayURL is the base URL of the payment gateway's HTTP API
+	// (Gateway.ServeHTTP, POST /v1/refunds) that issue_refund pays
+	// through, forwarding the call's downstream key in Idempotency-Key
+	// (see GatewayClient). Defaults to "": NewServer serves Gateway on
+	// loopback and pays there. NewMCPGoServer and NewGoSDKServer need it.
+	GatewayURL string
 	// SDK is the MCP SDK that serves the tools: SDKMCPGo
 	// (github.com/mark3labs/mcp-go) or SDKGoSDK (the official Go SDK).
 	// Defaults to SDKMCPGo.
@@ -150,7 +157,7 @@ func refundQuestion(threshold int64) func(json.RawMessage) (string, error) {
 }
 
 func (cfg *Config) tools() *tools {
-	return &tools{db: cfg.DB, gw: cfg.Gateway, fast: orDefault(cfg.FastLatency, DefaultFastLatency), slow: orDefault(cfg.SlowLatency, DefaultSlowLatency),
+	return &tools{db: cfg.DB, gw: NewGatewayClient(cfg.GatewayURL), fast: orDefault(cfg.FastLatency, DefaultFastLatency), slow: orDefault(cfg.SlowLatency, DefaultSlowLatency),
 		export: orDefault(cfg.ExportDuration, DefaultExportDuration), holdFile: cfg.HoldAfterWrite, holdAfterPayment: cfg.HoldAfterPayment,
 		beforePayment: cfg.beforePayment}
 }
@@ -198,7 +205,8 @@ type Server struct {
 }
 
 // Close stops the server's background work (the tasks it runs: it waits
-// for them until ctx is done) and closes the default gateway ledger.
+// for them until ctx is done), then the payment gateway it serves, and
+// closes the default gateway ledger.
 func (s *Server) Close(ctx context.Context) error {
 	var errs []error
 	for _, c := range s.closers {
@@ -226,18 +234,29 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.DB == nil || cfg.TracerProvider == nil || cfg.MeterProvider == nil {
 		return nil, errors.New("refunds: Config needs DB, TracerProvider and MeterProvider")
 	}
-	srv := &Server{}
-	if cfg.Gateway == nil {
-		gw, err := OpenGateway(context.Background(), ":memory:")
-		if err != nil {
-			return nil, err
-		}
-		cfg.Gateway = gw
-		srv.closers = append(srv.closers, func(context.Context) error { return gw.Close() })
-	}
 	mode, err := cfg.txMode()
 	if err != nil {
 		return nil, err
+	}
+	srv := &Server{}
+	if cfg.GatewayURL == "" {
+		// The desk's own fake gateway, a real HTTP server on loopback:
+		// issue_refund pays over HTTP, as it would pay a provider.
+		if cfg.Gateway == nil {
+			gw, err := OpenGateway(context.Background(), ":memory:")
+			if err != nil {
+				return nil, err
+			}
+			cfg.Gateway = gw
+			srv.closers = append(srv.closers, func(context.Context) error { return gw.Close() })
+		}
+		url, stop, err := ServeGateway(cfg.Gateway)
+		if err != nil {
+			_ = srv.Close(context.Background())
+			return nil, err
+		}
+		cfg.GatewayURL = url
+		srv.closers = append([]func(context.Context) error{stop}, srv.closers...)
 	}
 	var jobs *idemjobs.Runner
 	if cfg.Guard != nil {
@@ -279,8 +298,8 @@ func NewMCPGoServer(cfg Config) (*server.MCPServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Gateway == nil {
-		return nil, errors.New("refunds: NewMCPGoServer needs Config.Gateway")
+	if cfg.GatewayURL == "" {
+		return nil, errors.New("refunds: NewMCPGoServer needs Config.GatewayURL (serve a Gateway with ServeGateway)")
 	}
 	s, _, err := newMCPGoServer(cfg, mode, nil)
 	return s, err
@@ -318,8 +337,8 @@ func NewGoSDKServer(cfg Config) (*mcp.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Gateway == nil {
-		return nil, errors.New("refunds: NewGoSDKServer needs Config.Gateway")
+	if cfg.GatewayURL == "" {
+		return nil, errors.New("refunds: NewGoSDKServer needs Config.GatewayURL (serve a Gateway with ServeGateway)")
 	}
 	return newGoSDKServer(cfg, mode, nil), nil
 }

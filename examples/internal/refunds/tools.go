@@ -44,7 +44,7 @@ func toolError(format string, args ...any) answer {
 // tools holds the handlers' dependencies.
 type tools struct {
 	db         *DB
-	gw         *Gateway
+	gw         *GatewayClient // the payment gateway, over HTTP
 	fast, slow time.Duration
 	export     time.Duration // how long an export takes
 	holdFile   string        // see Config.HoldAfterWrite
@@ -56,8 +56,9 @@ type tools struct {
 // payment is what issue_refund's external phase hands to its local
 // phase: the gateway's refund, or the answer to give instead.
 type payment struct {
-	// key is idemkit's per-call idempotency key, forwarded to the gateway
-	// ("" on a server without idemkit).
+	// key is idemkit's per-call idempotency key, which the gateway
+	// client's downstream.Transport forwards in Idempotency-Key ("" on a
+	// server without idemkit: the request goes without one).
 	key string
 	// ref is the gateway's refund; replayed says that the gateway
 	// recognised the key and returned the refund it had made before.
@@ -74,8 +75,9 @@ type payment struct {
 // database transaction, so that neither a slow payment nor a slow
 // gateway holds anything another call or a read needs. It checks the
 // order (a read of the last committed state), then refunds through the
-// fake payment gateway, forwarding idemkit's per-call idempotency key, as
-// the seed article recommends: the claim protects against duplicate tool
+// payment gateway's HTTP API, whose client (downstream.Transport) forwards
+// idemkit's per-call downstream key in Idempotency-Key, as the seed
+// article recommends: the claim protects against duplicate tool
 // calls, the gateway's key against the window between the payment and the
 // commit of the refund row (a process killed there leaves the call in
 // progress without a row; after the lease, the duplicate that takes it
@@ -127,8 +129,11 @@ func (t *tools) refundExternal(ctx context.Context, orderID string, amount int64
 		return payment{}, fmt.Errorf("issue_refund: stopped before the gateway was called: %w", context.Cause(ctx))
 	case <-time.After(latency):
 	}
-	ref, replayed, err := t.gw.Refund(context.WithoutCancel(ctx), p.key, orderID, amount, order.TotalCents)
-	if errors.Is(err, ErrChargeRefunded) {
+	// The request's context keeps the call (downstream.Transport reads
+	// its key there) without its cancellation: a payment once sent is
+	// waited for, bounded by the client's timeout.
+	ref, replayed, err := t.gw.Refund(context.WithoutCancel(ctx), orderID, amount, order.TotalCents)
+	if errors.Is(err, ErrChargeRefunded) || errors.Is(err, ErrKeyReused) {
 		a := toolError("Refund refused by the gateway: %v. Nothing was refunded.", err)
 		p.refusal = &a
 		return p, nil
