@@ -8,9 +8,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/idemkit-mcp/idemkit/internal/argpolicy"
 	"github.com/idemkit-mcp/idemkit/spancontract"
 	"github.com/idemkit-mcp/idemkit/spancontract/canonjson"
 )
@@ -38,10 +40,28 @@ type KeyOptions struct {
 	// spancontract.KeyArgument ("idempotency_key").
 	ExplicitKeyField string
 
-	// Exclude names top-level argument fields left out of the hash, such as
-	// client timestamps or nonces that differ on every retry and would
-	// otherwise defeat the key. Defaults to none.
+	// Exclude names argument fields left out of the hash, such as client
+	// timestamps or nonces that differ on every retry and would otherwise
+	// defeat the key. An entry that starts with "/" is a JSON Pointer
+	// (RFC 6901, "~1" for "/" and "~0" for "~" in a name) reaching any
+	// depth: "/order/requested_at", "/items/0/nonce"; on an array, the
+	// token "*" (an extension: RFC 6901 has no wildcard) matches every
+	// element: "/items/*/nonce". Member names match byte for byte. Any
+	// other entry is a top-level member name, as it is. An excluded
+	// member or element is hashed as if absent. Defaults to none.
 	Exclude []string
+
+	// Round maps argument fields (JSON Pointers or top-level names, as in
+	// Exclude) to a granularity: the field, an RFC 3339 timestamp string
+	// or null, is hashed as its instant in UTC truncated to the
+	// granularity, which must divide 24 hours (1s, 1m, 15m, 1h, 24h...).
+	// With 1m, "10:00:59Z" and "11:00:10+01:00" share a key, and
+	// "10:00:59Z" and "10:01:00Z" do not: two retries that straddle a
+	// boundary get two keys (exclude the field when that matters). A
+	// present field that is not such a timestamp (a number, another
+	// string) makes NewKey fail with ErrInvalidArguments rather than hash
+	// it raw. The handler still sees the value as sent. Defaults to none.
+	Round map[string]time.Duration
 
 	// MaxArgsBytes bounds the size of the raw arguments. Defaults to
 	// DefaultMaxArgsBytes (1 MiB).
@@ -78,10 +98,12 @@ type Key struct {
 // a second refund for a different order ID would be answered with the
 // first one's result (a false merge loses a write; a missed merge only
 // shows up as a duplicate). For numbers that a JSON encoder prints from a
-// double, the form is RFC 8785's. The explicit-key field and any excluded
-// fields are stripped from the top-level object first. Empty or null
+// double, the form is RFC 8785's. The explicit-key field is stripped from
+// the top-level object, and opts.Exclude and opts.Round are applied (at
+// any depth, by JSON Pointer) before hashing. Empty or null
 // arguments hash as {}. Key derivation streams the canonical form into the
-// hash: its memory does not grow with the arguments' size.
+// hash: its memory does not grow with the arguments' size (except with a
+// nested pointer or a rounding in opts, which hold one canonical copy).
 //
 // Without an explicit key the Key is subject + tool + SHA-256(canonical
 // arguments). With one (from the arguments or opts.ExplicitKey) it is
@@ -94,7 +116,12 @@ type Key struct {
 // string) or ErrInvalidKey (a tool name that is empty,
 // longer than 256 bytes, not valid UTF-8 or holding a control
 // character; an explicit key that is empty, longer than MaxExplicitKeyLen
-// bytes or not printable ASCII; or two different explicit keys).
+// bytes or not printable ASCII; or two different explicit keys). A field
+// of opts.Round that is not an RFC 3339 timestamp is ErrInvalidArguments.
+// Invalid opts (a malformed JSON Pointer, a granularity that does not
+// divide 24 hours, a field both excluded and rounded) are an error that
+// wraps neither sentinel: the caller's configuration, not the call, is
+// wrong.
 func NewKey(subject, tool string, args []byte, opts *KeyOptions) (Key, error) {
 	if err := validateToolName(tool); err != nil {
 		return Key{}, err
@@ -118,7 +145,29 @@ func NewKey(subject, tool string, args []byte, opts *KeyOptions) (Key, error) {
 		field = ""
 	}
 
-	sum, fieldKey, err := argsHash(args, field, o.Exclude)
+	exclude := o.Exclude
+	var policy *argpolicy.Policy
+	if len(o.Round) > 0 || hasPointer(exclude) {
+		p, err := argpolicy.Cached(exclude, o.Round)
+		if err != nil {
+			return Key{}, fmt.Errorf("idemkit: KeyOptions of %q: %v", tool, err)
+		}
+		if names, ok := p.TopLevelNames(); ok {
+			exclude = names // "/nonce" is "nonce": the top-level path
+		} else {
+			policy = p
+		}
+	}
+	var (
+		sum      [sha256.Size]byte
+		fieldKey *string
+		err      error
+	)
+	if policy != nil {
+		sum, fieldKey, err = policyHash(args, field, policy)
+	} else {
+		sum, fieldKey, err = argsHash(args, field, exclude)
+	}
 	if err != nil {
 		return Key{}, fmt.Errorf("%w: %s: %v", ErrInvalidArguments, tool, err)
 	}
@@ -315,6 +364,66 @@ func argsHash(args []byte, field string, exclude []string) (sum [sha256.Size]byt
 	}
 	h.Sum(sum[:0])
 	return sum, explicit, nil
+}
+
+// hasPointer reports whether an Exclude entry is a JSON Pointer.
+func hasPointer(exclude []string) bool {
+	for _, x := range exclude {
+		if len(x) > 0 && x[0] == '/' {
+			return true
+		}
+	}
+	return false
+}
+
+// policyHash is argsHash for a policy with nested pointers or rounding:
+// the canonical form, with field taken out, is built in memory, then the
+// policy is applied to it. (A policy of top-level names only streams, in
+// argsHash.)
+func policyHash(args []byte, field string, policy *argpolicy.Policy) (sum [sha256.Size]byte, explicit *string, err error) {
+	trimmed := bytes.TrimSpace(args)
+	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
+		trimmed = emptyObject
+	}
+	var canon []byte
+	if isCanonical(trimmed) {
+		canon, explicit, err = stripCanonical(trimmed, field, nil)
+		if err != nil {
+			return sum, nil, err
+		}
+	} else {
+		var buf bytes.Buffer
+		buf.Grow(len(trimmed))
+		taken, err := canonjson.Write(&buf, trimmed, canonjson.Options{Take: field})
+		if err != nil {
+			return sum, nil, canonError(err)
+		}
+		if explicit, err = takenKey(taken, field); err != nil {
+			return sum, nil, err
+		}
+		canon = buf.Bytes()
+	}
+	out, err := policy.Apply(make([]byte, 0, len(canon)), canon)
+	if err != nil {
+		return sum, nil, err
+	}
+	return sha256.Sum256(out), explicit, nil
+}
+
+// takenKey decodes the explicit key canonjson took out of field: nil when
+// absent or null.
+func takenKey(taken []byte, field string) (*string, error) {
+	if taken == nil || string(taken) == "null" {
+		return nil, nil
+	}
+	if taken[0] != '"' {
+		return nil, fmt.Errorf("the %q argument must be a string, got %s", field, truncate(taken, 40))
+	}
+	s, err := jsonString(taken)
+	if err != nil {
+		return nil, err
+	}
+	return &s, nil
 }
 
 // canonError describes a canonicalisation error of arguments for the

@@ -176,15 +176,60 @@ func WithStatusTool(tool, statusTool string) Option {
 	})
 }
 
-// WithExclude leaves top-level argument fields of tool out of the argument
-// hash: client timestamps, nonces, request IDs that differ on every retry and
-// would otherwise make every duplicate look new.
+// WithExclude leaves argument fields of tool out of the argument hash:
+// client timestamps, nonces, request IDs that differ on every retry and
+// would otherwise make every duplicate look new. A field that starts with
+// "/" is a JSON Pointer (RFC 6901; "~1" for "/" and "~0" for "~" in a
+// name) that reaches any depth: "/order/requested_at", "/items/0/nonce",
+// and, an extension of RFC 6901, "/items/*/nonce" for every element of an
+// array. Any other field is a top-level argument name, as it is. Names
+// match byte for byte. An excluded field is hashed as if absent: two
+// calls that differ only there are one request. A later WithExclude for
+// the same tool replaces the earlier one.
+//
+// The options cannot return an error: an invalid pointer is logged as an
+// error when the instrumentation is built (mcpgo.New, gosdk.New), and the
+// tool's protected calls are then refused (spancontract.RefusalMisconfigured),
+// never keyed without the exclusion. Defaults to none.
 func WithExclude(tool string, fields ...string) Option {
 	return optionFunc(func(c *mcpcall.Config) {
 		if c.Exclude == nil {
 			c.Exclude = make(map[string][]string)
 		}
 		c.Exclude[tool] = append([]string(nil), fields...)
+	})
+}
+
+// WithRound truncates the timestamp field of tool at pointer (a JSON
+// Pointer or a top-level name, as in WithExclude) to the granularity d in
+// the argument hash, so that retries a client stamps with the time it sent
+// them share a key: the seed's "exclude those fields or round them".
+//
+// The field must be an RFC 3339 date-time string
+// ("2026-12-02T10:15:07.25+01:00") or null. It is converted to UTC and
+// truncated to d, which must divide 24 hours (1s, 1m, 5m, 15m, 1h, 24h...):
+// with 1m, 10:15:00Z to 10:15:59.999Z and 11:15:30+01:00 are one minute.
+// It truncates rather than rounding to the nearest: any grid has
+// boundaries, and two retries that straddle one (10:15:59.9 and 10:16:00.1)
+// get two keys and both run. Where that matters, WithExclude the field
+// instead (then only the other arguments tell two requests apart).
+//
+// A call whose field is present and is not such a timestamp (an epoch
+// number, "yesterday") is refused as invalid arguments, with nothing
+// claimed or run: hashing it raw would give each retry a new key. The
+// handler always sees the field as sent. Configuration errors (a bad
+// pointer, a granularity that does not divide 24h, a field both excluded
+// and rounded) are reported as WithExclude's are. A later WithRound for
+// the same tool and pointer replaces the earlier one. Defaults to none.
+func WithRound(tool, pointer string, d time.Duration) Option {
+	return optionFunc(func(c *mcpcall.Config) {
+		if c.Round == nil {
+			c.Round = make(map[string]map[string]time.Duration)
+		}
+		if c.Round[tool] == nil {
+			c.Round[tool] = make(map[string]time.Duration)
+		}
+		c.Round[tool][pointer] = d
 	})
 }
 

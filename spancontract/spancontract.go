@@ -224,6 +224,11 @@ const (
 	// RefusalResultUnreadable: a duplicate whose stored result could not be
 	// decoded.
 	RefusalResultUnreadable = "result_unreadable"
+	// RefusalMisconfigured: the tool's key policy (excluded or rounded
+	// fields, instrument.WithExclude and WithRound) is invalid, so the
+	// call could not be keyed as the operator intends; nothing was done,
+	// and a retry will not help.
+	RefusalMisconfigured = "misconfigured"
 )
 
 // Values of FinishError.

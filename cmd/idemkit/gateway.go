@@ -123,12 +123,12 @@ call replayed on a new session.
 
 Per-tool settings: --config FILE reads a YAML file with, per tool, the
 settings idemkit's Go middleware has (window, lease, wait, failure_policy,
-status_tool, exclude, protect, require_key, version, max_attempts) and
+status_tool, exclude, round, protect, require_key, version, max_attempts) and
 defaults for every tool:
 
   defaults: {window: 10m, lease: 2m, failure_policy: release}
   tools:
-    issue_refund: {window: 30m, exclude: [requested_at]}
+    issue_refund: {window: 30m, exclude: [/order/requested_at], round: {/sent_at: 1m}}
     charge_card:  {failure_policy: store}
     search:       {protect: false}
 

@@ -12,7 +12,7 @@ import (
 )
 
 // configHelp is --config's help.
-const configHelp = "a YAML file of per-tool settings (window, lease, wait, failure_policy, status_tool, exclude, protect, require_key, version, max_attempts) and defaults for every tool; see the README's example. " +
+const configHelp = "a YAML file of per-tool settings (window, lease, wait, failure_policy, status_tool, exclude, round, protect, require_key, version, max_attempts) and defaults for every tool; see the README's example. " +
 	"A setting given both here and by a flag is an error"
 
 // loadConfig reads --config, when given, into f: the file's defaults

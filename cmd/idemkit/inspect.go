@@ -26,6 +26,7 @@ func newInspectCmd() *cobra.Command {
 	var (
 		store, subject, tool, args, key string
 		exclude                         []string
+		round                           map[string]string
 		asJSON                          bool
 	)
 	c := &cobra.Command{
@@ -76,8 +77,16 @@ A key hash that is an HMAC (the middleware's WithHashKey, the gateway's
 			}
 			var k idemkit.Key
 			if byCall {
+				rounds := make(map[string]time.Duration, len(round))
+				for field, v := range round {
+					d, err := time.ParseDuration(v)
+					if err != nil {
+						return usagef("--round %s=%s: %q is not a duration such as 1m or 1h", field, v, v)
+					}
+					rounds[field] = d
+				}
 				var err error
-				k, err = idemkit.NewKey(subject, tool, []byte(args), &idemkit.KeyOptions{ExplicitKey: key, Exclude: exclude})
+				k, err = idemkit.NewKey(subject, tool, []byte(args), &idemkit.KeyOptions{ExplicitKey: key, Exclude: exclude, Round: rounds})
 				if err != nil {
 					return &usageError{fmt.Errorf("the key cannot be derived from these flags: %w", err)}
 				}
@@ -112,7 +121,8 @@ A key hash that is an HMAC (the middleware's WithHashKey, the gateway's
 	f.StringVar(&tool, "tool", "", "the tool called")
 	f.StringVar(&args, "arguments", "", "the call's arguments as a JSON object, as the client sent them (default: none)")
 	f.StringVar(&key, "key", "", "the explicit idempotency key, when the client sent it in params._meta rather than in the arguments")
-	f.StringSliceVar(&exclude, "exclude", nil, "top-level argument fields the server leaves out of the key (instrument.WithExclude)")
+	f.StringSliceVar(&exclude, "exclude", nil, "argument fields the server leaves out of the key: top-level names or JSON Pointers (instrument.WithExclude)")
+	f.StringToStringVar(&round, "round", nil, "timestamp fields the server rounds in the key, FIELD=GRANULARITY, such as /sent_at=1m (instrument.WithRound)")
 	f.BoolVar(&asJSON, "json", false, "print the record as JSON")
 	return c
 }

@@ -103,6 +103,48 @@ func exerciseInspect(t *testing.T, url string) {
 			t.Errorf("inspect printed a raw subject:\n%s", out)
 		}
 	})
+	t.Run("by the call, with the server's excluded and rounded fields", func(t *testing.T) {
+		opts := &idemkit.KeyOptions{Exclude: []string{"/order/nonce"}, Round: map[string]time.Duration{"/sent_at": time.Minute}}
+		k, err := idemkit.NewKey(inspectSubject, "stamp", []byte(`{"order":{"id":"o-7","nonce":"n1"},"sent_at":"2026-12-02T10:00:05Z"}`), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := openStore(context.Background(), url, openOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := idemkit.NewGuard(st.Store, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.Do(context.Background(), k, func(context.Context) (idemkit.Response, error) {
+			return idemkit.Response{Body: []byte(refundBody), WriteID: "st_7"}, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		st.Close()
+		// A retry's arguments: another nonce, the same minute.
+		retry := []string{"inspect", "--store", url, "--json", "--subject", inspectSubject, "--tool", "stamp",
+			"--arguments", `{"order":{"id":"o-7","nonce":"n2"},"sent_at":"2026-12-02T10:00:59Z"}`}
+		code, out, errOut := runCLI(t, append(retry, "--exclude", "/order/nonce", "--round", "/sent_at=1m")...)
+		if code != exitOK {
+			t.Fatalf("%d %q", code, errOut)
+		}
+		var v recordView
+		if err := json.Unmarshal([]byte(out), &v); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		if v.Key != k.ID() || v.WriteID != "st_7" {
+			t.Errorf("inspect with --exclude and --round found %+v, want the record of %s", v, k)
+		}
+		// Without the flags, the retry's arguments are another key.
+		if code, out, _ := runCLI(t, retry...); code == exitOK && strings.Contains(out, k.ID()) {
+			t.Errorf("without --exclude and --round the retry's arguments found the record: %s", out)
+		}
+		if code, _, errOut := runCLI(t, append(retry, "--round", "/sent_at=7m")...); code == exitOK || !strings.Contains(errOut, "divide 24h") {
+			t.Errorf("--round /sent_at=7m: %d %q, want a usage error", code, errOut)
+		}
+	})
 	t.Run("by the call", func(t *testing.T) {
 		// The same arguments in another order and spacing: the same key.
 		code, out, errOut := runCLI(t, "inspect", "--store", url, "--json", "--subject", inspectSubject,

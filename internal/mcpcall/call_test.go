@@ -776,6 +776,28 @@ func TestKeyParameterHelpers(t *testing.T) {
 	}
 }
 
+// TestKeyTexts_SayWhatARetryNeedsInFewBytes keeps the two sentences every
+// tools/list answer carries per protected tool short (their bytes were about
+// half of what advertising the key added to a listing, BenchmarkListTools)
+// without losing what a model must be told: retries are safe, the same key
+// on every retry, a new one for a new action.
+func TestKeyTexts_SayWhatARetryNeedsInFewBytes(t *testing.T) {
+	for _, want := range []string{"Retries are safe", "first call's result", "same idempotency_key on every retry", "a new one for a new action"} {
+		if !strings.Contains(KeyDescription, want) {
+			t.Errorf("KeyDescription %q does not say %q", KeyDescription, want)
+		}
+	}
+	if !strings.HasPrefix(KeyParameterDescription, "Optional") || !strings.Contains(KeyParameterDescription, "per intended action") {
+		t.Errorf("KeyParameterDescription %q", KeyParameterDescription)
+	}
+	if n := len(KeyDescription) + len(KeyParameterDescription); n > 240 {
+		t.Errorf("the advertised texts are %d bytes, over the 240 budget", n)
+	}
+	if p, _ := KeyParameterSchema()["description"].(string); p != KeyParameterDescription {
+		t.Errorf("the key's schema describes it as %q", p)
+	}
+}
+
 func TestRawCodec(t *testing.T) {
 	var c RawCodec
 	in := json.RawMessage(`{"content":[{"type":"text","text":"x"}],"structuredContent":{"n":1.0,"big":12345678901234567890}}`)

@@ -33,6 +33,7 @@ package mcpcall
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
@@ -90,9 +91,13 @@ type Config struct {
 	// StatusTools names, per tool, the tool that reports on an in-progress
 	// call. A status tool set in the Guard's idemkit.ToolConfig wins.
 	StatusTools map[string]string
-	// Exclude lists, per tool, top-level argument fields left out of the
-	// argument hash.
+	// Exclude lists, per tool, argument fields left out of the argument
+	// hash: JSON Pointers or top-level names (idemkit.KeyOptions.Exclude).
 	Exclude map[string][]string
+	// Round maps, per tool, timestamp fields (JSON Pointers or top-level
+	// names) to the granularity they are truncated to in the argument hash
+	// (idemkit.KeyOptions.Round).
+	Round map[string]map[string]time.Duration
 	// Confirm holds, per tool, the human gate asked before a call runs
 	// (see gate.go).
 	Confirm map[string]Confirmation

@@ -39,6 +39,8 @@ type Instrumenter struct {
 	sessionHashes  sync.Map     // session ID -> its mcp.session.id
 	nsessionHashes atomic.Int32 // entries in sessionHashes
 
+	badPolicies map[string]error // tools whose key policy is invalid; read-only
+
 	refusedMu sync.Mutex      // protects refused
 	refused   map[string]bool // tools whose unscoped refusal was logged
 }
@@ -55,6 +57,7 @@ type Instrumenter struct {
 func New(guard *idemkit.Guard, cfg Config) *Instrumenter {
 	cfg.complete()
 	in := &Instrumenter{cfg: cfg, guard: guard, methods: methodAttrs()}
+	in.badPolicies = checkKeyPolicies(&in.cfg)
 	switch {
 	case len(cfg.HashKey) > 0:
 		in.hasher = hashkey.New(cfg.HashKey)

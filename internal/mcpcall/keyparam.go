@@ -12,13 +12,18 @@ import (
 )
 
 // KeyDescription is the sentence appended to the description of a tool
-// whose calls are protected, when the key argument is advertised.
-const KeyDescription = "Retries are safe: a repeated identical call returns the first call's result instead of running again. " +
-	"Send the same idempotency_key (for example a UUID chosen once per intended action) on every retry, and a new one for a new action."
+// whose calls are protected, when the key argument is advertised: what a
+// retry gets, and how to send the key. It and KeyParameterDescription are
+// kept short: every tools/list answer carries both once per protected tool,
+// and encoding and decoding their bytes (the parameter's, inside the input
+// schema, the most) was about half of what advertising the key added to a
+// listing (BenchmarkListTools); a model reads them on every listing too.
+const KeyDescription = "Retries are safe: a repeated identical call returns the first call's result without running again. " +
+	"Send the same idempotency_key on every retry, a new one for a new action."
 
-// KeyParameterDescription describes the key argument in an input schema.
-const KeyParameterDescription = "Optional. A stable key of up to 255 printable ASCII characters (for example a UUID) for this intended action: " +
-	"the same on every retry, a new one for a new action."
+// KeyParameterDescription describes the key argument in an input schema;
+// the schema itself declares the bounds (minLength, maxLength, pattern).
+const KeyParameterDescription = "Optional: one key per intended action, for example a UUID."
 
 // keyParameterPattern is the pattern of the key argument: printable ASCII
 // (0x20-0x7E), as idemkit.ValidateExplicitKey requires.

@@ -106,6 +106,7 @@ var refusalReasons = [...]string{
 	spancontract.RefusalInvalidKey, spancontract.RefusalInvalidArguments, spancontract.RefusalStoreUnavailable,
 	spancontract.RefusalResponseNotKept, spancontract.RefusalResultUnreadable, spancontract.RefusalStoreFull,
 	RefusalDeclined, RefusalConfirmationUnavailable, RefusalMissingKey, RefusalAttemptsExhausted,
+	spancontract.RefusalMisconfigured,
 }
 
 func indexOf(list []string, s string) int {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/internal/argpolicy"
 	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
@@ -40,4 +41,48 @@ func (in *Instrumenter) versionedScope(scope, tool string) string {
 		return scope
 	}
 	return scope + "\x00tool-version\x00" + v
+}
+
+// checkKeyPolicies validates every tool's key policy (Config.Exclude and
+// Config.Round) with the rules idemkit.NewKey applies, once, when the
+// Instrumenter is built: the options cannot return an error, so a tool
+// whose policy is invalid is logged as an error here, with what to fix,
+// and each of its protected calls is refused (policyText) instead of
+// being keyed without the policy the operator believes in. It returns the
+// invalid tools' errors, nil when there are none.
+func checkKeyPolicies(cfg *Config) map[string]error {
+	var bad map[string]error
+	check := func(tool string) {
+		if _, done := bad[tool]; done {
+			return
+		}
+		if _, err := argpolicy.Cached(cfg.Exclude[tool], cfg.Round[tool]); err != nil {
+			if bad == nil {
+				bad = make(map[string]error)
+			}
+			bad[tool] = err
+			cfg.Logger.Error("idemkit: the key policy of a tool is invalid; its protected calls are refused until it is fixed",
+				"tool", tool, "err", err, "fix", "correct instrument.WithExclude or instrument.WithRound for the tool")
+		}
+	}
+	for tool := range cfg.Exclude {
+		check(tool)
+	}
+	for tool := range cfg.Round {
+		check(tool)
+	}
+	return bad
+}
+
+// policyError is the error of a call of a tool whose key policy is
+// invalid (see checkKeyPolicies).
+type policyError struct{ err error }
+
+func (e *policyError) Error() string { return e.err.Error() }
+
+// policyText is the refusal of a call of a tool whose key policy is
+// invalid: the server's configuration, not the request, is wrong.
+func policyText(tool string) string {
+	return "The " + tool + " call was not run: the server's idempotency configuration for this tool is invalid, so it cannot make a retry of this call safe. " +
+		"Nothing was done. Retrying will not help: tell the user that the " + tool + " tool is misconfigured on the server."
 }

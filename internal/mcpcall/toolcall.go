@@ -237,6 +237,9 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 		}
 	}
 	key, err := in.newKey(c.scope, call)
+	if _, ok := errors.AsType[*policyError](err); ok {
+		return refuse(op, codec, spancontract.RefusalMisconfigured, policyText(call.Tool), nil), nil
+	}
 	if err != nil {
 		reason := spancontract.RefusalInvalidArguments
 		if errors.Is(err, idemkit.ErrInvalidKey) {
@@ -564,6 +567,9 @@ func (in *Instrumenter) newKey(sc Scope, call *ToolCall) (idemkit.Key, error) {
 	if err != nil {
 		return idemkit.Key{}, err
 	}
-	opts := idemkit.KeyOptions{ExplicitKey: explicit, Exclude: in.cfg.Exclude[call.Tool]}
+	if err := in.badPolicies[call.Tool]; err != nil {
+		return idemkit.Key{}, &policyError{err}
+	}
+	opts := idemkit.KeyOptions{ExplicitKey: explicit, Exclude: in.cfg.Exclude[call.Tool], Round: in.cfg.Round[call.Tool]}
 	return idemkit.NewKey(in.versionedScope(keyScope(sc), call.Tool), call.Tool, args, &opts)
 }

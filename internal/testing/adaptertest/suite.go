@@ -68,6 +68,7 @@ func Run(t *testing.T, h Harness) {
 		{"Elicitation_TheClaimOutlivesItsLeaseWhileTheUserAnswers", testElicitationKeepsTheLease},
 		{"HumanGate_AsksOnceInsideTheClaimAndDeclineRunsNothing", testHumanGate},
 		{"Policies_RequiredKeyToolVersionAndPoisonCalls", testPolicies},
+		{"Policies_NestedExcludesAndRoundedTimestamps", testKeyFields},
 		{"Arguments_CaseVariantNamesAreRefused", testCaseVariantNames},
 		{"Arguments_IntegersAreExact", testInexactIntegers},
 		{"KeyArgument_AdvertisedWithTheServersBounds", testKeyAdvertisedBounds},

@@ -54,6 +54,10 @@ tools:
     version: "2"
   flaky:
     max_attempts: 2
+  stamp:
+    exclude: [/order/requested_at, /items/*/nonce]
+    round:
+      /sent_at: 1m
 `
 
 func configParityMiddleware() []instrument.Option {
@@ -65,6 +69,8 @@ func configParityMiddleware() []instrument.Option {
 		instrument.WithCallStatusTool(""),
 		instrument.WithRequireKey("transfer"),
 		instrument.WithToolVersion("transfer", "2"),
+		instrument.WithExclude("stamp", "/order/requested_at", "/items/*/nonce"),
+		instrument.WithRound("stamp", "/sent_at", time.Minute),
 	}
 }
 
@@ -109,6 +115,7 @@ func (p *configParityServer) register(s *server.MCPServer) {
 		return mcp.NewToolResultText("held"), nil
 	})
 	s.AddTool(mcp.NewTool("transfer", mcp.WithString("to")), text("transferred"))
+	s.AddTool(mcp.NewTool("stamp"), text("stamped"))
 	s.AddTool(mcp.NewTool("flaky", mcp.WithString("x")), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		p.ran("flaky")
 		return nil, errors.New("the payment provider timed out")
@@ -257,6 +264,22 @@ func exerciseConfig(t *testing.T, url string, p *configParityServer, st *busySig
 		}
 	}
 	call("flaky, exhausted", "flaky", map[string]any{"x": "1"})
+	// exclude by JSON Pointer and round: a retry with other nested
+	// nonces and requested_at, and sent_at in the same UTC minute, is the
+	// same call; another order, or the next minute, is not; an epoch
+	// number where a timestamp is rounded is refused, nothing run.
+	stamp := func(order, requestedAt, nonce string, sentAt any) map[string]any {
+		return map[string]any{
+			"order":   map[string]any{"id": order, "requested_at": requestedAt},
+			"items":   []any{map[string]any{"sku": "a", "nonce": nonce}, map[string]any{"sku": "b", "nonce": nonce}},
+			"sent_at": sentAt,
+		}
+	}
+	call("stamp", "stamp", stamp("o-1", "2026-12-02T10:00:01Z", "n1", "2026-12-02T10:00:05Z"))
+	call("stamp, a retry", "stamp", stamp("o-1", "2026-12-02T10:03:00Z", "n2", "2026-12-02T11:00:59.5+01:00"))
+	call("stamp, another order", "stamp", stamp("o-2", "2026-12-02T10:00:01Z", "n1", "2026-12-02T10:00:05Z"))
+	call("stamp, the next minute", "stamp", stamp("o-1", "2026-12-02T10:00:01Z", "n1", "2026-12-02T10:01:00Z"))
+	call("stamp, not a timestamp", "stamp", stamp("o-1", "2026-12-02T10:00:01Z", "n1", 1764669605))
 	// window: past issue_refund's 1m (the default is 10m), it runs again;
 	// declined's stored answer (10m) still holds.
 	clock.advance(2 * time.Minute)
@@ -341,7 +364,7 @@ func TestProtector_ConfigFileBehavesAsTheMiddlewaresOptions(t *testing.T) {
 	a2 := exerciseConfig(t, gwURL, p2, st2, clock)
 
 	// What each setting must have done, on both sides.
-	runs := map[string]int64{"issue_refund": 2, "declined": 1, "lookup": 1, "send": 2, "hold": 1, "hold_wait": 1, "transfer": 1, "flaky": 2}
+	runs := map[string]int64{"issue_refund": 2, "declined": 1, "lookup": 1, "send": 2, "hold": 1, "hold_wait": 1, "transfer": 1, "flaky": 2, "stamp": 3}
 	for tool, want := range runs {
 		if a, b := p1.count(tool), p2.count(tool); a != want || b != want {
 			t.Errorf("%s ran %d times behind the middleware and %d behind the gateway, want %d", tool, a, b, want)
@@ -352,7 +375,7 @@ func TestProtector_ConfigFileBehavesAsTheMiddlewaresOptions(t *testing.T) {
 		_, ok := meta[spancontract.ReplayMetaKey]
 		return ok
 	}
-	for _, label := range []string{"refund, another nonce", "declined again", "lookup again", "hold_wait, waited", "declined after 2m"} {
+	for _, label := range []string{"refund, another nonce", "declined again", "lookup again", "hold_wait, waited", "declined after 2m", "stamp, a retry"} {
 		if !replayed(a2[label]) {
 			t.Errorf("%s: not replayed behind the gateway: %v", label, a2[label])
 		}
@@ -374,12 +397,12 @@ func TestProtector_ConfigFileBehavesAsTheMiddlewaresOptions(t *testing.T) {
 	if a2["listed "+mcpcall.DefaultCallStatusTool] == nil {
 		t.Errorf("the gateway does not list %s", mcpcall.DefaultCallStatusTool)
 	}
-	for _, label := range []string{"send again", "refund after its window"} {
+	for _, label := range []string{"send again", "refund after its window", "stamp, another order", "stamp, the next minute"} {
 		if replayed(a2[label]) {
 			t.Errorf("%s: replayed behind the gateway: %v", label, a2[label])
 		}
 	}
-	for label, reason := range map[string]string{"transfer without a key": "missing_key", "flaky, exhausted": "attempts_exhausted"} {
+	for label, reason := range map[string]string{"transfer without a key": "missing_key", "flaky, exhausted": "attempts_exhausted", "stamp, not a timestamp": "invalid_arguments"} {
 		if got := refusalOf(a2[label]); got != reason {
 			t.Errorf("%s: refusal %q behind the gateway, want %q: %v", label, got, reason, a2[label])
 		}

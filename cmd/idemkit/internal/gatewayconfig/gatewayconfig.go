@@ -16,7 +16,8 @@
 //	  issue_refund:
 //	    window: 30m
 //	    failure_policy: store
-//	    exclude: [requested_at]
+//	    exclude: [nonce, /order/requested_at, /items/*/nonce]
+//	    round: {/sent_at: 1m}
 //	  search:
 //	    protect: false
 //
@@ -25,10 +26,12 @@
 // another is an error that names the file, the line and the setting
 // ("gateway.yaml:7: tools.issue_refund.window: ..."). A tool may also
 // require an explicit key (require_key), mix a version into its keys
-// (version) and bound its failed attempts (max_attempts). Excludes by JSON
-// Pointer, timestamp rounding and a human gate (confirm) are not in this
-// version: the first two are not in the middleware yet, and the gateway
-// cannot ask its client a question of its own.
+// (version) and bound its failed attempts (max_attempts). exclude takes
+// top-level names and JSON Pointers (RFC 6901, "*" for every array
+// element); round truncates RFC 3339 timestamp fields to a granularity
+// that divides 24h, as instrument.WithExclude and WithRound document. A
+// human gate (confirm) is not in this version: the gateway cannot ask its
+// client a question of its own.
 //
 //	tools:
 //	  transfer:
@@ -42,6 +45,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -53,6 +57,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
+	"github.com/idemkit-mcp/idemkit/internal/argpolicy"
 	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 )
 
@@ -103,8 +108,13 @@ type Tool struct {
 	Protect *bool
 	// StatusTool is the tool the in-progress answer names, or "".
 	StatusTool string
-	// Exclude lists top-level argument fields left out of the key.
+	// Exclude lists argument fields left out of the key: top-level names
+	// or JSON Pointers (as instrument.WithExclude).
 	Exclude []string
+	// Round maps timestamp fields (JSON Pointers or top-level names) to
+	// the granularity they are truncated to in the key (as
+	// instrument.WithRound).
+	Round map[string]time.Duration
 	// RequireKey refuses a call without an explicit key (as
 	// instrument.WithRequireKey).
 	RequireKey bool
@@ -235,7 +245,7 @@ func orTop(path string) string {
 var (
 	topFields    = []string{"defaults", "call_status_tool", "tools"}
 	policyFields = []string{"window", "lease", "wait", "failure_policy"}
-	toolFields   = append(slices.Clone(policyFields), "protect", "status_tool", "exclude", "require_key", "version", "max_attempts")
+	toolFields   = append(slices.Clone(policyFields), "protect", "status_tool", "exclude", "round", "require_key", "version", "max_attempts")
 	statusFields = []string{"enabled", "name"}
 )
 
@@ -400,6 +410,8 @@ func (p *parser) tools(v *yaml.Node) {
 				}
 			case "exclude":
 				t.Exclude = p.exclude(v, at)
+			case "round":
+				t.Round = p.round(v, at)
 			case "require_key":
 				t.RequireKey = p.boolean(v, at)
 			case "version":
@@ -412,6 +424,9 @@ func (p *parser) tools(v *yaml.Node) {
 				p.policy(&t.Policy, where, key, v)
 			}
 		})
+		if len(t.Round) > 0 {
+			p.keyPolicy(t, where)
+		}
 		if t.Protect != nil && !*t.Protect {
 			for _, key := range toolFields {
 				if key != "protect" && p.f.lines[join(where, key)] != 0 {
@@ -424,7 +439,7 @@ func (p *parser) tools(v *yaml.Node) {
 
 func (p *parser) exclude(v *yaml.Node, where string) []string {
 	if v.Kind != yaml.SequenceNode {
-		p.fail(v, where, "must be a list of top-level argument names, such as [requested_at, nonce]")
+		p.fail(v, where, "must be a list of argument fields, top-level names or JSON Pointers, such as [nonce, /order/requested_at, /items/*/nonce]")
 		return nil
 	}
 	var out []string
@@ -434,8 +449,8 @@ func (p *parser) exclude(v *yaml.Node, where string) []string {
 		switch {
 		case s == "" && item.Tag == "!!str":
 			p.fail(item, where, "an argument name must not be empty")
-		case strings.HasPrefix(s, "/"):
-			p.fail(item, where, "%q is a JSON Pointer; this version excludes top-level argument names only (write %q)", s, strings.TrimPrefix(s, "/"))
+		case strings.HasPrefix(s, "/") && pointerErr(s) != nil:
+			p.fail(item, where, "%v", pointerErr(s))
 		case slices.Contains(out, s):
 			p.fail(item, where, "%q is listed twice", s)
 		case s != "":
@@ -443,6 +458,54 @@ func (p *parser) exclude(v *yaml.Node, where string) []string {
 		}
 	}
 	return out
+}
+
+// pointerErr reports what is wrong with the JSON Pointer s, or nil.
+func pointerErr(s string) error {
+	_, err := argpolicy.ParsePointer(s)
+	return err
+}
+
+// round reads a round mapping: field (a JSON Pointer or a top-level name)
+// -> granularity.
+func (p *parser) round(v *yaml.Node, where string) map[string]time.Duration {
+	if v.Kind != yaml.MappingNode {
+		p.fail(v, where, "must be a mapping of timestamp fields to granularities, such as {/requested_at: 1m}")
+		return nil
+	}
+	out := map[string]time.Duration{}
+	p.fields(v, where, nil, func(field string, k, v *yaml.Node) {
+		at := join(where, field)
+		p.f.lines[at] = k.Line
+		switch {
+		case field == "" || k.Tag != "!!str":
+			p.fail(k, where, "a field must be a top-level argument name or a JSON Pointer such as /order/requested_at")
+			return
+		case strings.HasPrefix(field, "/") && pointerErr(field) != nil:
+			p.fail(k, where, "%v", pointerErr(field))
+			return
+		}
+		d := p.duration(v, at, false)
+		if d == 0 {
+			return
+		}
+		if err := argpolicy.CheckGranularity(d); err != nil {
+			p.fail(v, at, "%v", err)
+			return
+		}
+		out[field] = d
+	})
+	return out
+}
+
+// keyPolicy checks a tool's exclude and round together, as the middleware
+// will (a field both excluded and rounded, two granularities for one
+// field).
+func (p *parser) keyPolicy(t *Tool, where string) {
+	if _, err := argpolicy.Compile(t.Exclude, t.Round); err != nil {
+		at := join(where, "round")
+		p.errs = append(p.errs, fmt.Errorf("%s:%d: %s: %v", p.f.Path, p.f.lines[at], at, err))
+	}
 }
 
 // CallStatusToolName returns the call status tool's name as the file's
@@ -538,9 +601,9 @@ func (f *File) GuardTools() map[string]idemkit.ToolConfig {
 }
 
 // ApplyInstrumentation sets the file's protect and bypass overrides,
-// excluded fields, required keys and tool versions in c (as
-// instrument.WithProtect, WithBypass, WithExclude, WithRequireKey and
-// WithToolVersion do).
+// excluded and rounded fields, required keys and tool versions in c (as
+// instrument.WithProtect, WithBypass, WithExclude, WithRound,
+// WithRequireKey and WithToolVersion do).
 func (f *File) ApplyInstrumentation(c *mcpcall.Config) {
 	for name, t := range f.Tools {
 		if t.Protect != nil {
@@ -554,6 +617,12 @@ func (f *File) ApplyInstrumentation(c *mcpcall.Config) {
 				c.Exclude = map[string][]string{}
 			}
 			c.Exclude[name] = slices.Clone(t.Exclude)
+		}
+		if len(t.Round) > 0 {
+			if c.Round == nil {
+				c.Round = map[string]map[string]time.Duration{}
+			}
+			c.Round[name] = maps.Clone(t.Round)
 		}
 		if t.RequireKey {
 			if c.RequireKey == nil {

@@ -39,8 +39,11 @@ func TestLoad_TheExampleFile(t *testing.T) {
 	if want := map[string]bool{"set_status": true, "lookup_order": false}; !reflect.DeepEqual(c.Protect, want) {
 		t.Errorf("Protect %v, want %v", c.Protect, want)
 	}
-	if want := map[string][]string{"issue_refund": {"requested_at"}}; !reflect.DeepEqual(c.Exclude, want) {
+	if want := map[string][]string{"issue_refund": {"requested_at", "/items/*/nonce"}}; !reflect.DeepEqual(c.Exclude, want) {
 		t.Errorf("Exclude %v, want %v", c.Exclude, want)
+	}
+	if want := map[string]map[string]time.Duration{"issue_refund": {"/client/sent_at": time.Minute}}; !reflect.DeepEqual(c.Round, want) {
+		t.Errorf("Round %v, want %v", c.Round, want)
 	}
 	if !reflect.DeepEqual(c.RequireKey, map[string]bool{"poll_export": true}) || !reflect.DeepEqual(c.ToolVersions, map[string]string{"issue_refund": "1"}) {
 		t.Errorf("RequireKey %v, ToolVersions %v", c.RequireKey, c.ToolVersions)
@@ -75,7 +78,7 @@ func TestParse_ErrorsNameTheFileLineAndSetting(t *testing.T) {
 		want []string
 	}{
 		{"tool:\n  a: {}\n", []string{"g.yaml:1: tool: unknown setting; the file takes defaults, call_status_tool, tools"}},
-		{"tools:\n  a:\n    windw: 5m\n", []string{"g.yaml:3: tools.a.windw: unknown setting; tools.a takes window, lease, wait, failure_policy, protect, status_tool, exclude, require_key, version, max_attempts"}},
+		{"tools:\n  a:\n    windw: 5m\n", []string{"g.yaml:3: tools.a.windw: unknown setting; tools.a takes window, lease, wait, failure_policy, protect, status_tool, exclude, round, require_key, version, max_attempts"}},
 		{"tools:\n  a:\n    window: 5\n", []string{"g.yaml:3: tools.a.window: 5 has no unit: write 5s, 5m or 5h"}},
 		{"tools:\n  a:\n    window: soon\n", []string{`g.yaml:3: tools.a.window: "soon" is not a duration`}},
 		{"tools:\n  a:\n    window: 0s\n", []string{"g.yaml:3: tools.a.window: must be positive, got 0s"}},
@@ -85,9 +88,19 @@ func TestParse_ErrorsNameTheFileLineAndSetting(t *testing.T) {
 		{"tools:\n  a:\n    failure_policy: keep\n", []string{`g.yaml:3: tools.a.failure_policy: "keep" is not a failure policy: release`}},
 		{"tools:\n  a:\n    protect: yes\n", []string{"g.yaml:3: tools.a.protect: must be true or false"}},
 		{"tools:\n  a:\n    protect: false\n    window: 5m\n", []string{"tools.a.window: has no effect: protect is false"}},
-		{"tools:\n  a:\n    exclude: requested_at\n", []string{"g.yaml:3: tools.a.exclude: must be a list of top-level argument names"}},
+		{"tools:\n  a:\n    exclude: requested_at\n", []string{"g.yaml:3: tools.a.exclude: must be a list of argument fields, top-level names or JSON Pointers"}},
 		{"tools:\n  a:\n    exclude: [x, x]\n", []string{`g.yaml:3: tools.a.exclude: "x" is listed twice`}},
-		{"tools:\n  a:\n    exclude: [/order/ts]\n", []string{`"/order/ts" is a JSON Pointer; this version excludes top-level argument names only`}},
+		{"tools:\n  a:\n    exclude: [x, /order/~2]\n", []string{`g.yaml:3: tools.a.exclude: JSON Pointer "/order/~2": "~" must be followed by 0 or 1`}},
+		{"tools:\n  a:\n    exclude:\n      - /a\n      - /b~\n", []string{`g.yaml:5: tools.a.exclude: JSON Pointer "/b~"`}},
+		{"tools:\n  a:\n    round: [/sent_at]\n", []string{"g.yaml:3: tools.a.round: must be a mapping of timestamp fields to granularities"}},
+		{"tools:\n  a:\n    round:\n      /sent_at: 7m\n", []string{"g.yaml:4: tools.a.round./sent_at: the granularity 7m0s must be positive and divide 24h evenly"}},
+		{"tools:\n  a:\n    round:\n      /sent_at: 60\n", []string{"g.yaml:4: tools.a.round./sent_at: 60 has no unit"}},
+		{"tools:\n  a:\n    round:\n      /sent_at: 0s\n", []string{"g.yaml:4: tools.a.round./sent_at: must be positive"}},
+		{"tools:\n  a:\n    round:\n      /o/~3: 1m\n", []string{`g.yaml:4: tools.a.round: JSON Pointer "/o/~3"`}},
+		{"tools:\n  a:\n    round:\n      /at: 1m\n      /at: 1h\n", []string{"g.yaml:5: tools.a.round./at: set twice (first on line 4)"}},
+		{"tools:\n  a:\n    exclude: [/at]\n    round: {/at: 1m}\n", []string{`g.yaml:4: tools.a.round: round "/at": the field is excluded too`}},
+		{"tools:\n  a:\n    round: {/items/*/at: 1m, /items/0/at: 1h}\n", []string{"g.yaml:3: tools.a.round: ", "may name the same array element"}},
+		{"tools:\n  a:\n    protect: false\n    round: {/at: 1m}\n", []string{"tools.a.round: has no effect: protect is false"}},
 		{"tools:\n  a:\n    status_tool: a\n", []string{"g.yaml:3: tools.a.status_tool: names the tool itself"}},
 		{"tools:\n  a:\n    max_attempts: 0\n", []string{"g.yaml:3: tools.a.max_attempts: must be a whole number of at least 1"}},
 		{"tools:\n  a:\n    max_attempts: 2.5\n", []string{"g.yaml:3: tools.a.max_attempts: must be a whole number"}},
@@ -187,6 +200,33 @@ func TestParse_SideEffectPolicies(t *testing.T) {
 	f.ApplyInstrumentation(&c)
 	if !c.RequireKey["transfer"] || c.ToolVersions["transfer"] != "2" {
 		t.Errorf("RequireKey %v, ToolVersions %v", c.RequireKey, c.ToolVersions)
+	}
+}
+
+// TestParse_ExcludePointersAndRound: exclude takes top-level names and
+// JSON Pointers, round a mapping of fields to granularities; both reach
+// the middleware's configuration as WithExclude and WithRound set it.
+func TestParse_ExcludePointersAndRound(t *testing.T) {
+	src := "tools:\n  refund:\n    exclude: [nonce, /order/requested_at, /items/*/nonce, /a~1b]\n    round:\n      /sent_at: 1m\n      created: 1h\n"
+	f, err := Parse("g.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c mcpcall.Config
+	f.ApplyInstrumentation(&c)
+	if got := strings.Join(c.Exclude["refund"], " "); got != "nonce /order/requested_at /items/*/nonce /a~1b" {
+		t.Errorf("Exclude %q", got)
+	}
+	if r := c.Round["refund"]; len(r) != 2 || r["/sent_at"] != time.Minute || r["created"] != time.Hour {
+		t.Errorf("Round %v", r)
+	}
+	if f.Line("tools.refund.round./sent_at") != 5 {
+		t.Errorf("the line of /sent_at is %d, want 5", f.Line("tools.refund.round./sent_at"))
+	}
+	// What the file accepts, the key derivation accepts.
+	if _, err := idemkit.NewKey("s", "refund", []byte(`{"sent_at":"2026-12-02T10:00:00Z"}`),
+		&idemkit.KeyOptions{Exclude: c.Exclude["refund"], Round: c.Round["refund"]}); err != nil {
+		t.Errorf("NewKey with the file's policy: %v", err)
 	}
 }
 
