@@ -63,10 +63,14 @@
 // Stores: MemoryStore (this package; its zero value is ready to use),
 // idemkit/sqlitestore (embedded, durable) and idemkit/pgstore (PostgreSQL);
 // both SQL stores have DoTx and DoInTx, which commit the claim, the tool's
-// own writes and the outcome in one transaction. Every store passes the
-// conformance suite in idemkit/storetest. The SQL stores keep expired
+// own writes and the outcome in one transaction, and DoPhased, for work that
+// waits on the network: the claim commits first, the external part runs
+// outside any transaction, then the tool's own writes and the outcome commit
+// together in a short one (Guard.DoPhased; a transaction
+// is never held across a network wait). Every store passes the conformance
+// suite in idemkit/storetest. The SQL stores keep expired
 // records until Sweep deletes them: whoever builds a Guard on one runs
-// Guard.runSweeper (or the idemkit sweep command) beside it. MemoryStore
+// Guard.StartSweeper (or the idemkit sweep command) beside it. MemoryStore
 // deletes its expired records itself, and is bounded: at MaxRecords
 // records (100,000 by default) or MaxBytes (256 MiB) with none expired, it
 // refuses new keys with an *idemstore.StoreFullError and evicts nothing.

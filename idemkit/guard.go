@@ -454,6 +454,11 @@ type Work func(ctx context.Context) (Response, error)
 // ctx bounds the claim, the wait and the work; the finish runs detached from
 // ctx's cancellation, bounded by FinishTimeout.
 func (g *Guard) Do(ctx context.Context, key Key, work Work) (Result, error) {
+	return g.do(ctx, key, work, nil)
+}
+
+// do is Do, and DoPhased when ph is not nil.
+func (g *Guard) do(ctx context.Context, key Key, work Work, ph *phase) (Result, error) {
 	if key.IsZero() {
 		return Result{}, fmt.Errorf("%w: the zero Key; build keys with NewKey", ErrInvalidKey)
 	}
@@ -491,7 +496,7 @@ func (g *Guard) Do(ctx context.Context, key Key, work Work) (Result, error) {
 		}
 		switch cr.Status {
 		case idemstore.ClaimAcquired, idemstore.ClaimTakenOver:
-			return g.run(ctx, &key, p, req.Token, &cr, work)
+			return g.run(ctx, &key, p, req.Token, &cr, work, ph)
 		case idemstore.ClaimCompleted:
 			res, err := g.replay(ctx, key, &cr)
 			if err == errBodyMissing {
@@ -662,12 +667,12 @@ func (g *Guard) damaged(key Key, attempt int, reason string) error {
 }
 
 // run runs work under the claim cr of key (key and cr are only read).
-func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, cr *idemstore.ClaimResult, work Work) (res Result, err error) {
+func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, cr *idemstore.ClaimResult, work Work, ph *phase) (res Result, err error) {
 	// One allocation carries the Call and the contexts handed to the work
 	// and to the finish.
 	a := &attempt{
 		Context: ctx,
-		call:    Call{guard: g, key: *key, token: token, generation: cr.Generation, attempt: cr.Attempt, lease: p.lease},
+		call:    Call{guard: g, key: *key, token: token, generation: cr.Generation, attempt: cr.Attempt, lease: p.lease, phase: ph},
 	}
 	if g.inTx {
 		// The claim commits with the caller's transaction: an attempt
@@ -690,7 +695,7 @@ func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, c
 		// work panicked: release the claim (a failure is logged), then let
 		// the panic continue.
 		fin.Error = "panic"
-		_ = g.finish(a, &fin, nil)
+		_ = g.end(a, &fin, nil, false)
 	}()
 	if p.maxAttempts > 0 && cr.Attempt > p.maxAttempts {
 		finished = true
@@ -698,14 +703,15 @@ func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, c
 	}
 	var wctx context.Context = a
 	if g.plainContexts {
-		wctx = context.WithValue(ctx, callKey{}, &Call{guard: g, key: *key, token: token, attempt: cr.Attempt, lease: p.lease})
+		c := a.call
+		wctx = context.WithValue(ctx, callKey{}, &c)
 	}
 	resp, werr := work(wctx)
 	finished = true
 
 	if werr != nil {
 		fin.Error = clip.Text(werr.Error(), idemstore.MaxErrorBytes)
-		if ferr := g.finish(a, &fin, werr); ferr != nil {
+		if ferr := g.end(a, &fin, werr, false); ferr != nil {
 			return Result{}, ferr // matches werr, ErrStore and *FinishError
 		}
 		return Result{}, werr
@@ -713,7 +719,7 @@ func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, c
 	res.Response = resp
 	if resp.IsError && p.failure != StoreToolErrors {
 		fin.Error = "tool error"
-		return res, g.finish(a, &fin, nil)
+		return res, g.end(a, &fin, nil, true)
 	}
 
 	fin.Succeeded = true
@@ -737,7 +743,7 @@ func (g *Guard) run(ctx context.Context, key *Key, p *toolPolicy, token int64, c
 		// process's memory, which nothing else writes.)
 		fin.Checksum = outcomeChecksum(key.id, fin.Storage, fin.Size, &fin.Response)
 	}
-	if ferr := g.finish(a, &fin, nil); ferr != nil {
+	if ferr := g.end(a, &fin, nil, true); ferr != nil {
 		return res, ferr
 	}
 	if tooLarge != nil {
@@ -877,7 +883,8 @@ type Call struct {
 	guard      *Guard
 	key        Key
 	token      int64
-	generation int64 // the record's (see IdempotencyKey)
+	generation int64  // the record's (see IdempotencyKey)
+	phase      *phase // DoPhased's local phase; nil for Do
 	attempt    int
 	lease      time.Duration
 }

@@ -153,6 +153,18 @@
 // duplicate then runs once; the replay marker, the span's outcome and the
 // metrics are those of any protected tool.
 //
+// A transaction must never be held across work that waits on the network:
+// on SQLite it holds the database's only write lock (every other call, and
+// every heartbeat, waits for the slowest handler in flight), on PostgreSQL
+// a pooled connection and the rows it locked. A tool whose side effect is
+// an external call (a payment) plus its own rows runs in atomic phases
+// instead (mcpgo.AddPhasedTool, gosdk.AddPhasedTool, on a PhasedRunner:
+// the same stores): the claim commits first, the handler's external part
+// runs outside any transaction with the call's idempotency key, and its
+// local part makes the writes in a short transaction in which the outcome
+// is recorded (see idemkit.Guard.DoPhased). AddTxTool remains the simpler
+// form when nothing waits on the network.
+//
 // # Limits
 //
 // No client, authenticated or not, can grow the server's memory without

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -188,93 +187,153 @@ func TestKill_JobThenRestart(t *testing.T) {
 	}
 }
 
-// issue_refund, a transactional tool, is killed between its refund row's
-// write and its commit (the gateway has refunded, keyed by the call's
-// idempotency key). Neither the row nor the claim remains; the duplicate
-// then runs once: the gateway recognises the key, one row is written, and
-// the next duplicate is a replay. On both SQL stores.
-func TestKill_TxToolBetweenWriteAndCommit(t *testing.T) {
+// issue_refund runs in atomic phases: its claim commits, the payment runs
+// outside any transaction, then its refund row and its recorded outcome
+// commit together. The process is killed after the payment (the gateway
+// has refunded, keyed by the call's idempotency key) and before the local
+// commit: once with the row not yet written, once with it written and
+// uncommitted. No row remains, and the call stays in progress (its claim
+// committed) until its lease runs out; then the duplicate takes it over,
+// the gateway recognises the key and returns the refund it made, exactly
+// one row is written, the next duplicate is a replay, and the key ends
+// completed. On both SQL stores.
+func TestKill_PhasedRefundBetweenPaymentAndCommit(t *testing.T) {
 	for _, backend := range []string{"sqlite", "postgres"} {
-		t.Run(backend, func(t *testing.T) {
-			dir := t.TempDir()
-			order, args := "ord_1001", serverArgs
-			if backend == "postgres" {
-				// The PostgreSQL database is shared by the package's tests:
-				// an order of its own.
-				order, args = "ord_1013", func(dir string, more ...string) []string { return pgArgs(t, dir, more...) }
-			}
-			rows := func() (int, int) {
-				if backend == "postgres" {
-					return pgCounts(t, dir, order)
-				}
-				r, _, g := counts(t, dir, order)
-				return r, g
-			}
-			claim := func() error {
-				// The key the instrumentation derives for the call.
-				k, err := idemkit.NewKey("user:alice", refunds.ToolIssueRefund, []byte(`{"order_id":"`+order+`","amount_cents":1200}`), nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var store idemstore.Store
-				if backend == "postgres" {
-					if store, err = pgstore.New(pgtest.Pool(t), nil); err != nil {
-						t.Fatal(err)
-					}
-				} else {
-					s, err := sqlitestore.Open(context.Background(), filepath.Join(dir, "refunds.db"), nil)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer s.Close()
-					store = s
-				}
-				_, err = store.Lookup(context.Background(), idemstore.LookupRequest{Key: k.ID()})
-				return err
-			}
+		for _, hold := range []string{"after-payment", "after-write"} {
+			t.Run(backend+"/"+hold, func(t *testing.T) { testKillPhased(t, backend, hold) })
+		}
+	}
+}
 
-			held := filepath.Join(dir, "held")
-			p := startProcess(t, dir, args(dir, "-fault-hold-after-write", held)...)
-			c := connect(t, p.url, "demo-token-alice")
-			call := map[string]any{"name": "issue_refund", "arguments": map[string]any{"order_id": order, "amount_cents": 1200}}
-			done := make(chan error, 1)
-			go func() {
-				_, err := c.try("tools/call", call)
-				done <- err
-			}()
-			eventually(t, 10*time.Second, "the refund row is written, uncommitted", func() bool {
-				_, err := os.Stat(held)
-				return err == nil
-			})
-			p.kill()
-			if err := <-done; err == nil {
-				t.Fatal("the killed call answered")
+func testKillPhased(t *testing.T, backend, hold string) {
+	dir := t.TempDir()
+	order := "ord_1001"
+	if hold == "after-write" {
+		order = "ord_1002"
+	}
+	if backend == "postgres" {
+		// The PostgreSQL database is shared by the package's tests: orders
+		// of their own.
+		order = "ord_1013"
+		if hold == "after-write" {
+			order = "ord_1015"
+		}
+	}
+	// The payment server runs in the test's process, outside the desk
+	// that is killed, as a provider would: it sees every request and the
+	// key each carried.
+	gateway, err := refunds.OpenGateway(context.Background(), ":memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gateway.Close()
+	gatewayURL, stopGateway, err := refunds.ServeGateway(gateway)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopGateway(context.Background())
+	args := func(dir string, more ...string) []string {
+		return serverArgs(dir, append([]string{"-gateway-url", gatewayURL}, more...)...)
+	}
+	if backend == "postgres" {
+		args = func(dir string, more ...string) []string {
+			return pgArgs(t, dir, append([]string{"-gateway-url", gatewayURL}, more...)...)
+		}
+	}
+	rows := func() (int, int) {
+		var r int
+		if backend == "postgres" {
+			r, _ = pgCounts(t, dir, order)
+		} else {
+			r, _, _ = counts(t, dir, order)
+		}
+		g, err := gateway.Refunds(context.Background(), order)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r, g
+	}
+	// The key the instrumentation derives for the call.
+	k, err := idemkit.NewKey("user:alice", refunds.ToolIssueRefund, []byte(`{"order_id":"`+order+`","amount_cents":1200}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := func() (idemstore.Record, error) {
+		var store idemstore.Store
+		if backend == "postgres" {
+			if store, err = pgstore.New(pgtest.Pool(t), nil); err != nil {
+				t.Fatal(err)
 			}
-			if r, gw := rows(); r != 0 || gw != 1 {
-				t.Fatalf("after the kill: %d refund rows, %d gateway refunds; want no row (rolled back) and the gateway's one refund", r, gw)
+		} else {
+			s, err := sqlitestore.Open(context.Background(), filepath.Join(dir, "refunds.db"), nil)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if err := claim(); !errors.Is(err, idemkit.ErrNotFound) {
-				t.Fatalf("after the kill the claim record: %v, want none (rolled back with the row)", err)
-			}
+			defer s.Close()
+			store = s
+		}
+		return store.Lookup(context.Background(), idemstore.LookupRequest{Key: k.ID()})
+	}
+	const lease = "3s"
 
-			p = startProcess(t, dir, args(dir)...)
-			c = connect(t, p.url, "demo-token-alice")
-			again := result(t, c.call("tools/call", call))
-			if again["isError"] == true || metaOf(again, spancontract.ReplayMetaKey) != nil ||
-				!strings.Contains(text(again), "recognised the idempotency key") {
-				t.Fatalf("the duplicate after the restart: %v, want it to run, and the gateway to return its refund", again)
+	held := filepath.Join(dir, "held")
+	p := startProcess(t, dir, args(dir, "-lease", lease, "-fault-hold-"+hold, held)...)
+	c := connect(t, p.url, "demo-token-alice")
+	call := map[string]any{"name": "issue_refund", "arguments": map[string]any{"order_id": order, "amount_cents": 1200}}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.try("tools/call", call)
+		done <- err
+	}()
+	eventually(t, 10*time.Second, "the payment is made, the row not committed", func() bool {
+		_, err := os.Stat(held)
+		return err == nil
+	})
+	p.kill()
+	if err := <-done; err == nil {
+		t.Fatal("the killed call answered")
+	}
+	if r, gw := rows(); r != 0 || gw != 1 {
+		t.Fatalf("after the kill: %d refund rows, %d gateway refunds; want no row and the gateway's one refund", r, gw)
+	}
+	if rec, err := record(); err != nil || rec.State != idemstore.StateInProgress {
+		t.Fatalf("after the kill the claim record: %+v, %v; want in progress (the claim committed before the payment)", rec, err)
+	}
+
+	p = startProcess(t, dir, args(dir, "-lease", lease)...)
+	c = connect(t, p.url, "demo-token-alice")
+	var again map[string]any
+	eventually(t, 30*time.Second, "the duplicate takes the call over once its lease has run out", func() bool {
+		again = result(t, c.call("tools/call", call))
+		if again["isError"] == true {
+			if reason := metaOf(again, spancontract.RefusalMetaKey)["reason"]; reason != "in_progress" {
+				t.Fatalf("the duplicate after the restart: %v; want in progress until the lease runs out, then the refund", again)
 			}
-			replay := result(t, c.call("tools/call", call))
-			if metaOf(replay, spancontract.ReplayMetaKey)["replayed"] != true {
-				t.Fatalf("the next duplicate: %v, want a replay", replay)
-			}
-			p.kill()
-			if r, gw := rows(); r != 1 || gw != 1 {
-				t.Fatalf("in the end: %d refund rows, %d gateway refunds; want one of each", r, gw)
-			}
-			if err := claim(); err != nil {
-				t.Fatalf("in the end the claim record: %v", err)
-			}
-		})
+			return false
+		}
+		return true
+	})
+	if metaOf(again, spancontract.ReplayMetaKey) != nil || !strings.Contains(text(again), "recognised the idempotency key") {
+		t.Fatalf("the takeover: %v, want it to run, and the gateway to return its refund", again)
+	}
+	replay := result(t, c.call("tools/call", call))
+	if metaOf(replay, spancontract.ReplayMetaKey)["replayed"] != true {
+		t.Fatalf("the next duplicate: %v, want a replay", replay)
+	}
+	p.kill()
+	if r, gw := rows(); r != 1 || gw != 1 {
+		t.Fatalf("in the end: %d refund rows, %d gateway refunds; want one of each", r, gw)
+	}
+	rec, err := record()
+	if err != nil || rec.State != idemstore.StateCompleted || rec.Attempt != 2 {
+		t.Fatalf("in the end the claim record: %+v, %v; want completed by attempt 2", rec, err)
+	}
+	// The payment server saw the refund twice (the killed attempt and the
+	// takeover), both times with the record's downstream key, and charged
+	// once: the second request was answered with the first one's refund.
+	want := idemkit.DownstreamKey(k.ID(), rec.Generation)
+	reqs := gateway.Requests(order)
+	if len(reqs) != 2 || reqs[0].Key != want || reqs[1].Key != want || reqs[0].Replayed || !reqs[1].Replayed || reqs[1].Ref != reqs[0].Ref {
+		t.Fatalf("the payment server's requests for %s: %+v; want two, both with key %s, the second a replay of the first", order, reqs, want)
 	}
 }

@@ -1,13 +1,18 @@
 // Command refundserver is the demo's MCP server: a refund desk served over
 // Streamable HTTP (stateful sessions) by mcp-go or, with -sdk gosdk, by the
-// official Go SDK. Its issue_refund tool refunds an order through a fake
-// payment gateway (an external service with its own ledger, keyed by
-// idemkit's per-call idempotency key) and writes the refund row to the
-// desk's database. idemkit protects issue_refund (arguments validated,
+// official Go SDK. Its issue_refund tool refunds an order through a payment
+// gateway's HTTP API (the desk's fake one, served on a loopback port with
+// its own ledger, or another at -gateway-url), which deduplicates by the
+// Idempotency-Key header for 24 hours: the desk's client forwards idemkit's
+// downstream key of the call there (downstream.Transport), the same on
+// every attempt of one refund. It then writes the refund row to the desk's
+// database. idemkit protects issue_refund (arguments validated,
 // claim before the work, replay the stored result to every duplicate), and
 // with the SQLite or PostgreSQL store the desk's tables live in the store's
-// database: the refund row, the claim and the recorded outcome commit in one
-// transaction (the transactional handler form, mcpgo.AddTxTool). On mcp-go
+// database: the claim commits first, the payment runs outside any
+// transaction, then the refund row and the recorded outcome commit together
+// in one short transaction (the phased handler form, mcpgo.AddPhasedTool),
+// so that a slow payment holds up no other refund and no read. On mcp-go
 // the server advertises MCP tasks: a task-augmented issue_refund is a
 // durable task in the store. export_refunds is a job-and-poll tool whose
 // jobs live in the store too. Every MCP request gets a SERVER span ("tools/call
@@ -64,8 +69,9 @@ type options struct {
 	addr, readyFile          string
 	sdk                      string
 	dbPath, gatewayDB        string
+	gatewayURL               string
 	store, storeDB, pgDSN    string
-	window                   time.Duration
+	window, lease            time.Duration
 	unprotected              bool
 	otlpEndpoint, service    string
 	metricInterval           time.Duration
@@ -74,6 +80,7 @@ type options struct {
 	taskLease, jobLease      time.Duration
 	exportDuration           time.Duration
 	holdAfterWrite           string
+	holdAfterPayment         string
 	sweepInterval            time.Duration
 	memoryMaxRecords         int
 	limits                   instrument.HTTPLimits
@@ -88,12 +95,14 @@ func parseFlags() options {
 	flag.StringVar(&o.readyFile, "ready-file", "", "once listening, write the server's MCP URL to this file")
 	flag.StringVar(&o.sdk, "sdk", refunds.SDKMCPGo, "MCP SDK serving the tools: mcpgo (github.com/mark3labs/mcp-go) or gosdk (the official Go SDK)")
 	flag.StringVar(&o.dbPath, "db", "refunds.db", "SQLite orders database (created and seeded when missing); with -store sqlite it holds idemkit's store too")
-	flag.StringVar(&o.gatewayDB, "gateway-db", "", "SQLite ledger of the fake payment gateway (default: gateway.db beside -db)")
+	flag.StringVar(&o.gatewayDB, "gateway-db", "", "SQLite ledger of the fake payment gateway the desk serves on a loopback port (default: gateway.db beside -db; ignored with -gateway-url)")
+	flag.StringVar(&o.gatewayURL, "gateway-url", "", "base URL of the payment gateway's HTTP API (POST /v1/refunds, deduplicating by Idempotency-Key; default: the desk serves its fake gateway on a loopback port)")
 	flag.StringVar(&o.store, "store", "sqlite", "idemkit store: sqlite (in -db), memory or postgres (ignored with -unprotected)")
-	flag.StringVar(&o.storeDB, "store-db", "", "SQLite file of the idemkit store (default: the -db file, where a refund row commits in its claim's transaction; "+
-		"another file makes the row commit in a transaction of its own, after the claim)")
+	flag.StringVar(&o.storeDB, "store-db", "", "SQLite file of the idemkit store (default: the -db file, where a refund row commits with the call's recorded outcome; "+
+		"another file makes the row commit in a transaction of its own, before the outcome is recorded)")
 	flag.StringVar(&o.pgDSN, "postgres-dsn", os.Getenv("DATABASE_URL"), "PostgreSQL DSN for -store postgres (default $DATABASE_URL)")
 	flag.DurationVar(&o.window, "window", 10*time.Minute, "how long a completed refund deduplicates its duplicates")
+	flag.DurationVar(&o.lease, "lease", 0, "how long a refund in progress holds its claim before a duplicate may take it over (default 2m: idemkit.DefaultLease)")
 	flag.BoolVar(&o.unprotected, "unprotected", false, "serve without idemkit: plain OpenTelemetry GenAI tracing, every duplicate runs")
 	flag.StringVar(&o.otlpEndpoint, "otlp-endpoint", "127.0.0.1:4317", "Collector OTLP/gRPC endpoint, host:port (empty: no export)")
 	flag.StringVar(&o.service, "service-name", "", "service.name (default refundserver, or refundserver-unprotected)")
@@ -105,6 +114,7 @@ func parseFlags() options {
 	flag.DurationVar(&o.jobLease, "job-lease", 0, "how long a job's worker holds it without a heartbeat before it is reported lost (default 30s)")
 	flag.DurationVar(&o.exportDuration, "export-duration", refunds.DefaultExportDuration, "how long an export_refunds job works")
 	flag.StringVar(&o.holdAfterWrite, "fault-hold-after-write", "", "fault injection for crash tests: issue_refund writes this file once its row is written, then waits uncommitted")
+	flag.StringVar(&o.holdAfterPayment, "fault-hold-after-payment", "", "fault injection for crash tests: issue_refund writes this file once the gateway has refunded, then waits before writing its row")
 	flag.DurationVar(&o.sweepInterval, "sweep-interval", time.Minute, "how often expired idemkit records are deleted from the store")
 	flag.IntVar(&o.memoryMaxRecords, "memory-max-records", 0,
 		"with -store memory, the most records the store holds (0: the store's default, 100,000): a new call beyond them, with none expired, is refused (store_full) and nothing runs")
@@ -170,18 +180,22 @@ func run(o options, log *slog.Logger) error {
 			return err
 		}
 	}
-	gateway, err := refunds.OpenGateway(ctx, o.gatewayDB)
-	if err != nil {
-		return err
+	var gateway *refunds.Gateway
+	if o.gatewayURL == "" {
+		// The fake payment gateway, served by the desk (NewServer) on a
+		// loopback port: the desk pays it over HTTP.
+		if gateway, err = refunds.OpenGateway(ctx, o.gatewayDB); err != nil {
+			return err
+		}
+		defer gateway.Close()
 	}
-	defer gateway.Close()
 
 	cfg := refunds.Config{
-		Gateway: gateway, SDK: o.sdk, TracerProvider: tel.Tracer, MeterProvider: tel.Meter, Tokens: tokens,
+		Gateway: gateway, GatewayURL: o.gatewayURL, SDK: o.sdk, TracerProvider: tel.Tracer, MeterProvider: tel.Meter, Tokens: tokens,
 		FastLatency: o.fastLatency, SlowLatency: o.slowLatency,
 		Tasks: instrument.TasksConfig{Lease: o.taskLease}, Jobs: jobs.Config{Lease: o.jobLease},
-		ExportDuration: o.exportDuration, HoldAfterWrite: o.holdAfterWrite, ConfirmAboveCents: o.confirmAbove,
-		HTTPLimits: o.limits,
+		ExportDuration: o.exportDuration, HoldAfterWrite: o.holdAfterWrite, HoldAfterPayment: o.holdAfterPayment,
+		ConfirmAboveCents: o.confirmAbove, HTTPLimits: o.limits,
 	}
 	storeDesc := "none (unprotected)"
 	if o.unprotected {

@@ -26,8 +26,9 @@ type openedStore struct {
 // openStore opens the idemkit store chosen by -store and the desk's
 // database: with postgres, and with sqlite in the -db file (the default),
 // the store's own (its tables beside idemkit's), so that issue_refund's
-// refund row commits in the transaction of its claim; with memory, or a
-// -store-db apart, the SQLite file -db.
+// refund row commits with the call's recorded outcome; with memory, or a
+// -store-db apart, the SQLite file -db, where the row commits before the
+// outcome is recorded (keyed by the gateway key, so a takeover finds it).
 func openStore(ctx context.Context, o options) (*openedStore, error) {
 	var (
 		store idemstore.Store
@@ -41,8 +42,8 @@ func openStore(ctx context.Context, o options) (*openedStore, error) {
 			return nil, err
 		}
 		if o.storeDB == o.dbPath {
-			st.db, err = refunds.NewSQLiteDB(ctx, s.DB())
-			st.desc = "sqlite " + o.storeDB + " (refund rows in the claims' transactions)"
+			st.db, err = refunds.NewSQLiteDB(ctx, s.DB(), s.ReadDB())
+			st.desc = "sqlite " + o.storeDB + " (refund rows commit with their outcomes)"
 		} else {
 			st.db, err = refunds.OpenDB(ctx, o.dbPath)
 			st.desc = "sqlite " + o.storeDB + " (refund rows in " + o.dbPath + ", committed after their claims)"
@@ -76,11 +77,11 @@ func openStore(ctx context.Context, o options) (*openedStore, error) {
 			pool.Close()
 			return nil, fmt.Errorf("postgres store: %w", err)
 		}
-		store, st.close, st.desc = s, pool.Close, "postgres (refund rows in the claims' transactions)"
+		store, st.close, st.desc = s, pool.Close, "postgres (refund rows commit with their outcomes)"
 	default:
 		return nil, fmt.Errorf("-store %q: want sqlite, memory or postgres", o.store)
 	}
-	st.guard, err = idemkit.NewGuard(store, &idemkit.Config{Window: o.window})
+	st.guard, err = idemkit.NewGuard(store, &idemkit.Config{Window: o.window, Lease: o.lease})
 	if err != nil {
 		st.close()
 		return nil, err

@@ -148,7 +148,7 @@ func TestTypeScriptClient(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			db, err := refunds.NewSQLiteDB(ctx, store.DB())
+			db, err := refunds.NewSQLiteDB(ctx, store.DB(), store.ReadDB())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -35,6 +35,9 @@ type TxWork = func(ctx context.Context, tx pgx.Tx) (idemkit.Response, error)
 // one difference: a duplicate that finds a plain Do of the same key in
 // progress gets an *idemkit.InProgressError at once, whatever Wait says,
 // because waiting would hold the row lock that call needs to finish.
+//
+// tx holds the claim row's lock and a connection while work runs: work
+// that waits on the network belongs in DoPhased.
 func (s *Store) DoTx(ctx context.Context, g *idemkit.Guard, tx pgx.Tx, key idemkit.Key, work TxWork) (idemkit.Result, error) {
 	if g == nil || tx == nil || work == nil {
 		return idemkit.Result{}, errors.New("pgstore: DoTx needs a Guard, a transaction and work")

@@ -29,8 +29,11 @@ import (
 // (the retry replays a committed call and runs an uncommitted one); Do runs
 // it twice only when the kill lands after the side effect and before the
 // finish reached the server, and never twice at a downstream that
-// deduplicates on Call.IdempotencyKey(); no retry after the lease is told
-// "in progress" (no key stays stuck), and every key ends completed.
+// deduplicates on Call.IdempotencyKey(); DoPhased (the side effect as its
+// external call, then a local row in the transaction that records the
+// outcome) writes its local row exactly once and repeats its external call
+// only with the same key; no retry after the lease is told "in progress"
+// (no key stays stuck), and every key ends completed.
 //
 // Steps that the child reaches by itself kill it from inside (the process
 // signals itself: a real SIGKILL). The finish and the COMMIT are killed
@@ -48,8 +51,9 @@ const (
 
 // A kill step: where the child dies, and what the retry may find.
 type killStep struct {
-	name string
-	tx   bool // DoTx instead of Do
+	name   string
+	tx     bool // DoTx instead of Do
+	phased bool // DoPhased instead of Do
 	// marker and forward arm the proxy; marker "" means the child kills
 	// itself (at "claim": first thing in the work; at "effect": after the
 	// side effect).
@@ -69,6 +73,20 @@ var killSteps = []killStep{
 	{name: "dotx/after-side-effect", tx: true},
 	{name: "dotx/commit-unsent", tx: true, marker: "commit"},
 	{name: "dotx/commit-sent", tx: true, marker: "commit", forward: true},
+	{name: "phased/after-claim", phased: true},
+	{name: "phased/after-external", phased: true, rawDoubleAllowed: true},
+	{name: "phased/after-local-write", phased: true, rawDoubleAllowed: true},
+	{name: "phased/commit-unsent", phased: true, marker: "commit", rawDoubleAllowed: true},
+	{name: "phased/commit-sent", phased: true, marker: "commit", forward: true},
+}
+
+// phasedLocal is the local phase of the matrix's phased call: a row in
+// phased_refunds, which nothing deduplicates.
+func phasedLocal(schema, order string) pgstore.TxWork {
+	return func(ctx context.Context, tx pgx.Tx) (idemkit.Response, error) {
+		_, err := tx.Exec(ctx, "INSERT INTO "+pgx.Identifier{schema, "phased_refunds"}.Sanitize()+" (order_id) VALUES ($1)", order)
+		return idemkit.Response{Body: []byte(`{"refund":"` + order + `"}`), WriteID: order}, err
+	}
 }
 
 // sideEffect is the Do side effect: every run is counted in executions,
@@ -134,6 +152,32 @@ func runKillChild() int {
 			})
 			return err
 		})
+	case "phased/after-claim", "phased/after-external", "phased/after-local-write", "phased/commit-unsent", "phased/commit-sent":
+		var tx pgx.Tx
+		begin := func(ctx context.Context) (idemstore.LocalTx, error) {
+			t, lt, err := store.BeginLocal(ctx)
+			tx = t
+			return lt, err
+		}
+		_, err = g.DoPhased(ctx, key, begin, func(ctx context.Context, beginLocal func(context.Context) error) (idemkit.Response, error) {
+			if step == "phased/after-claim" {
+				die()
+			}
+			if _, err := sideEffect(ctx, pool, schema, order, idemkit.CallFromContext(ctx).IdempotencyKey()); err != nil {
+				return idemkit.Response{}, err
+			}
+			if step == "phased/after-external" {
+				die()
+			}
+			if err := beginLocal(ctx); err != nil {
+				return idemkit.Response{}, err
+			}
+			res, err := phasedLocal(schema, order)(ctx, tx)
+			if err == nil && step == "phased/after-local-write" {
+				die()
+			}
+			return res, err
+		})
 	default:
 		err = fmt.Errorf("unknown step %q", step)
 	}
@@ -151,6 +195,9 @@ func TestCrash_KillMatrix(t *testing.T) {
 	}
 	createRefunds(t, pool, schema)
 	if _, err := pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{schema, "executions"}.Sanitize()+" (order_id text NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{schema, "phased_refunds"}.Sanitize()+" (order_id text NOT NULL)"); err != nil {
 		t.Fatal(err)
 	}
 	dsn, err := url.Parse(pgtest.DSN(t))
@@ -283,9 +330,21 @@ func killOnce(t *testing.T, store *pgstore.Store, pool *pgxpool.Pool, schema str
 	// judges it lapsed without waiting. It must not be told "in progress":
 	// no key stays stuck past its lease.
 	g, _ := idemkit.NewGuard(store, &idemkit.Config{Lease: 2 * time.Second, Now: func() time.Time { return time.Now().Add(3 * time.Second) }})
-	res, err = g.Do(ctx, key, func(ctx context.Context) (idemkit.Response, error) {
-		return sideEffect(ctx, pool, schema, order, idemkit.CallFromContext(ctx).IdempotencyKey())
-	})
+	if step.phased {
+		res, err = store.DoPhased(ctx, g, key, func(ctx context.Context) error {
+			_, err := sideEffect(ctx, pool, schema, order, idemkit.CallFromContext(ctx).IdempotencyKey())
+			return err
+		}, phasedLocal(schema, order))
+		if err == nil {
+			if n := count(t, pool, "SELECT count(*) FROM "+pgx.Identifier{schema, "phased_refunds"}.Sanitize()+" WHERE order_id = $1", order); n != 1 {
+				return 0, false, fmt.Errorf("%d local refund rows after the retry (outcome %s), want exactly 1", n, res.Outcome)
+			}
+		}
+	} else {
+		res, err = g.Do(ctx, key, func(ctx context.Context) (idemkit.Response, error) {
+			return sideEffect(ctx, pool, schema, order, idemkit.CallFromContext(ctx).IdempotencyKey())
+		})
+	}
 	if err != nil {
 		return 0, false, fmt.Errorf("retry after the lease: %w", err)
 	}

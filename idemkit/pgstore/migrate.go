@@ -4,8 +4,9 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"github.com/idemkit-mcp/idemkit/internal/migrations"
 	"strings"
+
+	"github.com/idemkit-mcp/idemkit/internal/migrations"
 
 	"github.com/jackc/pgx/v5"
 )

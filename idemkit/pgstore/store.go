@@ -20,7 +20,11 @@
 // When the side effect is a write to the same database, DoTx commits the
 // claim, the tool's own writes and the stored outcome in the caller's
 // transaction: there is then no window in which the work is done but not
-// recorded, even if the process is killed.
+// recorded, even if the process is killed. When the work also waits on the
+// network (a payment), DoPhased commits the claim first, runs the external
+// part outside any transaction, and commits the tool's writes with the
+// outcome in a short transaction: no lock and no pooled connection is held
+// across the wait.
 //
 // Every outcome is kept with the Guard's checksum of it (migration 004), so
 // that a record changed behind the store's back is refused
@@ -465,7 +469,7 @@ func (s *Store) Finish(ctx context.Context, req idemstore.FinishRequest) error {
 }
 
 // storageKind converts the storage column, whatever a damaged row holds
-// in it, to an idemkit.Storage: a value outside the kinds' byte range
+// in it, to an idemstore.Storage: a value outside the kinds' byte range
 // becomes 255, which the Guard refuses as an unknown kind (a plain
 // conversion would wrap 258 around to StorageDropped).
 func storageKind(v int64) idemstore.Storage {

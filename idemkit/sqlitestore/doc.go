@@ -37,6 +37,19 @@
 //	}
 //	return tx.Commit()
 //
+// When the work waits on the network (a payment provider, another
+// service), never hold a transaction across it: DoPhased commits the claim
+// first, runs the external part outside any transaction, then makes the
+// local writes and records the outcome in one short transaction:
+//
+//	res, err := store.DoPhased(ctx, guard, key, func(ctx context.Context) error {
+//		ref, err = gateway.Refund(ctx, order, amount, idemkit.CallFromContext(ctx).IdempotencyKey())
+//		return err
+//	}, func(ctx context.Context, tx *sql.Tx) (idemkit.Response, error) {
+//		_, err := tx.ExecContext(ctx, `INSERT INTO refunds (order_id, amount, ref) VALUES (?, ?, ?)`, order, amount, ref)
+//		...
+//	})
+//
 // # Schema and time
 //
 // The schema is embedded (migrations/NNN_name.up.sql and .down.sql) and
@@ -55,12 +68,23 @@
 // The claim is one INSERT … ON CONFLICT DO UPDATE … RETURNING statement,
 // atomic under SQLite's single write lock; a duplicate's claim, which
 // changes nothing, writes nothing either. Every claim is a write, and
-// SQLite runs one writer at a time, so Open keeps one connection by default:
-// the process's calls, and DoTx transactions, queue for it in database/sql,
-// bounded by their ctx, and never meet SQLITE_BUSY. Other processes sharing
-// the file wait for the lock for up to Config.BusyTimeout; an error matching
-// ErrBusy says when that ran out. Transactions begun on DB() take the write
-// lock at BEGIN (BEGIN IMMEDIATE).
+// SQLite runs one writer at a time, so Open keeps one connection for
+// writes by default, and the store's writes (and its DoInTx and
+// BeginLocal transactions) queue for it in the process, bounded by their
+// ctx, in order of arrival with the ends of work in flight (finishes,
+// heartbeats, local transactions) ahead of new claims, and never meet
+// SQLITE_BUSY. (database/sql alone would hand the connection to a random
+// waiter, so that under a storm of claims a finish could wait without
+// bound.) Other processes sharing the file wait for the lock for up to
+// Config.BusyTimeout; an error matching ErrBusy says when that ran out.
+// Transactions begun on DB() take the write lock at BEGIN (BEGIN
+// IMMEDIATE).
+//
+// Reads never wait for the writer: Lookup, List and Response (a replay's
+// body stored apart) run on a pool of read-only connections to the same
+// file (PRAGMA query_only, Config.ReadConns), which under WAL read the last
+// committed state while a transaction holds the write lock. ReadDB gives
+// the tool's own reads the same pool.
 //
 // Commits are synced (PRAGMA synchronous=FULL) unless Config.Synchronous
 // says otherwise: neither a crash of the process nor one of the machine

@@ -38,7 +38,8 @@ type TxWork = func(ctx context.Context, tx *sql.Tx) (idemkit.Response, error)
 // on this store meanwhile: with the default single connection, the pool has
 // none to give until tx ends. ctx bounds the claim and the work; recording
 // the outcome is bounded by the Guard's FinishTimeout instead (tx itself
-// ends with the context it was begun with).
+// ends with the context it was begun with). tx holds SQLite's only write
+// lock while work runs: work that waits on the network belongs in DoPhased.
 func (s *Store) DoTx(ctx context.Context, g *idemkit.Guard, tx *sql.Tx, key idemkit.Key, work TxWork) (idemkit.Result, error) {
 	if g == nil || tx == nil || work == nil {
 		return idemkit.Result{}, errors.New("sqlitestore: DoTx needs a Guard, a *sql.Tx and work")
@@ -151,11 +152,17 @@ func (t *txStore) Sweep(ctx context.Context, req idemstore.SweepRequest) (int, e
 // It is the claim a transactional tool handler runs under (the
 // instrument/mcpgo and instrument/gosdk AddTxTool handler forms use it).
 // work must write through its tx only (see DoTx). ctx bounds the whole
-// transaction.
+// transaction. The transaction queues with the store's own writes, in
+// order (see Store), and holds the write lock until it ends: when work
+// waits on the network, use DoPhased instead.
 func (s *Store) DoInTx(ctx context.Context, g *idemkit.Guard, key idemkit.Key, work TxWork) (res idemkit.Result, err error) {
 	if g == nil || work == nil {
 		return idemkit.Result{}, errors.New("sqlitestore: DoInTx needs a Guard and work")
 	}
+	if err := s.lock(ctx, startsWork); err != nil {
+		return idemkit.Result{}, fmt.Errorf("%w: %w", idemkit.ErrStore, interpretError("begin", err))
+	}
+	defer s.unlock()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return idemkit.Result{}, fmt.Errorf("%w: %w", idemkit.ErrStore, interpretError("begin", err))
@@ -182,6 +189,10 @@ func (s *Store) DoInTx(ctx context.Context, g *idemkit.Guard, key idemkit.Key, w
 // transactional tool handler whose call is not protected (see DoInTx) runs
 // so.
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
+	if err := s.lock(ctx, startsWork); err != nil {
+		return interpretError("begin", err)
+	}
+	defer s.unlock()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return interpretError("begin", err)

@@ -31,8 +31,11 @@ import (
 // What must hold: DoTx never runs the side effect twice and never loses it;
 // Do runs it twice only when the kill lands after the side effect and
 // before the finish is durable, never twice at a downstream that
-// deduplicates on Call.IdempotencyKey(); no retry after the lease is told
-// "in progress", and every key ends completed.
+// deduplicates on Call.IdempotencyKey(); DoPhased (an external call, then
+// a local row in the transaction that records the outcome) writes its
+// local row exactly once, and repeats its external call only with the
+// same key; no retry after the lease is told "in progress", and every key
+// ends completed.
 const (
 	killStepEnv  = "SQLITESTORE_KILL_STEP"
 	killDBEnv    = "SQLITESTORE_KILL_DB"
@@ -44,6 +47,7 @@ const (
 type killStep struct {
 	name             string
 	tx               bool
+	phased           bool
 	rawDoubleAllowed bool // the side effect may have run twice before the downstream
 	mustReplay       bool // the dead call's outcome was durable
 	mustRunAgain     bool // it was not
@@ -60,12 +64,19 @@ var killSteps = []killStep{
 	{name: "dotx/before-commit", tx: true, mustRunAgain: true},
 	{name: "dotx/during-commit", tx: true},
 	{name: "dotx/after-commit", tx: true, mustReplay: true},
+	{name: "phased/after-claim", phased: true, mustRunAgain: true},
+	{name: "phased/after-external", phased: true, rawDoubleAllowed: true, mustRunAgain: true},
+	{name: "phased/after-local-write", phased: true, rawDoubleAllowed: true, mustRunAgain: true},
+	{name: "phased/before-commit", phased: true, rawDoubleAllowed: true, mustRunAgain: true},
+	{name: "phased/during-commit", phased: true, rawDoubleAllowed: true},
+	{name: "phased/after-commit", phased: true, mustReplay: true},
 }
 
 const killSchema = `
 CREATE TABLE IF NOT EXISTS executions (order_id TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS gateway (order_id TEXT NOT NULL, gateway_key TEXT UNIQUE);
-CREATE TABLE IF NOT EXISTS tx_refunds (order_id TEXT NOT NULL);`
+CREATE TABLE IF NOT EXISTS tx_refunds (order_id TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS phased_refunds (order_id TEXT NOT NULL);`
 
 // killSideEffect is the Do side effect: every run counted in executions,
 // and a gateway row that deduplicates on the forwarded idempotency key.
@@ -110,6 +121,54 @@ func (s *killingStore) Finish(ctx context.Context, req idemstore.FinishRequest) 
 	return around(s.step, func() error { return s.Store.Finish(ctx, req) })
 }
 
+// killingLocalTx places the kill around a phased call's commit.
+type killingLocalTx struct {
+	idemstore.LocalTx
+	step string
+}
+
+func (l killingLocalTx) Commit(ctx context.Context) error {
+	return around(l.step, func() error { return l.LocalTx.Commit(ctx) })
+}
+
+// phasedLocal is the local phase of the kill matrix's phased call.
+func phasedLocal(order string) sqlitestore.TxWork {
+	return func(ctx context.Context, tx *sql.Tx) (idemkit.Response, error) {
+		_, err := tx.ExecContext(ctx, `INSERT INTO phased_refunds (order_id) VALUES (?)`, order)
+		return idemkit.Response{Body: []byte(`{"refund":"` + order + `"}`)}, err
+	}
+}
+
+func runPhasedKillChild(ctx context.Context, store *sqlitestore.Store, step, order string, key idemkit.Key) error {
+	g, _ := idemkit.NewGuard(store, &idemkit.Config{Lease: 2 * time.Second})
+	var tx *sql.Tx
+	begin := func(ctx context.Context) (idemstore.LocalTx, error) {
+		t, lt, err := store.BeginLocal(ctx)
+		tx = t
+		return killingLocalTx{LocalTx: lt, step: step}, err
+	}
+	_, err := g.DoPhased(ctx, key, begin, func(ctx context.Context, beginLocal func(context.Context) error) (idemkit.Response, error) {
+		if step == "phased/after-claim" {
+			die()
+		}
+		if _, err := killSideEffect(ctx, store.DB(), order, idemkit.CallFromContext(ctx).IdempotencyKey()); err != nil {
+			return idemkit.Response{}, err
+		}
+		if step == "phased/after-external" {
+			die()
+		}
+		if err := beginLocal(ctx); err != nil {
+			return idemkit.Response{}, err
+		}
+		res, err := phasedLocal(order)(ctx, tx)
+		if step == "phased/after-local-write" {
+			die()
+		}
+		return res, err
+	})
+	return fmt.Errorf("the child was not killed: %v", err)
+}
+
 func runKillChild(step, path, order string) error {
 	ctx := context.Background()
 	store, err := sqlitestore.Open(ctx, path, nil)
@@ -118,6 +177,9 @@ func runKillChild(step, path, order string) error {
 	}
 	g, _ := idemkit.NewGuard(&killingStore{Store: store, step: step}, &idemkit.Config{Lease: 2 * time.Second})
 	key, _ := idemkit.NewKey("s", "refund", []byte(`{"order":"`+order+`"}`), nil)
+	if strings.HasPrefix(step, "phased/") {
+		return runPhasedKillChild(ctx, store, step, order, key)
+	}
 	if !strings.HasPrefix(step, "dotx/") {
 		_, err = g.Do(ctx, key, func(ctx context.Context) (idemkit.Response, error) {
 			if step == "do/after-claim" {
@@ -167,9 +229,10 @@ func TestCrash_KillMatrix(t *testing.T) {
 				wg                  sync.WaitGroup
 				next                atomic.Int64
 			)
+			kills := killsPerStep
 			for range 4 {
 				wg.Go(func() {
-					for n := next.Add(1); n <= killsPerStep && !t.Failed(); n = next.Add(1) {
+					for n := next.Add(1); n <= int64(kills) && !t.Failed(); n = next.Add(1) {
 						order := fmt.Sprintf("%s-%d", step.name, n)
 						raw, replayed, err := killOnce(t, store, path, step, order)
 						if err != nil {
@@ -187,7 +250,7 @@ func TestCrash_KillMatrix(t *testing.T) {
 			}
 			wg.Wait()
 			t.Logf("%s: %d kills; %d retries replayed the dead call's outcome, %d ran it again; %d side effects ran twice before the downstream's deduplication, 0 after it",
-				step.name, killsPerStep, replays.Load(), killsPerStep-replays.Load(), rawDoubles.Load())
+				step.name, kills, replays.Load(), int64(kills)-replays.Load(), rawDoubles.Load())
 		})
 	}
 }
@@ -226,7 +289,34 @@ func killOnce(t *testing.T, store *sqlitestore.Store, path string, step killStep
 		err error
 		raw int
 	)
-	if step.tx {
+	switch {
+	case step.phased:
+		// After the lease (2s): a clock 3s ahead judges it lapsed.
+		g, _ := idemkit.NewGuard(store, &idemkit.Config{Lease: 2 * time.Second, Now: func() time.Time { return time.Now().Add(3 * time.Second) }})
+		res, err = store.DoPhased(ctx, g, key, func(ctx context.Context) error {
+			_, err := killSideEffect(ctx, store.DB(), order, idemkit.CallFromContext(ctx).IdempotencyKey())
+			return err
+		}, phasedLocal(order))
+		if err != nil {
+			return 0, false, fmt.Errorf("retry after the lease: %w", err)
+		}
+		raw = count(`SELECT count(*) FROM executions WHERE order_id = ?`)
+		if n := count(`SELECT count(*) FROM phased_refunds WHERE order_id = ?`); n != 1 {
+			return raw, false, fmt.Errorf("%d local refund rows after the retry (outcome %s), want exactly 1", n, res.Outcome)
+		}
+		if n := count(`SELECT count(*) FROM gateway WHERE order_id = ?`); n != 1 {
+			return raw, false, fmt.Errorf("%d refunds at the downstream after the retry, want exactly 1", n)
+		}
+		switch {
+		case raw < 1 || raw > 2:
+			return raw, false, fmt.Errorf("the external call ran %d times", raw)
+		case raw == 2 && !step.rawDoubleAllowed:
+			return raw, false, errors.New("the external call ran twice although the kill came before it or after the commit")
+		}
+		if rec, err := g.Lookup(ctx, key); err != nil || rec.State != idemstore.StateCompleted {
+			return raw, false, fmt.Errorf("record after the retry: %+v %v, want completed", rec, err)
+		}
+	case step.tx:
 		g, _ := idemkit.NewGuard(store, &idemkit.Config{Lease: 2 * time.Second})
 		tx, terr := store.DB().BeginTx(ctx, nil)
 		if terr != nil {
@@ -247,7 +337,7 @@ func killOnce(t *testing.T, store *sqlitestore.Store, path string, step killStep
 		if raw = count(`SELECT count(*) FROM tx_refunds WHERE order_id = ?`); raw != 1 {
 			return raw, false, fmt.Errorf("%d refunds after the retry (outcome %s), want exactly 1", raw, res.Outcome)
 		}
-	} else {
+	default:
 		// After the lease (2s): a clock 3s ahead judges it lapsed.
 		g, _ := idemkit.NewGuard(store, &idemkit.Config{Lease: 2 * time.Second, Now: func() time.Time { return time.Now().Add(3 * time.Second) }})
 		res, err = g.Do(ctx, key, func(ctx context.Context) (idemkit.Response, error) {

@@ -6,9 +6,10 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"github.com/idemkit-mcp/idemkit/internal/migrations"
 	"slices"
 	"time"
+
+	"github.com/idemkit-mcp/idemkit/internal/migrations"
 )
 
 // The schema's migrations, numbered NNN_name.up.sql and NNN_name.down.sql.
@@ -84,7 +85,7 @@ func (s *Store) Migrate(ctx context.Context) (err error) {
 	if applied, aerr := appliedVersions(ctx, s.db); aerr == nil && allApplied(ms, applied) {
 		return nil
 	}
-	if err := s.lock(ctx); err != nil {
+	if err := s.lock(ctx, startsWork); err != nil {
 		return err
 	}
 	defer s.unlock()

@@ -25,6 +25,9 @@ const (
 	DefaultBusyTimeout = 5 * time.Second
 	// DefaultMaxOpenConns is the size of the connection pool Open makes.
 	DefaultMaxOpenConns = 1
+	// DefaultReadConns is the size of the pool of read-only connections
+	// Open makes beside it.
+	DefaultReadConns = 4
 )
 
 // Synchronous is SQLite's PRAGMA synchronous, which trades durability
@@ -68,6 +71,16 @@ type Config struct {
 	// to DefaultMaxOpenConns (1).
 	MaxOpenConns int
 
+	// ReadConns bounds the pool of read-only connections (PRAGMA
+	// query_only) that Open makes on the same file beside the writer's
+	// pool: Lookup, List, Response (a replay's body stored apart) and the
+	// tool's own reads through ReadDB run on it, and under WAL a reader
+	// sees the last committed state without waiting for the writer, however
+	// long a transaction holds the write lock. A ":memory:" database has
+	// none (its reads share its one connection). Defaults to
+	// DefaultReadConns (4).
+	ReadConns int
+
 	// NoMigrate stops Open from applying the embedded migrations; call
 	// Migrate or MigrateTx yourself. Defaults to false (Open migrates).
 	NoMigrate bool
@@ -86,6 +99,9 @@ func (c *Config) validate() error {
 	if c.MaxOpenConns < 0 {
 		errs = append(errs, fmt.Errorf("sqlitestore: Config.MaxOpenConns must not be negative, got %d", c.MaxOpenConns))
 	}
+	if c.ReadConns < 0 {
+		errs = append(errs, fmt.Errorf("sqlitestore: Config.ReadConns must not be negative, got %d", c.ReadConns))
+	}
 	return errors.Join(errs...)
 }
 
@@ -103,6 +119,9 @@ func (c *Config) withDefaults() Config {
 	if o.MaxOpenConns == 0 {
 		o.MaxOpenConns = DefaultMaxOpenConns
 	}
+	if o.ReadConns == 0 {
+		o.ReadConns = DefaultReadConns
+	}
 	return o
 }
 
@@ -116,13 +135,16 @@ func (c *Config) withDefaults() Config {
 // every process sharing the file reads.
 type Store struct {
 	db    *sql.DB
-	owned bool // Close closes db (Open made it)
+	rdb   *sql.DB // the read-only pool; db when there is none
+	owned bool    // Close closes db and rdb (Open made them)
 
 	// gate serialises this Store's own writes within the process, so that
-	// they queue in Go instead of polling SQLite's write lock with sleeps.
-	// It is nil when the pool has a single connection, which queues them
-	// already. DoTx transactions do not pass through it.
-	gate chan struct{}
+	// they queue in Go, in order and with the ends of work first, instead
+	// of polling SQLite's write lock with sleeps or waiting for a
+	// connection in database/sql, which picks a random waiter (see
+	// writeGate). Transactions the caller begins on DB() for DoTx do not
+	// pass through it.
+	gate writeGate
 
 	stmts atomic.Pointer[statements] // nil until first use, and after Close
 
@@ -135,11 +157,14 @@ var _ idemstore.Store = (*Store)(nil)
 // statements are the store's statements prepared on its pool.
 type statements struct {
 	claim, succeeded, failed, extend, response, sweep, putResponse, lookup, list, cancel *sql.Stmt
+	// The reads on the read-only pool (the same as above without one).
+	rresponse, rlookup, rlist *sql.Stmt
 }
 
 func (st *statements) close() error {
 	var errs []error
-	for _, s := range []*sql.Stmt{st.claim, st.succeeded, st.failed, st.extend, st.response, st.sweep, st.putResponse, st.lookup, st.list, st.cancel} {
+	for _, s := range []*sql.Stmt{st.claim, st.succeeded, st.failed, st.extend, st.response, st.sweep, st.putResponse, st.lookup, st.list, st.cancel,
+		st.rresponse, st.rlookup, st.rlist} {
 		if s != nil {
 			errs = append(errs, s.Close())
 		}
@@ -199,6 +224,23 @@ func Open(ctx context.Context, path string, cfg *Config) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
+	if !memory {
+		// Opened after the writer, which made the file WAL.
+		rdb, err := sql.Open("sqlite", readDSN(path, &c))
+		if err == nil {
+			rdb.SetMaxOpenConns(c.ReadConns)
+			rdb.SetMaxIdleConns(c.ReadConns)
+			err = interpretError("open the read pool of "+path, rdb.PingContext(ctx))
+			if err != nil {
+				rdb.Close()
+			}
+		}
+		if err != nil {
+			db.Close()
+			return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
+		}
+		s.rdb = rdb
+	}
 	return s, nil
 }
 
@@ -238,9 +280,24 @@ func dsn(path string, memory bool, c *Config) string {
 		return ":memory:?" + q.Encode()
 	}
 	q.Set("_journal_mode", "WAL")
-	// A file: URI, so that a path holding '?' or '#' stays a path.
-	esc := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
-	return "file:" + esc.Replace(path) + "?" + q.Encode()
+	return fileURI(path) + "?" + q.Encode()
+}
+
+// fileURI is path as a file: URI, so that a path holding '?' or '#' stays
+// a path.
+func fileURI(path string) string {
+	return "file:" + strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
+}
+
+// readDSN builds the data source name of the read-only pool on path: the
+// writer's settings with PRAGMA query_only, and transactions that take no
+// lock at BEGIN (a reader's snapshot starts at its first read).
+func readDSN(path string, c *Config) string {
+	q := url.Values{}
+	q.Set("_busy_timeout", fmt.Sprint(int64((c.BusyTimeout+time.Millisecond-1)/time.Millisecond)))
+	q.Set("_foreign_keys", "1")
+	q.Set("_query_only", "1")
+	return fileURI(path) + "?" + q.Encode()
 }
 
 // New returns a Store on db, a caller-owned *sql.DB opened with the
@@ -262,16 +319,20 @@ func New(db *sql.DB, cfg *Config) (*Store, error) {
 }
 
 func newStore(db *sql.DB) *Store {
-	s := &Store{db: db}
-	if db.Stats().MaxOpenConnections != 1 {
-		s.gate = make(chan struct{}, 1)
-	}
-	return s
+	return &Store{db: db, rdb: db}
 }
 
 // DB returns the store's database. Begin the transactions given to DoTx on
 // it, and use it for the tool's own tables.
 func (s *Store) DB() *sql.DB { return s.db }
+
+// ReadDB returns the store's pool of read-only connections on the same
+// file (see Config.ReadConns), for the tool's own reads: under WAL a read
+// on it sees the last committed state and never waits for the writer,
+// even while a transaction on DB() holds the write lock. Writes on it fail
+// (PRAGMA query_only). Without a read pool (New, ":memory:") it returns
+// DB().
+func (s *Store) ReadDB() *sql.DB { return s.rdb }
 
 // Close releases the store's prepared statements and, when Open made the
 // database, closes it. It is safe to call more than once.
@@ -288,6 +349,9 @@ func (s *Store) Close() error {
 	}
 	if s.owned {
 		errs = append(errs, s.db.Close())
+		if s.rdb != s.db {
+			errs = append(errs, s.rdb.Close())
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -322,6 +386,18 @@ func (s *Store) prepared(ctx context.Context) (*statements, error) {
 	prep(&st.lookup, lookupSQL)
 	prep(&st.list, listSQL)
 	prep(&st.cancel, cancelSQL)
+	if s.rdb == s.db {
+		st.rresponse, st.rlookup, st.rlist = st.response, st.lookup, st.list
+	} else if err == nil {
+		rprep := func(dst **sql.Stmt, query string) {
+			if err == nil {
+				*dst, err = s.rdb.PrepareContext(ctx, query)
+			}
+		}
+		rprep(&st.rresponse, responseSQL)
+		rprep(&st.rlookup, lookupSQL)
+		rprep(&st.rlist, listSQL)
+	}
 	if err != nil {
 		st.close()
 		return nil, notMigrated(ctx, s.db, interpretError("prepare", err))
@@ -330,29 +406,18 @@ func (s *Store) prepared(ctx context.Context) (*statements, error) {
 	return st, nil
 }
 
-// lock takes the store's write gate, if it has one; unlock releases it.
-func (s *Store) lock(ctx context.Context) error {
-	if s.gate == nil {
-		return nil
-	}
-	select {
-	case s.gate <- struct{}{}:
-		return nil
-	default:
-	}
-	select {
-	case s.gate <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+// Priorities of the store's writes at its gate (see writeGate).
+const (
+	startsWork = false // claims, sweeps, migrations, DoInTx
+	endsWork   = true  // finishes, heartbeats, cancellations, local transactions
+)
+
+// lock takes the store's write gate at priority prio; unlock releases it.
+func (s *Store) lock(ctx context.Context, prio bool) error {
+	return s.gate.acquire(ctx, prio)
 }
 
-func (s *Store) unlock() {
-	if s.gate != nil {
-		<-s.gate
-	}
-}
+func (s *Store) unlock() { s.gate.release() }
 
 // clock returns t, or the machine's clock when t is zero.
 func clock(t time.Time) time.Time {
@@ -373,7 +438,7 @@ func (s *Store) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstor
 	if err != nil {
 		return idemstore.ClaimResult{}, err
 	}
-	if err := s.lock(ctx); err != nil {
+	if err := s.lock(ctx, startsWork); err != nil {
 		return idemstore.ClaimResult{}, err
 	}
 	defer s.unlock()
@@ -470,7 +535,7 @@ func (s *Store) Finish(ctx context.Context, req idemstore.FinishRequest) error {
 	if err != nil {
 		return err
 	}
-	if err := s.lock(ctx); err != nil {
+	if err := s.lock(ctx, endsWork); err != nil {
 		return err
 	}
 	defer s.unlock()
@@ -499,7 +564,7 @@ func (s *Store) Finish(ctx context.Context, req idemstore.FinishRequest) error {
 }
 
 // storageKind converts the storage column, whatever a damaged row holds
-// in it, to an idemkit.Storage: a value outside the kinds' byte range
+// in it, to an idemstore.Storage: a value outside the kinds' byte range
 // becomes 255, which the Guard refuses as an unknown kind (a plain
 // conversion would wrap 258 around to StorageDropped).
 func storageKind(v int64) idemstore.Storage {
@@ -555,7 +620,7 @@ func (s *Store) Extend(ctx context.Context, req idemstore.ExtendRequest) error {
 	if err != nil {
 		return err
 	}
-	if err := s.lock(ctx); err != nil {
+	if err := s.lock(ctx, endsWork); err != nil {
 		return err
 	}
 	defer s.unlock()
@@ -564,14 +629,14 @@ func (s *Store) Extend(ctx context.Context, req idemstore.ExtendRequest) error {
 }
 
 // Response implements idemstore.Store: it reads a body stored apart
-// (StorageExternal), or returns idemkit.ErrNotFound. It is a read, and runs
-// beside writers.
+// (StorageExternal), or returns idemkit.ErrNotFound. It is a read, on the
+// read-only pool (ReadDB), and never waits for the writer.
 func (s *Store) Response(ctx context.Context, key string) ([]byte, error) {
 	st, err := s.prepared(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return scanResponse(st.response.QueryRowContext(ctx, key))
+	return scanResponse(st.rresponse.QueryRowContext(ctx, key))
 }
 
 func scanResponse(row *sql.Row) ([]byte, error) {
@@ -604,7 +669,7 @@ func (s *Store) Sweep(ctx context.Context, req idemstore.SweepRequest) (int, err
 	if err != nil {
 		return 0, err
 	}
-	if err := s.lock(ctx); err != nil {
+	if err := s.lock(ctx, startsWork); err != nil {
 		return 0, err
 	}
 	defer s.unlock()
@@ -616,13 +681,15 @@ func (s *Store) Sweep(ctx context.Context, req idemstore.SweepRequest) (int, err
 	return int(n), interpretError("sweep", err)
 }
 
-// Lookup implements idemstore.Store. It is a read, and runs beside writers.
+// Lookup implements idemstore.Store. It is a read, on the read-only pool
+// (ReadDB), and never waits for the writer: it sees the last committed
+// state.
 func (s *Store) Lookup(ctx context.Context, req idemstore.LookupRequest) (idemstore.Record, error) {
 	st, err := s.prepared(ctx)
 	if err != nil {
 		return idemstore.Record{}, err
 	}
-	return lookup(st.lookup.QueryRowContext(ctx, req.Key, req.Body), req)
+	return lookup(st.rlookup.QueryRowContext(ctx, req.Key, req.Body), req)
 }
 
 func lookup(row *sql.Row, req idemstore.LookupRequest) (idemstore.Record, error) {
@@ -653,7 +720,7 @@ func (s *Store) Cancel(ctx context.Context, req idemstore.CancelRequest) (idemst
 	if err != nil {
 		return idemstore.Record{}, err
 	}
-	if err := s.lock(ctx); err != nil {
+	if err := s.lock(ctx, endsWork); err != nil {
 		return idemstore.Record{}, err
 	}
 	defer s.unlock()
@@ -694,7 +761,8 @@ func cancel(ctx context.Context, req idemstore.CancelRequest, query func(args ..
 	}
 }
 
-// List implements idemstore.Store. It is a read, and runs beside writers.
+// List implements idemstore.Store. It is a read, on the read-only pool
+// (ReadDB), and never waits for the writer.
 func (s *Store) List(ctx context.Context, req idemstore.ListRequest) ([]idemstore.Record, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
@@ -703,7 +771,7 @@ func (s *Store) List(ctx context.Context, req idemstore.ListRequest) ([]idemstor
 	if err != nil {
 		return nil, err
 	}
-	rows, err := st.list.QueryContext(ctx, listArgs(req)...)
+	rows, err := st.rlist.QueryContext(ctx, listArgs(req)...)
 	return list(rows, err, req)
 }
 

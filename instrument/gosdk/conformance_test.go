@@ -75,6 +75,33 @@ func (harness) Start(t *testing.T, cfg adaptertest.Config) adaptertest.Server {
 			return toResult(r), nil
 		})
 	}
+	for _, tool := range cfg.PhasedTools {
+		external, local := tool.External, tool.Local
+		args := func(req *mcp.CallToolRequest) (map[string]any, error) {
+			var args map[string]any
+			err := json.Unmarshal(req.Params.Arguments, &args)
+			return args, err
+		}
+		AddPhasedTool(srv, cfg.PhasedRunner, toMCPTool(adaptertest.Tool{Name: tool.Name}),
+			func(ctx context.Context, req *mcp.CallToolRequest) (any, error) {
+				a, err := args(req)
+				if err != nil {
+					return nil, err
+				}
+				return external(ctx, a)
+			},
+			func(ctx context.Context, tx *sql.Tx, req *mcp.CallToolRequest, ext any) (*mcp.CallToolResult, error) {
+				a, err := args(req)
+				if err != nil {
+					return nil, err
+				}
+				r, err := local(ctx, tx, a, ext)
+				if err != nil {
+					return nil, err
+				}
+				return toResult(r), nil
+			})
+	}
 	for _, p := range cfg.Prompts {
 		srv.AddPrompt(&mcp.Prompt{Name: p}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
 			return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: "p"}}}}, nil

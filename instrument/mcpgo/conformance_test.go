@@ -98,6 +98,22 @@ func (harness) Start(t *testing.T, cfg adaptertest.Config) adaptertest.Server {
 			return toResult(r), nil
 		})
 	}
+	for _, tool := range cfg.PhasedTools {
+		external, local := tool.External, tool.Local
+		AddPhasedTool(srv, cfg.PhasedRunner, toMCPTool(adaptertest.Tool{Name: tool.Name}),
+			func(ctx context.Context, req mcp.CallToolRequest) (any, error) {
+				args, _ := req.Params.Arguments.(map[string]any)
+				return external(ctx, args)
+			},
+			func(ctx context.Context, tx *sql.Tx, req mcp.CallToolRequest, ext any) (*mcp.CallToolResult, error) {
+				args, _ := req.Params.Arguments.(map[string]any)
+				r, err := local(ctx, tx, args, ext)
+				if err != nil {
+					return nil, err
+				}
+				return toResult(r), nil
+			})
+	}
 	for _, tool := range cfg.JobTools {
 		AddJobTool(srv, cfg.Jobs, toMCPTool(tool), toHandler(tool))
 	}

@@ -40,14 +40,16 @@ type TxToolHandlerFunc[T any] func(ctx context.Context, tx T, req mcp.CallToolRe
 // of the tool (see AddTaskTool), whose outcome the task's record keeps.
 // The handler must make its writes through tx only.
 //
-// The transaction lasts as long as the handler: keep slow external calls
-// short. On PostgreSQL it holds the rows it wrote (and the claim's row);
-// on SQLite it holds the database's one write lock, so every other write
-// (other calls' claims, the heartbeats of jobs and tasks) waits for it, up
-// to the store's busy timeout, and with the store's default single
-// connection every read waits too. A task of such a tool on SQLite whose
-// transaction outlasts the task lease is reported lost while it runs:
-// prefer PostgreSQL for long transactional tools.
+// The transaction lasts as long as the handler, so the handler must never
+// wait on the network: on PostgreSQL it holds a pooled connection, the rows
+// it wrote and the claim's row; on SQLite it holds the database's one
+// write lock, so every other write (other calls' claims, the heartbeats of
+// jobs and tasks) waits for it, up to the store's busy timeout. A task of
+// such a tool on SQLite whose transaction outlasts the task lease is
+// reported lost while it runs. A tool that calls an external service (a
+// payment provider) and writes its own rows is an AddPhasedTool: the
+// external call runs outside any transaction, then the rows and the
+// outcome commit together in a short one.
 func AddTxTool[T any](s *server.MCPServer, runner instrument.TxRunner[T], tool mcp.Tool, handler TxToolHandlerFunc[T]) {
 	r := txtool.Runner(runner)
 	if m := instrumentationOf(s); m != nil {

@@ -294,6 +294,13 @@ func protect[R any](op *Op, call *ToolCall, codec Codec[R], next func(context.Co
 			op.ta.duration.observe(w.took)
 		}
 		return answer(op, codec, handlerRes, nil, body)
+	case ran && errors.Is(derr, ErrLocalRolledBack):
+		// A phased call's local transaction did not commit: none of its
+		// writes remain, its claim was released (or another attempt took
+		// it over), and its external work used the call's key.
+		c.outcome, c.attempt, c.writeID = outcomeNone, 0, ""
+		c.finishErr, c.finishReason = derr, finishReason(derr)
+		return refuse(op, codec, spancontract.RefusalStoreUnavailable, localRolledBackText(call.Tool), nil), nil
 	case ran && w.gated(derr):
 		// The user was asked and did not accept (or could not be asked):
 		// the claim is released, nothing ran.

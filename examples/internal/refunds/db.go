@@ -53,12 +53,24 @@ type Refund struct {
 // DB is the refund desk's own database: the orders it sells and the
 // refunds written against them, in SQLite or PostgreSQL. With idemkit's
 // SQLite or PostgreSQL store it is the store's database, so that a refund
-// row commits in the transaction that records its idempotency claim
-// (mcpgo.AddTxTool, gosdk.AddTxTool).
+// row commits in the transaction that records the call's outcome
+// (mcpgo.AddPhasedTool, gosdk.AddPhasedTool).
+//
+// Its reads (lookup_order, get_refund_status, the check before a payment)
+// never wait for a writer: on SQLite they run on a pool of read-only
+// connections under WAL (the store's ReadDB, or OpenDB's own), on
+// PostgreSQL on the pool, where nothing a read needs is locked.
 type DB struct {
-	sql   *sql.DB       // SQLite; nil on PostgreSQL
+	sql   *sql.DB       // SQLite: the writer; nil on PostgreSQL
+	read  *sql.DB       // SQLite: the read-only pool (sql itself for ":memory:")
 	pg    *pgxpool.Pool // PostgreSQL; nil on SQLite
-	owned bool          // Close closes sql
+	owned bool          // Close closes sql and read
+
+	// stmts are the statements of the desk's write transactions, prepared
+	// on sql when the desk opens (query -> *sql.Stmt), so that SQLite does
+	// not parse them while a transaction holds its write lock. (Preparing
+	// one later could wait for the connection the transaction holds.)
+	stmts map[string]*sql.Stmt
 }
 
 const sqliteSchema = `
@@ -140,7 +152,34 @@ func sqliteDSN(path string) string {
 		return ":memory:?" + q.Encode()
 	}
 	q.Set("_journal_mode", "WAL")
-	return "file:" + strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path) + "?" + q.Encode()
+	return sqliteFile(path) + "?" + q.Encode()
+}
+
+func sqliteFile(path string) string {
+	return "file:" + strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
+}
+
+// readConns is the size of OpenDB's read-only pool.
+const readConns = 4
+
+// openReadPool opens read-only connections (PRAGMA query_only) on the WAL
+// file at path: they read the last committed state without waiting for
+// the writer.
+func openReadPool(ctx context.Context, path string) (*sql.DB, error) {
+	q := url.Values{}
+	q.Set("_busy_timeout", "5000")
+	q.Set("_query_only", "1")
+	db, err := sql.Open("sqlite", sqliteFile(path)+"?"+q.Encode())
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(readConns)
+	db.SetMaxIdleConns(readConns)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
 }
 
 // OpenDB opens (creating and seeding when new) the orders database at path,
@@ -160,20 +199,28 @@ func OpenDB(ctx context.Context, path string) (*DB, error) {
 	db.SetMaxOpenConns(1)
 	db.SetConnMaxLifetime(0)
 	db.SetConnMaxIdleTime(0)
-	d, err := NewSQLiteDB(ctx, db)
+	d, err := NewSQLiteDB(ctx, db, nil)
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("refunds: %s: %w", path, err)
 	}
 	d.owned = true
+	if path != ":memory:" {
+		// Opened after the writer made the file WAL.
+		if d.read, err = openReadPool(ctx, path); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("refunds: open the read pool of %s: %w", path, err)
+		}
+	}
 	return d, nil
 }
 
 // NewSQLiteDB creates (when missing) and seeds the desk's tables in the
 // SQLite database db (an idemkit sqlitestore.Store's DB(), so that refund
-// rows commit with their claims), and returns the desk on it. Close does
-// not close db.
-func NewSQLiteDB(ctx context.Context, db *sql.DB) (*DB, error) {
+// rows commit with the outcomes of their calls), and returns the desk on
+// it, reading through read (the store's ReadDB(); nil: db). Close closes
+// neither.
+func NewSQLiteDB(ctx context.Context, db, read *sql.DB) (*DB, error) {
 	if _, err := db.ExecContext(ctx, sqliteSchema); err != nil {
 		return nil, fmt.Errorf("refunds: create the desk's schema: %w", err)
 	}
@@ -182,7 +229,13 @@ func NewSQLiteDB(ctx context.Context, db *sql.DB) (*DB, error) {
 		!strings.Contains(err.Error(), "duplicate column") {
 		return nil, fmt.Errorf("refunds: add refunds.gateway_ref: %w", err)
 	}
-	d := &DB{sql: db}
+	if read == nil {
+		read = db
+	}
+	d := &DB{sql: db, read: read}
+	if err := d.prepareWrites(ctx); err != nil {
+		return nil, err
+	}
 	for _, o := range SeedOrders() {
 		if _, err := db.ExecContext(ctx, `INSERT INTO orders (id, customer, total_cents, gateway) VALUES (?, ?, ?, ?) ON CONFLICT(id) DO NOTHING`,
 			o.ID, o.Customer, o.TotalCents, o.Gateway); err != nil {
@@ -218,12 +271,20 @@ func NewPostgresDB(ctx context.Context, pool *pgxpool.Pool) (*DB, error) {
 	return &DB{pg: pool}, nil
 }
 
-// Close closes the database when OpenDB opened it.
+// Close closes the database when OpenDB opened it (and the desk's
+// prepared statements in any case).
 func (d *DB) Close() error {
-	if d.owned {
-		return d.sql.Close()
+	for _, st := range d.stmts {
+		_ = st.Close()
 	}
-	return nil
+	if !d.owned {
+		return nil
+	}
+	err := d.sql.Close()
+	if d.read != nil && d.read != d.sql {
+		err = errors.Join(err, d.read.Close())
+	}
+	return err
 }
 
 // SQL returns the SQLite database, or nil on PostgreSQL.
@@ -245,10 +306,6 @@ type querier interface {
 	exec(ctx context.Context, q string, args ...any) error
 	row(ctx context.Context, q string, args ...any) scanner
 	query(ctx context.Context, q string, args ...any) (rows, error)
-	// lockOrder is the clause that locks the order row a refund is checked
-	// against, until the transaction ends ("" on SQLite, whose writer holds
-	// the database).
-	lockOrder() string
 }
 
 type scanner interface{ Scan(dest ...any) error }
@@ -283,9 +340,61 @@ func (q sqlQ) query(ctx context.Context, s string, args ...any) (rows, error) {
 	}
 	return sqlRows{r}, nil
 }
-func (sqlQ) lockOrder() string { return "" }
 
 type sqlRows struct{ *sql.Rows }
+
+// sqlTxQ runs statements in tx, a write transaction on the desk's SQLite
+// database, through statements prepared once.
+type sqlTxQ struct {
+	d  *DB
+	tx *sql.Tx
+}
+
+// prepareWrites prepares the statements of the desk's write transactions.
+func (d *DB) prepareWrites(ctx context.Context) error {
+	d.stmts = map[string]*sql.Stmt{}
+	for _, q := range []string{insertRefundSQL, refundByKeySQL} {
+		st, err := d.sql.PrepareContext(ctx, q)
+		if err != nil {
+			return fmt.Errorf("refunds: prepare %q: %w", q, err)
+		}
+		d.stmts[q] = st
+	}
+	return nil
+}
+
+// on returns the prepared statement of s in the transaction, or nil.
+func (q sqlTxQ) on(ctx context.Context, s string) *sql.Stmt {
+	if st := q.d.stmts[s]; st != nil {
+		return q.tx.StmtContext(ctx, st)
+	}
+	return nil
+}
+
+func (q sqlTxQ) exec(ctx context.Context, s string, args ...any) error {
+	var err error
+	if st := q.on(ctx, s); st != nil {
+		_, err = st.ExecContext(ctx, args...)
+	} else {
+		_, err = q.tx.ExecContext(ctx, s, args...)
+	}
+	return err
+}
+
+func (q sqlTxQ) row(ctx context.Context, s string, args ...any) scanner {
+	if st := q.on(ctx, s); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return q.tx.QueryRowContext(ctx, s, args...)
+}
+
+func (q sqlTxQ) query(ctx context.Context, s string, args ...any) (rows, error) {
+	return sqlQ{db: q.tx}.query(ctx, s, args...)
+}
+
+// txQ returns the querier of tx, a transaction on the desk's SQLite
+// database (the store's, in the phased handler form).
+func (d *DB) txQ(tx *sql.Tx) querier { return sqlTxQ{d: d, tx: tx} }
 
 func (r sqlRows) Close() { _ = r.Rows.Close() }
 
@@ -308,7 +417,6 @@ func (q pgQ) row(ctx context.Context, s string, args ...any) scanner {
 func (q pgQ) query(ctx context.Context, s string, args ...any) (rows, error) {
 	return q.db.Query(ctx, dollars(s), args...)
 }
-func (pgQ) lockOrder() string { return " FOR UPDATE" }
 
 // dollars numbers a statement's ? placeholders for PostgreSQL.
 func dollars(s string) string {
@@ -325,7 +433,7 @@ func dollars(s string) string {
 	return b.String()
 }
 
-// q returns the querier of the desk's pool.
+// q returns the querier of the desk's pool (its writer on SQLite).
 func (d *DB) q() querier {
 	if d.pg != nil {
 		return pgQ{db: d.pg}
@@ -333,18 +441,22 @@ func (d *DB) q() querier {
 	return sqlQ{db: d.sql}
 }
 
-// Order returns an order with the sum of its refunds.
-func (d *DB) Order(ctx context.Context, id string) (Order, error) {
-	return order(ctx, d.q(), id, false)
+// r returns the querier of the desk's reads: on SQLite its read-only pool.
+func (d *DB) r() querier {
+	if d.pg != nil {
+		return pgQ{db: d.pg}
+	}
+	return sqlQ{db: d.read}
 }
 
-func order(ctx context.Context, q querier, id string, lock bool) (Order, error) {
+// Order returns an order with the sum of its refunds, as last committed.
+func (d *DB) Order(ctx context.Context, id string) (Order, error) {
+	return order(ctx, d.r(), id)
+}
+
+func order(ctx context.Context, q querier, id string) (Order, error) {
 	var o Order
-	clause := ""
-	if lock {
-		clause = q.lockOrder()
-	}
-	err := q.row(ctx, `SELECT o.id, o.customer, o.total_cents, o.gateway FROM orders o WHERE o.id = ?`+clause, id).
+	err := q.row(ctx, `SELECT o.id, o.customer, o.total_cents, o.gateway FROM orders o WHERE o.id = ?`, id).
 		Scan(&o.ID, &o.Customer, &o.TotalCents, &o.Gateway)
 	if errors.Is(err, sql.ErrNoRows) || errors.Is(err, pgx.ErrNoRows) {
 		return Order{}, fmt.Errorf("%w: %s", ErrNoOrder, id)
@@ -356,10 +468,20 @@ func order(ctx context.Context, q querier, id string, lock bool) (Order, error) 
 	return o, err
 }
 
-// Refunds returns the refunds of an order ("" for all), oldest first.
+// Refunds returns the refunds of an order ("" for all), oldest first, as
+// last committed.
 func (d *DB) Refunds(ctx context.Context, orderID string) ([]Refund, error) {
-	rs, err := d.q().query(ctx, `SELECT id, order_id, amount_cents, COALESCE(gateway_key, ''), gateway_ref, session_id, created_at
-		FROM refunds WHERE order_id = ? OR ? = '' ORDER BY created_at, id`, orderID, orderID)
+	const columns = `SELECT id, order_id, amount_cents, COALESCE(gateway_key, ''), gateway_ref, session_id, created_at FROM refunds `
+	var (
+		rs  rows
+		err error
+	)
+	if orderID == "" {
+		rs, err = d.r().query(ctx, columns+`ORDER BY created_at, id`)
+	} else {
+		// Through the order's index, whatever the table's size.
+		rs, err = d.r().query(ctx, columns+`WHERE order_id = ? ORDER BY created_at, id`, orderID)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -377,10 +499,12 @@ func (d *DB) Refunds(ctx context.Context, orderID string) ([]Refund, error) {
 	return out, rs.Err()
 }
 
-// checkRefund reads the order of a refund of amount cents, locking it until
-// the transaction ends, and refuses a refund over what is left.
+// checkRefund reads the order of a refund of amount cents, as last
+// committed, and refuses a refund over what is left: the desk's early
+// answer. The gateway, which holds the money, decides (it refuses a refund
+// over what is left of the charge, in its own transaction).
 func checkRefund(ctx context.Context, q querier, orderID string, amount int64) (Order, error) {
-	o, err := order(ctx, q, orderID, true)
+	o, err := order(ctx, q, orderID)
 	if err != nil {
 		return Order{}, err
 	}
@@ -390,21 +514,40 @@ func checkRefund(ctx context.Context, q querier, orderID string, amount int64) (
 	return o, nil
 }
 
+// refundByKey returns the refund row written under the gateway key, if
+// any.
+func refundByKey(ctx context.Context, q querier, key string) (Refund, bool, error) {
+	var r Refund
+	var created int64
+	err := q.row(ctx, refundByKeySQL, key).
+		Scan(&r.ID, &r.OrderID, &r.AmountCents, &r.GatewayKey, &r.GatewayRef, &r.SessionID, &created)
+	if errors.Is(err, sql.ErrNoRows) || errors.Is(err, pgx.ErrNoRows) {
+		return Refund{}, false, nil
+	}
+	r.CreatedAt = time.Unix(0, created)
+	return r, err == nil, err
+}
+
 // insertRefund writes a refund row.
 func insertRefund(ctx context.Context, q querier, r Refund) error {
 	var key any
 	if r.GatewayKey != "" {
 		key = r.GatewayKey
 	}
-	return q.exec(ctx, `INSERT INTO refunds (id, order_id, amount_cents, gateway_key, gateway_ref, session_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		r.ID, r.OrderID, r.AmountCents, key, r.GatewayRef, r.SessionID, r.CreatedAt.UnixNano())
+	return q.exec(ctx, insertRefundSQL, r.ID, r.OrderID, r.AmountCents, key, r.GatewayRef, r.SessionID, r.CreatedAt.UnixNano())
 }
 
-// inTx runs fn in a transaction of the desk's own pool (a server whose
-// store cannot share it: the memory store, or none). A refund that has
-// reached the gateway is not abandoned because the caller hung up: the
-// transaction is not bound to the request's cancellation, as the
-// transactional handler form's is not.
+// The statements of the desk's write transactions.
+const (
+	insertRefundSQL = `INSERT INTO refunds (id, order_id, amount_cents, gateway_key, gateway_ref, session_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`
+	refundByKeySQL  = `SELECT id, order_id, amount_cents, COALESCE(gateway_key, ''), gateway_ref, session_id, created_at FROM refunds WHERE gateway_key = ?`
+)
+
+// inTx runs fn in a short transaction of the desk's own pool (a server
+// whose store cannot share it: the memory store, a store in another file,
+// or none). A refund that has reached the gateway is not abandoned because
+// the caller hung up: the transaction is not bound to the request's
+// cancellation, as the phased handler form's is not.
 func (d *DB) inTx(ctx context.Context, fn func(ctx context.Context, q querier) error) error {
 	ctx = context.WithoutCancel(ctx)
 	if d.pg != nil {
@@ -415,7 +558,7 @@ func (d *DB) inTx(ctx context.Context, fn func(ctx context.Context, q querier) e
 		return err
 	}
 	defer tx.Rollback()
-	if err := fn(ctx, sqlQ{db: tx}); err != nil {
+	if err := fn(ctx, d.txQ(tx)); err != nil {
 		return err
 	}
 	return tx.Commit()

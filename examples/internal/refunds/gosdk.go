@@ -42,35 +42,62 @@ func addGoSDKTools(s *mcp.Server, t *tools, mode txMode, g *idemkit.Guard, jobs 
 	schema := orderSchema()
 	schema.Properties["amount_cents"] = &jsonschema.Schema{Type: "integer", Minimum: &one, Description: amountDescription}
 	schema.Required = append(schema.Required, "amount_cents")
-	refund := func(ctx context.Context, q querier, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	// args reads issue_refund's arguments; bad is the answer to a call
+	// that lacks them.
+	args := func(req *mcp.CallToolRequest) (orderID string, amount int64, sessionID string, bad *answer) {
 		var in issueRefundIn
 		if err := json.Unmarshal(req.Params.Arguments, &in); err != nil || in.OrderID == "" || in.AmountCents < 1 {
-			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{
-				Text: "issue_refund needs order_id, a string such as ord_1001, and amount_cents, a positive integer. Nothing was refunded."}}}, nil
+			a := toolError("issue_refund needs order_id, a string such as ord_1001, and amount_cents, a positive integer. Nothing was refunded.")
+			return "", 0, "", &a
 		}
-		sessionID := ""
 		if req.Session != nil {
 			sessionID = req.Session.ID()
 		}
-		res, _, err := gosdkResult(t.issueRefund(ctx, q, in.OrderID, in.AmountCents, sessionID))
+		return in.OrderID, in.AmountCents, sessionID, nil
+	}
+	external := func(ctx context.Context, req *mcp.CallToolRequest) (payment, error) {
+		orderID, amount, _, bad := args(req)
+		if bad != nil {
+			return payment{refusal: bad}, nil
+		}
+		return t.refundExternal(ctx, orderID, amount)
+	}
+	local := func(ctx context.Context, q querier, req *mcp.CallToolRequest, p payment) (*mcp.CallToolResult, error) {
+		orderID, amount, sessionID, _ := args(req)
+		res, _, err := gosdkResult(t.refundLocal(ctx, q, orderID, amount, sessionID, p))
 		return res, err
 	}
 	tool := &mcp.Tool{Name: ToolIssueRefund, Description: issueRefundDescription, InputSchema: schema}
 	switch mode {
 	case txSQLite:
-		// The transactional handler form: the refund row, the claim and
-		// the recorded outcome commit together.
-		gosdk.AddTxTool(s, g.Store().(*sqlitestore.Store), tool, func(ctx context.Context, tx *sql.Tx, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return refund(ctx, sqlQ{db: tx}, req)
-		})
+		// The phased handler form: the claim commits, the payment runs
+		// outside any transaction, then the refund row and the recorded
+		// outcome commit together.
+		gosdk.AddPhasedTool(s, g.Store().(*sqlitestore.Store), tool, external,
+			func(ctx context.Context, tx *sql.Tx, req *mcp.CallToolRequest, p payment) (*mcp.CallToolResult, error) {
+				return local(ctx, t.db.txQ(tx), req, p)
+			})
 	case txPostgres:
-		gosdk.AddTxTool(s, g.Store().(*pgstore.Store), tool, func(ctx context.Context, tx pgx.Tx, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return refund(ctx, pgQ{db: tx}, req)
-		})
+		gosdk.AddPhasedTool(s, g.Store().(*pgstore.Store), tool, external,
+			func(ctx context.Context, tx pgx.Tx, req *mcp.CallToolRequest, p payment) (*mcp.CallToolResult, error) {
+				return local(ctx, pgQ{db: tx}, req, p)
+			})
 	default:
 		s.AddTool(tool, func(ctx context.Context, req *mcp.CallToolRequest) (res *mcp.CallToolResult, err error) {
+			// A refund that has reached the gateway is not abandoned
+			// because the caller hung up (nor is mcp-go's own task of it,
+			// whose context ends with its request).
+			ctx = context.WithoutCancel(ctx)
+			p, err := external(ctx, req)
+			if err != nil {
+				return nil, err
+			}
+			if p.refusal != nil {
+				res, _, err := gosdkResult(*p.refusal, nil)
+				return res, err
+			}
 			err = t.db.inTx(ctx, func(ctx context.Context, q querier) error {
-				res, err = refund(ctx, q, req)
+				res, err = local(ctx, q, req, p)
 				return err
 			})
 			return res, err

@@ -45,38 +45,70 @@ func readTool(name, description string) mcp.Tool {
 }
 
 func addMCPGoTools(s *server.MCPServer, t *tools, mode txMode, g *idemkit.Guard, jobs *idemjobs.Runner) {
-	refund := func(ctx context.Context, q querier, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		var args struct {
+	// args reads issue_refund's arguments; bad is the answer to a call
+	// that lacks them.
+	args := func(ctx context.Context, req mcp.CallToolRequest) (orderID string, amount int64, sessionID string, bad *answer) {
+		var in struct {
 			OrderID     string  `json:"order_id"`
 			AmountCents float64 `json:"amount_cents"`
 		}
-		if err := req.BindArguments(&args); err != nil || args.OrderID == "" ||
-			args.AmountCents < 1 || args.AmountCents != math.Trunc(args.AmountCents) {
+		if err := req.BindArguments(&in); err != nil || in.OrderID == "" ||
+			in.AmountCents < 1 || in.AmountCents != math.Trunc(in.AmountCents) {
 			// Reached only by servers that do not validate arguments
 			// (without idemkit): say what is wrong rather than coerce.
-			return mcp.NewToolResultError("issue_refund needs order_id, a string such as ord_1001, and amount_cents, a positive integer. Nothing was refunded."), nil
+			a := toolError("issue_refund needs order_id, a string such as ord_1001, and amount_cents, a positive integer. Nothing was refunded.")
+			return "", 0, "", &a
 		}
-		sessionID := ""
 		if s := server.ClientSessionFromContext(ctx); s != nil {
 			sessionID = s.SessionID()
 		}
-		return mcpgoResult(t.issueRefund(ctx, q, args.OrderID, int64(args.AmountCents), sessionID))
+		return in.OrderID, int64(in.AmountCents), sessionID, nil
+	}
+	// The payment, outside any transaction.
+	external := func(ctx context.Context, req mcp.CallToolRequest) (payment, error) {
+		orderID, amount, _, bad := args(ctx, req)
+		if bad != nil {
+			return payment{refusal: bad}, nil
+		}
+		return t.refundExternal(ctx, orderID, amount)
+	}
+	// The refund row, in a short transaction.
+	local := func(ctx context.Context, q querier, req mcp.CallToolRequest, p payment) (*mcp.CallToolResult, error) {
+		orderID, amount, sessionID, _ := args(ctx, req)
+		return mcpgoResult(t.refundLocal(ctx, q, orderID, amount, sessionID, p))
 	}
 	switch mode {
 	case txSQLite:
-		// The transactional handler form: the refund row, the claim and
-		// the recorded outcome commit together.
-		mcpgo.AddTxTool(s, g.Store().(*sqlitestore.Store), issueRefundTool(), func(ctx context.Context, tx *sql.Tx, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return refund(ctx, sqlQ{db: tx}, req)
-		})
+		// The phased handler form: the claim commits, the payment runs
+		// outside any transaction, then the refund row and the recorded
+		// outcome commit together.
+		mcpgo.AddPhasedTool(s, g.Store().(*sqlitestore.Store), issueRefundTool(), external,
+			func(ctx context.Context, tx *sql.Tx, req mcp.CallToolRequest, p payment) (*mcp.CallToolResult, error) {
+				return local(ctx, t.db.txQ(tx), req, p)
+			})
 	case txPostgres:
-		mcpgo.AddTxTool(s, g.Store().(*pgstore.Store), issueRefundTool(), func(ctx context.Context, tx pgx.Tx, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return refund(ctx, pgQ{db: tx}, req)
-		})
+		mcpgo.AddPhasedTool(s, g.Store().(*pgstore.Store), issueRefundTool(), external,
+			func(ctx context.Context, tx pgx.Tx, req mcp.CallToolRequest, p payment) (*mcp.CallToolResult, error) {
+				return local(ctx, pgQ{db: tx}, req, p)
+			})
 	default:
+		// The same two phases in the desk's own database: under the
+		// Guard's plain claim (the outcome is recorded after the row
+		// commits), or without idemkit.
 		s.AddTool(issueRefundTool(), func(ctx context.Context, req mcp.CallToolRequest) (res *mcp.CallToolResult, err error) {
+			// A refund that has reached the gateway is not abandoned
+			// because the caller hung up (nor is mcp-go's own task of it,
+			// whose context ends with its request).
+			ctx = context.WithoutCancel(ctx)
+			p, err := external(ctx, req)
+			if err != nil {
+				return nil, err
+			}
+			if p.refusal != nil {
+				return mcpgoResult(*p.refusal, nil)
+			}
 			err = t.db.inTx(ctx, func(ctx context.Context, q querier) error {
-				res, err = refund(ctx, q, req)
+				res, err = local(ctx, q, req, p)
 				return err
 			})
 			return res, err

@@ -40,12 +40,20 @@ const (
 type Config struct {
 	// DB is the orders database. Required. With a Guard on idemkit's
 	// SQLite or PostgreSQL store, make it the store's database
-	// (NewSQLiteDB(store.DB()), NewPostgresDB(pool)): issue_refund then
-	// writes its refund row in the transaction that holds its claim.
+	// (NewSQLiteDB(store.DB(), store.ReadDB()), NewPostgresDB(pool)):
+	// issue_refund then writes its refund row in the transaction that
+	// records the call's outcome, after the payment.
 	DB *DB
-	// Gateway is the fake payment gateway's ledger. Defaults to one in
-	// memory.
+	// Gateway is the fake payment gateway (its ledger and its HTTP API),
+	// which NewServer serves on a loopback port of its own when
+	// GatewayURL is empty. Defaults to one with its ledger in memory.
 	Gateway *Gateway
+	// GatewayURL is the base URL of the payment gateway's HTTP API
+	// (Gateway.ServeHTTP, POST /v1/refunds) that issue_refund pays
+	// through, forwarding the call's downstream key in Idempotency-Key
+	// (see GatewayClient). Defaults to "": NewServer serves Gateway on
+	// loopback and pays there. NewMCPGoServer and NewGoSDKServer need it.
+	GatewayURL string
 	// SDK is the MCP SDK that serves the tools: SDKMCPGo
 	// (github.com/mark3labs/mcp-go) or SDKGoSDK (the official Go SDK).
 	// Defaults to SDKMCPGo.
@@ -80,6 +88,17 @@ type Config struct {
 	// yet committed) and then waits for its request to end, so that a test
 	// can kill the process between the write and the commit.
 	HoldAfterWrite string
+	// HoldAfterPayment, when set, is fault injection for the crash tests:
+	// issue_refund writes this file once the gateway has refunded (the
+	// refund row not yet written) and then waits for its request to end,
+	// so that a test can kill the process between the payment and the
+	// local commit.
+	HoldAfterPayment string
+
+	// beforePayment, when set (by tests), runs in issue_refund's external
+	// phase just before the gateway's latency.
+	beforePayment func(ctx context.Context, orderID string)
+
 	// ConfirmAboveCents, when positive, puts a human gate on issue_refund
 	// (instrument.WithConfirmation): a refund of more than this many cents
 	// runs only after the user confirmed it through MCP elicitation
@@ -138,24 +157,27 @@ func refundQuestion(threshold int64) func(json.RawMessage) (string, error) {
 }
 
 func (cfg *Config) tools() *tools {
-	return &tools{db: cfg.DB, gw: cfg.Gateway, fast: orDefault(cfg.FastLatency, DefaultFastLatency), slow: orDefault(cfg.SlowLatency, DefaultSlowLatency),
-		export: orDefault(cfg.ExportDuration, DefaultExportDuration), holdFile: cfg.HoldAfterWrite}
+	return &tools{db: cfg.DB, gw: NewGatewayClient(cfg.GatewayURL), fast: orDefault(cfg.FastLatency, DefaultFastLatency), slow: orDefault(cfg.SlowLatency, DefaultSlowLatency),
+		export: orDefault(cfg.ExportDuration, DefaultExportDuration), holdFile: cfg.HoldAfterWrite, holdAfterPayment: cfg.HoldAfterPayment,
+		beforePayment: cfg.beforePayment}
 }
 
-// txMode is how issue_refund writes its row.
+// txMode is how issue_refund writes its row. In every mode the payment
+// runs outside any transaction, then the row commits in a short one.
 type txMode uint8
 
 const (
 	// txOwn: in a transaction of the desk's own, under the Guard's plain
-	// claim (the memory store), or without one (no Guard).
+	// claim (the memory store, or a store in another file: the outcome is
+	// recorded after the row commits), or without one (no Guard).
 	txOwn txMode = iota
-	// txSQLite and txPostgres: in the transaction of the store's DoInTx,
-	// with the claim and the outcome (the transactional handler form).
+	// txSQLite and txPostgres: in the store's transaction in which the
+	// outcome is recorded (the phased handler form, AddPhasedTool).
 	txSQLite
 	txPostgres
 )
 
-// txMode returns how issue_refund writes: in its claim's transaction when
+// txMode returns how issue_refund writes: with its recorded outcome when
 // the desk's database is the Guard's store's.
 func (cfg *Config) txMode() (txMode, error) {
 	if cfg.Guard == nil {
@@ -183,7 +205,8 @@ type Server struct {
 }
 
 // Close stops the server's background work (the tasks it runs: it waits
-// for them until ctx is done) and closes the default gateway ledger.
+// for them until ctx is done), then the payment gateway it serves, and
+// closes the default gateway ledger.
 func (s *Server) Close(ctx context.Context) error {
 	var errs []error
 	for _, c := range s.closers {
@@ -211,18 +234,29 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.DB == nil || cfg.TracerProvider == nil || cfg.MeterProvider == nil {
 		return nil, errors.New("refunds: Config needs DB, TracerProvider and MeterProvider")
 	}
-	srv := &Server{}
-	if cfg.Gateway == nil {
-		gw, err := OpenGateway(context.Background(), ":memory:")
-		if err != nil {
-			return nil, err
-		}
-		cfg.Gateway = gw
-		srv.closers = append(srv.closers, func(context.Context) error { return gw.Close() })
-	}
 	mode, err := cfg.txMode()
 	if err != nil {
 		return nil, err
+	}
+	srv := &Server{}
+	if cfg.GatewayURL == "" {
+		// The desk's own fake gateway, a real HTTP server on loopback:
+		// issue_refund pays over HTTP, as it would pay a provider.
+		if cfg.Gateway == nil {
+			gw, err := OpenGateway(context.Background(), ":memory:")
+			if err != nil {
+				return nil, err
+			}
+			cfg.Gateway = gw
+			srv.closers = append(srv.closers, func(context.Context) error { return gw.Close() })
+		}
+		url, stop, err := ServeGateway(cfg.Gateway)
+		if err != nil {
+			_ = srv.Close(context.Background())
+			return nil, err
+		}
+		cfg.GatewayURL = url
+		srv.closers = append([]func(context.Context) error{stop}, srv.closers...)
 	}
 	var jobs *idemjobs.Runner
 	if cfg.Guard != nil {
@@ -264,8 +298,8 @@ func NewMCPGoServer(cfg Config) (*server.MCPServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Gateway == nil {
-		return nil, errors.New("refunds: NewMCPGoServer needs Config.Gateway")
+	if cfg.GatewayURL == "" {
+		return nil, errors.New("refunds: NewMCPGoServer needs Config.GatewayURL (serve a Gateway with ServeGateway)")
 	}
 	s, _, err := newMCPGoServer(cfg, mode, nil)
 	return s, err
@@ -303,8 +337,8 @@ func NewGoSDKServer(cfg Config) (*mcp.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Gateway == nil {
-		return nil, errors.New("refunds: NewGoSDKServer needs Config.Gateway")
+	if cfg.GatewayURL == "" {
+		return nil, errors.New("refunds: NewGoSDKServer needs Config.GatewayURL (serve a Gateway with ServeGateway)")
 	}
 	return newGoSDKServer(cfg, mode, nil), nil
 }

@@ -2,13 +2,10 @@ package refunds
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"os"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit-mcp/idemkit/idemkit"
 	"github.com/idemkit-mcp/idemkit/instrument"
@@ -47,51 +44,78 @@ func toolError(format string, args ...any) answer {
 // tools holds the handlers' dependencies.
 type tools struct {
 	db         *DB
-	gw         *Gateway
+	gw         *GatewayClient // the payment gateway, over HTTP
 	fast, slow time.Duration
 	export     time.Duration // how long an export takes
 	holdFile   string        // see Config.HoldAfterWrite
+	// holdAfterPayment: see Config.HoldAfterPayment.
+	holdAfterPayment string
+	beforePayment    func(ctx context.Context, orderID string) // see Config
 }
 
-// issueRefund refunds amount cents of an order through the fake payment
-// gateway, for a call on session sessionID, and writes the refund row
-// through q: the transaction that also holds the call's idempotency claim
-// and records its outcome (the transactional handler form), so that the
-// row and the claim commit together or not at all. It forwards idemkit's
-// per-call idempotency key to the gateway (empty on a server without
-// idemkit), as the seed article recommends: the claim protects against
-// duplicate tool calls, the gateway's key against the window between the
-// gateway's refund and the commit (a process killed there leaves neither
-// row nor claim; the duplicate then runs once more, and the gateway answers
-// it with the refund it made). The arguments were validated against the
-// tool's schema (amount: a positive integer) before the call was claimed.
-func (t *tools) issueRefund(ctx context.Context, q querier, orderID string, amount int64, sessionID string) (answer, error) {
-	gatewayKey := idemkit.CallFromContext(ctx).IdempotencyKey()
-	if gatewayKey != "" {
+// payment is what issue_refund's external phase hands to its local
+// phase: the gateway's refund, or the answer to give instead.
+type payment struct {
+	// key is idemkit's per-call idempotency key, which the gateway
+	// client's downstream.Transport forwards in Idempotency-Key ("" on a
+	// server without idemkit: the request goes without one).
+	key string
+	// ref is the gateway's refund; replayed says that the gateway
+	// recognised the key and returned the refund it had made before.
+	ref      string
+	replayed bool
+	// existing is the refund row already written under key (see
+	// refundExternal); the local phase answers with it.
+	existing *Refund
+	// refusal, when set, is the answer: nothing was refunded.
+	refusal *answer
+}
+
+// refundExternal is issue_refund's external phase: it runs outside any
+// database transaction, so that neither a slow payment nor a slow
+// gateway holds anything another call or a read needs. It checks the
+// order (a read of the last committed state), then refunds through the
+// payment gateway's HTTP API, whose client (downstream.Transport) forwards
+// idemkit's per-call downstream key in Idempotency-Key, as the seed
+// article recommends: the claim protects against duplicate tool
+// calls, the gateway's key against the window between the payment and the
+// commit of the refund row (a process killed there leaves the call in
+// progress without a row; after the lease, the duplicate that takes it
+// over pays again with the same key, the gateway answers with the refund
+// it made, and the row is written once). The arguments were validated
+// against the tool's schema (amount: a positive integer) before the call
+// was claimed.
+func (t *tools) refundExternal(ctx context.Context, orderID string, amount int64) (payment, error) {
+	p := payment{key: idemkit.CallFromContext(ctx).IdempotencyKey()}
+	if p.key != "" {
 		// The desk's rows are keyed too: a row written under this key by
 		// an attempt whose outcome was not recorded (possible only where
-		// the claim is not in the row's transaction: the memory store) is
-		// the refund.
-		var r Refund
-		var created int64
-		err := q.row(ctx, `SELECT id, order_id, amount_cents, COALESCE(gateway_key, ''), gateway_ref, session_id, created_at FROM refunds WHERE gateway_key = ?`, gatewayKey).
-			Scan(&r.ID, &r.OrderID, &r.AmountCents, &r.GatewayKey, &r.GatewayRef, &r.SessionID, &created)
-		if err == nil {
-			instrument.RecordWrite(ctx, r.ID)
-			return refunded(r, true), nil
+		// the row does not commit with the outcome: the memory store, a
+		// store in a file of its own) is the refund.
+		r, ok, err := refundByKey(ctx, t.db.r(), p.key)
+		if err != nil {
+			return payment{}, err
 		}
-		if !errors.Is(err, sql.ErrNoRows) && !errors.Is(err, pgx.ErrNoRows) {
-			return answer{}, err
+		if ok {
+			p.existing = &r
+			return p, nil
 		}
 	}
-	order, err := checkRefund(ctx, q, orderID, amount)
+	order, err := checkRefund(ctx, t.db.r(), orderID, amount)
 	switch {
 	case errors.Is(err, ErrNoOrder):
-		return toolError("There is no order %s. Check the order ID.", orderID), nil
+		a := toolError("There is no order %s. Check the order ID.", orderID)
+		p.refusal = &a
+		return p, nil
 	case errors.Is(err, ErrOverRefund):
-		return toolError("Refund refused by the gateway: %v. Nothing was refunded.", err), nil
+		a := toolError("Refund refused by the gateway: %v. Nothing was refunded.", err)
+		p.refusal = &a
+		return p, nil
 	case err != nil:
-		return answer{}, err
+		return payment{}, err
+	}
+	if t.beforePayment != nil {
+		t.beforePayment(ctx, orderID)
 	}
 	latency := t.fast
 	if order.Gateway == SlowGateway {
@@ -99,19 +123,61 @@ func (t *tools) issueRefund(ctx context.Context, q querier, orderID string, amou
 	}
 	// The gateway's latency. A cancelled task stops here, before the
 	// gateway (a plain call's context is not cancelled by its client
-	// hanging up: see mcpgo.AddTxTool).
+	// hanging up: see mcpgo.AddPhasedTool).
 	select {
 	case <-ctx.Done():
-		return answer{}, fmt.Errorf("issue_refund: stopped before the gateway was called: %w", context.Cause(ctx))
+		return payment{}, fmt.Errorf("issue_refund: stopped before the gateway was called: %w", context.Cause(ctx))
 	case <-time.After(latency):
 	}
-	// The gateway is an external service: its refund does not roll back
-	// with the desk's transaction; its idempotency key deduplicates it.
-	ref, replayedByGateway, err := t.gw.Refund(context.WithoutCancel(ctx), gatewayKey, orderID, amount)
-	if err != nil {
-		return answer{}, fmt.Errorf("issue_refund: gateway: %w", err)
+	// The request's context keeps the call (downstream.Transport reads
+	// its key there) without its cancellation: a payment once sent is
+	// waited for, bounded by the client's timeout.
+	ref, replayed, err := t.gw.Refund(context.WithoutCancel(ctx), orderID, amount, order.TotalCents)
+	if errors.Is(err, ErrChargeRefunded) || errors.Is(err, ErrKeyReused) {
+		a := toolError("Refund refused by the gateway: %v. Nothing was refunded.", err)
+		p.refusal = &a
+		return p, nil
 	}
-	r := Refund{ID: newRefundID(), OrderID: orderID, AmountCents: amount, GatewayKey: gatewayKey, GatewayRef: ref, SessionID: sessionID, CreatedAt: time.Now()}
+	if err != nil {
+		return payment{}, fmt.Errorf("issue_refund: gateway: %w", err)
+	}
+	p.ref, p.replayed = ref, replayed
+	if t.holdAfterPayment != "" {
+		// Fault injection for the crash tests: the gateway has refunded,
+		// the row is not written; stay here until the process is killed.
+		if err := os.WriteFile(t.holdAfterPayment, []byte(ref), 0o644); err != nil {
+			return payment{}, err
+		}
+		<-ctx.Done()
+		return payment{}, ctx.Err()
+	}
+	return p, nil
+}
+
+// refundLocal is issue_refund's local phase: it writes the refund row of
+// payment p through q, a short transaction (with idemkit's SQL stores, the
+// one in which the call's outcome is recorded, so that the row and the
+// outcome commit together or not at all), and returns the tool's answer.
+func (t *tools) refundLocal(ctx context.Context, q querier, orderID string, amount int64, sessionID string, p payment) (answer, error) {
+	if p.refusal != nil {
+		return *p.refusal, nil
+	}
+	if p.existing == nil && p.key != "" {
+		// Committed since the external phase looked (by an attempt whose
+		// lease ran out, where rows do not commit with outcomes).
+		r, ok, err := refundByKey(ctx, q, p.key)
+		if err != nil {
+			return answer{}, err
+		}
+		if ok {
+			p.existing = &r
+		}
+	}
+	if p.existing != nil {
+		instrument.RecordWrite(ctx, p.existing.ID)
+		return refunded(*p.existing, true), nil
+	}
+	r := Refund{ID: newRefundID(), OrderID: orderID, AmountCents: amount, GatewayKey: p.key, GatewayRef: p.ref, SessionID: sessionID, CreatedAt: time.Now()}
 	if err := insertRefund(ctx, q, r); err != nil {
 		return answer{}, fmt.Errorf("issue_refund: write the refund: %w", err)
 	}
@@ -125,7 +191,7 @@ func (t *tools) issueRefund(ctx context.Context, q querier, orderID string, amou
 		return answer{}, ctx.Err()
 	}
 	instrument.RecordWrite(ctx, r.ID)
-	return refunded(r, replayedByGateway), nil
+	return refunded(r, p.replayed), nil
 }
 
 // refunded is issue_refund's answer for refund r.

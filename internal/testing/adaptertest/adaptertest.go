@@ -75,6 +75,10 @@ type Config struct {
 	// (AddTxTool) on TxRunner, which is the Guard's store.
 	TxTools  []TxTool
 	TxRunner instrument.TxRunner[*sql.Tx]
+	// PhasedTools are registered with the adapter's phased handler form
+	// (AddPhasedTool) on PhasedRunner, which is the Guard's store.
+	PhasedTools  []PhasedTool
+	PhasedRunner instrument.PhasedRunner[*sql.Tx]
 	// Prompts and Resources are registered with trivial handlers.
 	Prompts   []string
 	Resources []string
@@ -106,6 +110,15 @@ type Tool struct {
 type TxTool struct {
 	Name string
 	Run  func(ctx context.Context, tx *sql.Tx, args map[string]any) (Result, error)
+}
+
+// PhasedTool describes a phased tool: External runs outside any
+// transaction and its result goes to Local, which makes the tool's writes
+// through tx.
+type PhasedTool struct {
+	Name     string
+	External func(ctx context.Context, args map[string]any) (any, error)
+	Local    func(ctx context.Context, tx *sql.Tx, args map[string]any, ext any) (Result, error)
 }
 
 // TaskHarness is implemented by a Harness that says how its front end

@@ -69,6 +69,8 @@ type setup struct {
 	tasks     bool
 	txTools   []TxTool
 	txRunner  instrument.TxRunner[*sql.Tx]
+	phased    []PhasedTool
+	phRunner  instrument.PhasedRunner[*sql.Tx]
 	prompts   []string
 	resources []string
 	// httpLimits and readTimeout: see Config.
@@ -120,6 +122,7 @@ func start(t *testing.T, h Harness, s setup) *rig {
 		Transport: s.transport, Guard: r.guard, Options: opts, Bearer: s.bearer,
 		Tools: s.tools, JobTools: s.jobTools, Jobs: r.jobs, Prompts: s.prompts, Resources: s.resources,
 		Tasks: s.tasks, TxTools: s.txTools, TxRunner: s.txRunner,
+		PhasedTools: s.phased, PhasedRunner: s.phRunner,
 		HTTPLimits: s.httpLimits, ReadTimeout: s.readTimeout,
 	})
 	return r

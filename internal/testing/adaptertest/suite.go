@@ -48,6 +48,7 @@ func Run(t *testing.T, h Harness) {
 		{"CallStatusTool_AnswersTheCallersOwnRecordWithoutClaiming", testCallStatus},
 		{"Tasks_DuplicatesShareOneDurableTask", testTasks},
 		{"TxTool_ClaimWritesAndOutcomeCommitTogether", testTxTool},
+		{"PhasedTool_ExternalOutsideAnyTransactionThenWritesAndOutcomeTogether", testPhasedTool},
 		{"MalformedInput_IsRejectedAndRunsNothing", testMalformed},
 		{"KeyArgument_IsStrippedBeforeStrictSchemasAndHandlers", testKeyStripped},
 		{"SpanShape_PerMethodAndErrorClass", testSpanShape},
