@@ -292,13 +292,13 @@ func (t tracerAdapter) Start(ctx context.Context, name string, kind tracing.Span
 	r.Transport = transportOf(ctx, session)
 	r.SessionID = sessionIDOf(session)
 	ctx, op := m.in.Start(ctx, &r)
-	return ctx, opSpan{m, op}
+	return ctx, opSpan{op}
 }
 
 // opSpan is the tracing.Span mcp-go ends when the request's response is
-// ready.
+// ready. It holds one pointer, so that it is stored in the interface
+// without an allocation of its own.
 type opSpan struct {
-	m  *Instrumentation
 	op *mcpcall.Op
 }
 
@@ -308,7 +308,7 @@ func (opSpan) RecordError(error)                  {}
 // SetStatus receives the message of an error response. A response whose
 // code no hook reported is mcp-go's answer to an unknown method.
 func (s opSpan) SetStatus(code tracing.StatusCode, description string) {
-	if slot := s.m.slotOf(s.op); slot != nil && slot.isAnswered() {
+	if slot := taskSlotFrom(s.op); slot != nil && slot.isAnswered() {
 		return // the adapter's answer replaces mcp-go's
 	}
 	if code == tracing.StatusError && !s.op.ErrorRecorded() {

@@ -68,20 +68,22 @@ type Op struct {
 	in    *Instrumenter
 	start time.Time
 	span  trace.Span
-	rec   bool
 	ta    *targetAttrs // the request's target's attributes
 	ta0   *targetAttrs // those the span started with
 
-	req       Request
-	toolError bool     // RecordToolError
-	panicked  bool     // RecordPanic
-	errSet    bool     // RecordError
-	errRes    Response // RecordError
+	req    Request
+	errRes Response // RecordError
 
 	call  callFacts // tools/call: what CallTool decided
 	state callState // what handlers reach through the context
 
-	ended bool
+	// The flags side by side: an Op is allocated for every request, and
+	// together they keep it in a smaller size class (768 bytes, not 896).
+	rec       bool
+	toolError bool // RecordToolError
+	panicked  bool // RecordPanic
+	errSet    bool // RecordError
+	ended     bool
 }
 
 type opKeyCtx struct{}

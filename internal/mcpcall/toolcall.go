@@ -84,25 +84,28 @@ type ProgressSender interface {
 // callFacts is what CallTool decided about a call, for the span and the
 // metrics. Each field is written in one place.
 type callFacts struct {
-	ran            bool // CallTool ran on this Op
-	args           []byte
-	key            idemkit.Key
-	scope          Scope
+	args         []byte
+	key          idemkit.Key
+	scope        Scope
+	bypass       string
+	refusal      string
+	attempt      int
+	writeID      string
+	claimTime    time.Duration
+	finishErr    error
+	finishReason string
+	resultAttr   string
+	confirm      string // the human gate's answer (ConfirmationAttr)
+
+	// The small fields side by side, which keeps the Op that holds them
+	// in a smaller size class.
 	outcome        outcome
-	bypass         string
-	refusal        string
-	attempt        int
-	writeID        string
+	ran            bool // CallTool ran on this Op
 	claimed        bool
-	claimTime      time.Duration
 	recorded       bool // the answer was stored (or needs no storing)
 	isError        bool
-	finishErr      error
-	finishReason   string
 	inputRequested bool
 	continuation   bool
-	resultAttr     string
-	confirm        string // the human gate's answer (ConfirmationAttr)
 }
 
 // errNeedsInput marks a result that asks the client for more input: the
