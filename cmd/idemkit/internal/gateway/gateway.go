@@ -8,7 +8,10 @@
 // The gateway keeps its own MCP sessions, each mapped to one upstream
 // session (for a stdio upstream, one process). Session IDs are random and
 // only the IDs the gateway issued are accepted, so a session is something a
-// caller has, not something it names. Request IDs are rewritten on the way
+// caller has, not something it names; a session is also bound to the
+// subject that initialized it (or to none), and a request on it from
+// another subject is answered as for an unknown session (HTTP 404), so
+// that a stolen session ID serves no other caller. Request IDs are rewritten on the way
 // up, so that the gateway's own requests (tools/list, to learn annotations)
 // and a client's duplicates never collide on the upstream session, and
 // restored on the way down. Messages the upstream sends before an answer
@@ -423,6 +426,20 @@ func authorizationSubject(v string) string {
 	return strings.ToLower(scheme) + ":" + hex.EncodeToString(sum[:])
 }
 
+// ownerOf is what a session records of the subject that initialized it,
+// and what every later request on it must match (serve.go's lookup): the
+// SHA-256 of the subject, or of "none" for a caller without one (the
+// subject, when there is one, is prefixed, so that no subject header value
+// can be taken for "none"). Without a subject header (SubjectHeader "-")
+// every request has no subject: the session ID alone grants the session,
+// as it scopes its calls.
+func ownerOf(subject string) [sha256.Size]byte {
+	if subject == "" {
+		return sha256.Sum256([]byte("none"))
+	}
+	return sha256.Sum256([]byte("subject:" + subject))
+}
+
 // session is one of the gateway's MCP sessions and its upstream session.
 type session struct {
 	g     *Gateway
@@ -430,6 +447,7 @@ type session struct {
 	conn  Conn
 	local bool // stdio: one client
 	start time.Time
+	owner [sha256.Size]byte // ownerOf the initializing caller's subject (HTTP)
 
 	nextID   atomic.Int64
 	lastUsed atomic.Int64 // Unix ns

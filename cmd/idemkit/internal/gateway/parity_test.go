@@ -113,7 +113,11 @@ func parityClient(t *testing.T, url, token string) *client.Client {
 	t.Helper()
 	var opts []transport.StreamableHTTPCOption
 	if token != "" {
-		opts = append(opts, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
+		// On every request, the closing DELETE included: mcp-go's client
+		// sends its WithHTTPHeaders on its other requests only, and the
+		// gateway refuses a request on a session whose subject differs
+		// from its initialize's (session binding).
+		opts = append(opts, transport.WithHTTPBasicClient(&http.Client{Transport: withAuthorization{"Bearer " + token}}))
 	}
 	c, err := client.NewStreamableHttpClient(url, opts...)
 	if err != nil {
@@ -130,6 +134,15 @@ func parityClient(t *testing.T, url, token string) *client.Client {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// withAuthorization is an http.RoundTripper that sets Authorization.
+type withAuthorization struct{ value string }
+
+func (a withAuthorization) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", a.value)
+	return http.DefaultTransport.RoundTrip(r)
 }
 
 // exercise makes the same requests to a server at url: every method the

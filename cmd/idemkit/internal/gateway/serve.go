@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -171,7 +172,14 @@ func writeJSONRPCError(w http.ResponseWriter, status int, id json.RawMessage, co
 }
 
 // lookup finds the session a request names. It answers the client itself
-// (400 or 404) and returns nil when there is none.
+// (400 or 404) and returns nil when there is none, or when the request's
+// subject is not the one that initialized the session (session
+// hijacking: a stolen or guessed session ID, a credential dropped or
+// added, another caller's credential). That request gets the very answer
+// an unknown session gets, so a prober learns nothing of which IDs exist,
+// and nothing of it reaches the session: it is not forwarded, not
+// attached to the session's streams, and its answer to a question (the
+// upstream's or the gateway's own) is not delivered.
 func (g *Gateway) lookup(w http.ResponseWriter, r *http.Request) *session {
 	sid := r.Header.Get("Mcp-Session-Id")
 	if sid == "" {
@@ -182,6 +190,13 @@ func (g *Gateway) lookup(w http.ResponseWriter, r *http.Request) *session {
 	g.mu.Lock()
 	s := g.sessions[sid]
 	g.mu.Unlock()
+	if s != nil {
+		if owner := ownerOf(g.subject(r.Header)); subtle.ConstantTimeCompare(owner[:], s.owner[:]) != 1 {
+			g.log.Warn("refused a request on a session that another subject initialized (answered as an unknown session)",
+				"session", s.logID(), "method", r.Method)
+			s = nil
+		}
+	}
 	if s == nil {
 		writeJSONRPCError(w, http.StatusNotFound, nil, codeInvalidRequest,
 			"Session not found: it ended, expired or was never issued by this gateway. Start a new session with an initialize request.")
@@ -300,6 +315,7 @@ func (g *Gateway) initializeHTTP(w http.ResponseWriter, r *http.Request, msg *Me
 		return
 	}
 	s.release = release
+	s.owner = ownerOf(subject)
 	// The header goes out with the first byte of the answer, which may be
 	// an SSE stream's.
 	w.Header().Set("Mcp-Session-Id", s.id)
