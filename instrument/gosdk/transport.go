@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -183,7 +184,13 @@ func (c *idConn) Close() error {
 // opts.Stateless, the SDK only accepts the session IDs it issued (404 for
 // an unknown or terminated one), so calls without a subject may be scoped
 // by their session: a stranger presenting another client's session ID is
-// refused before any tool runs.
+// refused before any tool runs. Each session is also bound to the subject
+// the instrumentation's WithSubject function names for the HTTP request
+// that initialized it (called with a request whose Extra carries that HTTP
+// request's verified token and headers; "none" when it names no one): a
+// later request whose subject differs gets 404, as for an unknown session,
+// before the SDK sees it (the SDK's own check, 403 "session user mismatch",
+// covers only a session initialized with a token).
 //
 // The limits: at most MaxSessions sessions at once (a request that would
 // open another gets HTTP 503 and a JSON-RPC error saying so), each closed
@@ -233,7 +240,33 @@ func NewStreamableHTTPHandler(getServer func(*http.Request) *mcp.Server, opts *m
 			return nil
 		},
 		WatchDelete: true,
+		Subject: func(r *http.Request) string {
+			return httpSubject(getServer, r)
+		},
 	}
+}
+
+// httpSubject is the subject of an HTTP request as the instrumentation's
+// WithSubject function names it, for binding sessions to it: the function
+// is called with a request whose Extra carries what the SDK gives a
+// request of this HTTP request (its verified token, its headers). A
+// function that names no one there (it reads another part of a request)
+// names no one on every request, which binds nothing.
+func httpSubject(getServer func(*http.Request) *mcp.Server, r *http.Request) string {
+	s := getServer(r)
+	if s == nil {
+		return ""
+	}
+	m, ok := servers.Load(s)
+	if !ok {
+		return ""
+	}
+	subject := m.in.Config().Subject
+	if subject == nil {
+		return ""
+	}
+	req := &mcp.ServerRequest[*mcp.InitializeParams]{Extra: &mcp.RequestExtra{TokenInfo: auth.TokenInfoFromContext(r.Context()), Header: r.Header}}
+	return subject(context.WithValue(r.Context(), requestKey{}, mcp.Request(req)))
 }
 
 // HTTPOption configures NewStreamableHTTPHandler beyond the SDK's own

@@ -35,7 +35,13 @@ type httpInfo struct {
 // scope the keys of calls without a subject by their session: a stranger
 // who presents another client's session ID is refused before any tool
 // runs, never replayed that client's results. A terminated session leaves
-// nothing behind.
+// nothing behind. Each session is bound to the subject the
+// instrumentation's WithSubject function names for the HTTP request that
+// initialized it (called with that request's context, where
+// RequireBearerToken and other HTTP middleware put the caller; "none" when
+// it names no one): a later request whose subject differs (a stolen
+// session ID with another caller's token, a credential dropped or added)
+// gets 404, as for an unknown session, before mcp-go sees it.
 //
 // The limits: at most MaxSessions sessions at once (a request that would
 // open another gets HTTP 503 and a JSON-RPC error saying so), each ended
@@ -64,6 +70,15 @@ func NewStreamableHTTPHandler(s *server.MCPServer, opts ...server.StreamableHTTP
 		Sessions:  sessions.Sessions,
 		ReadsBody: true, // mcp-go reads any body whole
 		StrictGET: true, // mcp-go opens a session for a GET without one, and serves a GET with any ID
+		Subject: func(r *http.Request) string {
+			// The WithSubject function, on the HTTP request's context (where
+			// RequireBearerToken and other HTTP middleware put the caller).
+			m := instrumentationOf(s)
+			if m == nil || m.in.Config().Subject == nil {
+				return ""
+			}
+			return m.in.Config().Subject(r.Context())
+		},
 	}
 }
 

@@ -7,6 +7,8 @@ package httplimit
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -89,9 +91,11 @@ type Sessions struct {
 }
 
 type session struct {
-	refs int       // requests of the session being served
-	last time.Time // when the last one ended (or the session opened)
-	end  func()    // ends it; nil: Sessions.end
+	refs  int       // requests of the session being served
+	last  time.Time // when the last one ended (or the session opened)
+	end   func()    // ends it; nil: Sessions.end
+	owner [sha256.Size]byte
+	bound bool // owner is set (Handler.Subject)
 }
 
 // NewSessions returns a session count under l's MaxSessions and
@@ -126,8 +130,51 @@ func (s *Sessions) Release() {
 func (s *Sessions) Add(id string, end func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.live[id] = &session{last: time.Now(), end: end}
+	if ss := s.live[id]; ss != nil {
+		ss.end = end // bound before it was added: keep its owner
+	} else {
+		s.live[id] = &session{last: time.Now(), end: end}
+	}
 	s.armLocked()
+}
+
+// Owner is what a session records of the subject of the request that
+// opened it, and what every later request's must match: the SHA-256 of
+// the subject, or of "none" without one (a subject is prefixed, so that
+// none can be taken for "none").
+func Owner(subject string) [sha256.Size]byte {
+	if subject == "" {
+		return sha256.Sum256([]byte("none"))
+	}
+	return sha256.Sum256([]byte("subject:" + subject))
+}
+
+// bind records owner as the owner of the session id, adding it when it is
+// not known yet (its Add comes later).
+func (s *Sessions) bind(id string, owner [sha256.Size]byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss := s.live[id]
+	if ss == nil {
+		ss = &session{last: time.Now()}
+		s.live[id] = ss
+		s.armLocked()
+	}
+	ss.owner, ss.bound = owner, true
+}
+
+// owns reports whether owner owns the session id, comparing in constant
+// time; a session not bound yet is no one's.
+func (s *Sessions) owns(id string, owner [sha256.Size]byte) bool {
+	s.mu.Lock()
+	ss := s.live[id]
+	var o [sha256.Size]byte
+	bound := ss != nil && ss.bound
+	if bound {
+		o = ss.owner
+	}
+	s.mu.Unlock()
+	return subtle.ConstantTimeCompare(o[:], owner[:]) == 1 && bound
 }
 
 // Remove forgets the session id (it ended), and reports whether it was
@@ -247,6 +294,12 @@ type Handler struct {
 	// before Next sees it (for an SDK that opens a session for such a GET
 	// without validating it).
 	StrictGET bool
+	// Subject, when set, binds each session to the subject of the request
+	// that opened it (Owner, recorded before the first byte of its answer):
+	// a later request on it whose subject differs (a stolen or guessed
+	// session ID, a credential dropped or added) gets the SDK's 404 for an
+	// unknown session and never reaches Next.
+	Subject func(r *http.Request) string
 }
 
 // ServeHTTP implements http.Handler.
@@ -266,6 +319,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer h.Sessions.done(id)
+		if h.Subject != nil && !h.Sessions.owns(id, Owner(h.Subject(r))) {
+			// As for an unknown session: a prober learns nothing.
+			http.Error(w, "session not found", http.StatusNotFound)
+			return
+		}
 		if r.Method == http.MethodDelete && h.WatchDelete {
 			sw := &StatusWriter{ResponseWriter: w}
 			h.Next.ServeHTTP(sw, r)
@@ -280,11 +338,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer h.Sessions.Release()
-		h.Next.ServeHTTP(w, r)
+		var bw *bindingWriter
+		if h.Subject != nil {
+			bw = &bindingWriter{StatusWriter: StatusWriter{ResponseWriter: w}, sessions: h.Sessions, owner: Owner(h.Subject(r))}
+			h.Next.ServeHTTP(bw, r)
+		} else {
+			h.Next.ServeHTTP(w, r)
+		}
 		if h.Opened != nil {
 			if id := w.Header().Get(SessionHeader); id != "" {
 				if end := h.Opened(r, id); end != nil {
 					h.Sessions.Add(id, end)
+				} else if bw != nil && bw.bound {
+					h.Sessions.Remove(id) // bound, but it did not last
 				}
 			}
 		}
@@ -405,3 +471,38 @@ func (w *StatusWriter) Flush() {
 
 // Unwrap lets http.ResponseController reach the connection.
 func (w *StatusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// bindingWriter binds the session a response opens to owner before the
+// first byte of the response leaves, so that no request on it (the
+// client's next, or anyone's) comes before its owner is known.
+type bindingWriter struct {
+	StatusWriter
+	sessions *Sessions
+	owner    [sha256.Size]byte
+	bound    bool
+}
+
+func (w *bindingWriter) bind() {
+	if w.Status != 0 || w.bound {
+		return
+	}
+	if id := w.Header().Get(SessionHeader); id != "" {
+		w.sessions.bind(id, w.owner)
+		w.bound = true
+	}
+}
+
+func (w *bindingWriter) WriteHeader(code int) {
+	w.bind()
+	w.StatusWriter.WriteHeader(code)
+}
+
+func (w *bindingWriter) Write(b []byte) (int, error) {
+	w.bind()
+	return w.StatusWriter.Write(b)
+}
+
+func (w *bindingWriter) Flush() {
+	w.bind()
+	w.StatusWriter.Flush()
+}

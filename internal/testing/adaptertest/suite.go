@@ -40,6 +40,7 @@ func Run(t *testing.T, h Harness) {
 		{"Subjects_ProtectCallsWithoutValidatedSessions", testSubjectsWithoutSessions},
 		{"Sessions_ScopeCallsWithoutASubject", testSessions},
 		{"Sessions_AStrangerWithAnotherClientsSessionIDGetsNoStoredResult", testStranger},
+		{"Sessions_BoundToTheSubjectThatInitializedThem", testSessionBinding},
 		{"FailClosed_UnidentifiedCallersAreRefusedWithALogLinePerTool", testUnscopedRefused},
 		{"FailClosed_OptIns", testUnscopedOptIns},
 		{"RequestIDs_EachSpanCarriesItsCallsIDUnderConcurrency", testRequestIDs},
