@@ -461,15 +461,27 @@ func TestGateway_SessionRules(t *testing.T) {
 		t.Errorf("ping with a string ID: %d %s", resp.StatusCode, body)
 	}
 
-	req, _ := http.NewRequest(http.MethodDelete, gw.URL, nil)
-	req.Header.Set("Mcp-Session-Id", sid)
-	dresp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	// The session is bound to its initialize's caller: a request with
+	// another credential, or none, is answered as for an unknown session.
+	for _, auth := range []string{"Bearer other", ""} {
+		if resp, body = post(t, gw.URL, sid, list, "Authorization", auth); resp.StatusCode != http.StatusNotFound || strings.Contains(body, "issue_refund") {
+			t.Errorf("tools/list on the session with Authorization %q: %d %s, want 404", auth, resp.StatusCode, body)
+		}
 	}
-	dresp.Body.Close()
-	if dresp.StatusCode != http.StatusOK {
-		t.Errorf("DELETE: %d", dresp.StatusCode)
+	for _, auth := range []string{"Bearer other", "", "Bearer raw"} {
+		req, _ := http.NewRequest(http.MethodDelete, gw.URL, nil)
+		req.Header.Set("Mcp-Session-Id", sid)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		dresp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dresp.Body.Close()
+		if want := map[bool]int{true: http.StatusOK, false: http.StatusNotFound}[auth == "Bearer raw"]; dresp.StatusCode != want {
+			t.Errorf("DELETE with Authorization %q: %d, want %d", auth, dresp.StatusCode, want)
+		}
 	}
 	resp, body = post(t, gw.URL, sid, list)
 	if resp.StatusCode != http.StatusNotFound {

@@ -190,7 +190,9 @@ func (c *idConn) Close() error {
 // request's verified token and headers; "none" when it names no one): a
 // later request whose subject differs gets 404, as for an unknown session,
 // before the SDK sees it (the SDK's own check, 403 "session user mismatch",
-// covers only a session initialized with a token).
+// covers only a session initialized with a token). For this getServer is
+// called on every request of a session too, to find its instrumentation:
+// it should return its server cheaply.
 //
 // The limits: at most MaxSessions sessions at once (a request that would
 // open another gets HTTP 503 and a JSON-RPC error saying so), each closed
