@@ -298,8 +298,23 @@ type Handler struct {
 	// that opened it (Owner, recorded before the first byte of its answer):
 	// a later request on it whose subject differs (a stolen or guessed
 	// session ID, a credential dropped or added) gets the SDK's 404 for an
-	// unknown session and never reaches Next.
+	// unknown session and never reaches Next. One exception: a DELETE
+	// that carries no credential at all (Subject returns "") may end any
+	// session, because mcp-go's client (v1.2.1) sends its closing DELETE
+	// without the headers it sends on every other request; ending a
+	// session reveals nothing and runs nothing, and without it every such
+	// client's session would hold its slot until the idle timeout. A
+	// DELETE with another caller's credential is refused.
 	Subject func(r *http.Request) string
+}
+
+// mayUse reports whether r may use the session id under Subject's binding.
+func (h *Handler) mayUse(r *http.Request, id string) bool {
+	subject := h.Subject(r)
+	if subject == "" && r.Method == http.MethodDelete {
+		return true
+	}
+	return h.Sessions.owns(id, Owner(subject))
 }
 
 // ServeHTTP implements http.Handler.
@@ -319,7 +334,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer h.Sessions.done(id)
-		if h.Subject != nil && !h.Sessions.owns(id, Owner(h.Subject(r))) {
+		if h.Subject != nil && !h.mayUse(r, id) {
 			// As for an unknown session: a prober learns nothing.
 			http.Error(w, "session not found", http.StatusNotFound)
 			return

@@ -179,7 +179,9 @@ func writeJSONRPCError(w http.ResponseWriter, status int, id json.RawMessage, co
 // an unknown session gets, so a prober learns nothing of which IDs exist,
 // and nothing of it reaches the session: it is not forwarded, not
 // attached to the session's streams, and its answer to a question (the
-// upstream's or the gateway's own) is not delivered.
+// upstream's or the gateway's own) is not delivered. The one exception is
+// a DELETE without any credential, which may end the session (the
+// README's "Session binding").
 func (g *Gateway) lookup(w http.ResponseWriter, r *http.Request) *session {
 	sid := r.Header.Get("Mcp-Session-Id")
 	if sid == "" {
@@ -191,7 +193,11 @@ func (g *Gateway) lookup(w http.ResponseWriter, r *http.Request) *session {
 	s := g.sessions[sid]
 	g.mu.Unlock()
 	if s != nil {
-		if owner := ownerOf(g.subject(r.Header)); subtle.ConstantTimeCompare(owner[:], s.owner[:]) != 1 {
+		subject := g.subject(r.Header)
+		// A DELETE without any credential may end the session: mcp-go's
+		// client (v1.2.1) sends its closing DELETE without the headers of
+		// its other requests. Ending reveals nothing and runs nothing.
+		if owner := ownerOf(subject); !(subject == "" && r.Method == http.MethodDelete) && subtle.ConstantTimeCompare(owner[:], s.owner[:]) != 1 {
 			g.log.Warn("refused a request on a session that another subject initialized (answered as an unknown session)",
 				"session", s.logID(), "method", r.Method)
 			s = nil
