@@ -3,6 +3,8 @@ package idemkit
 import (
 	"bytes"
 	"unicode/utf8"
+
+	"github.com/idemkit-mcp/idemkit/internal/argpolicy"
 )
 
 // isCanonical reports whether doc is already in RFC 8785 canonical form,
@@ -66,13 +68,13 @@ func caseVariants(b []byte, i int) bool {
 	n := 0
 	i++ // '{'
 	for i < len(b) && b[i] == '"' {
-		end := skipString(b, i)
+		end := argpolicy.SkipString(b, i)
 		if n == maxFastMembers {
 			return true
 		}
 		names[n] = b[i+1 : end-1]
 		n++
-		i = skipValue(b, end+1) // past ':'
+		i = argpolicy.SkipValue(b, end+1) // past ':'
 		if i < len(b) && b[i] == ',' {
 			i++
 		}

@@ -451,8 +451,8 @@ func stripCanonical(canon []byte, field string, exclude []string) ([]byte, *stri
 	)
 	for pos < len(canon) && canon[pos] != '}' {
 		start := pos
-		nameEnd := skipString(canon, pos)
-		valueEnd := skipValue(canon, nameEnd+1)
+		nameEnd := argpolicy.SkipString(canon, pos)
+		valueEnd := argpolicy.SkipValue(canon, nameEnd+1)
 		if nameEnd < 0 || valueEnd < 0 || canon[nameEnd] != ':' {
 			return nil, nil, fmt.Errorf("unexpected canonical form at offset %d", pos)
 		}
@@ -543,61 +543,6 @@ func jsonString(v []byte) (string, error) {
 	var s string
 	err := json.Unmarshal(v, &s)
 	return s, err
-}
-
-// skipString returns the offset just past the JSON string starting at
-// b[i] ('"'), or -1.
-func skipString(b []byte, i int) int {
-	if i >= len(b) || b[i] != '"' {
-		return -1
-	}
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return -1
-}
-
-// skipValue returns the offset just past the canonical JSON value starting
-// at b[i], or -1.
-func skipValue(b []byte, i int) int {
-	if i >= len(b) {
-		return -1
-	}
-	depth := 0
-	for i < len(b) {
-		switch c := b[i]; c {
-		case '"':
-			i = skipString(b, i)
-			if i < 0 {
-				return -1
-			}
-			if depth == 0 {
-				return i
-			}
-			continue
-		case '{', '[':
-			depth++
-		case '}', ']':
-			if depth == 0 {
-				return i
-			}
-			depth--
-			if depth == 0 {
-				return i + 1
-			}
-		case ',':
-			if depth == 0 {
-				return i
-			}
-		}
-		i++
-	}
-	return -1
 }
 
 func truncate(b []byte, n int) string {

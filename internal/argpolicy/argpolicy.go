@@ -285,7 +285,7 @@ type step struct {
 // returns the offset after it.
 func (w *walker) value(i int, nodes []*node) (int, error) {
 	if len(nodes) == 0 {
-		end := skipValue(w.doc, i)
+		end := SkipValue(w.doc, i)
 		if end < 0 {
 			return 0, fmt.Errorf("argpolicy: unexpected canonical form at offset %d", i)
 		}
@@ -314,7 +314,7 @@ func (w *walker) object(i int, nodes []*node) (int, error) {
 	first := true
 	i++
 	for i < len(w.doc) && w.doc[i] != '}' {
-		nameEnd := skipString(w.doc, i)
+		nameEnd := SkipString(w.doc, i)
 		if nameEnd < 0 || nameEnd >= len(w.doc) || w.doc[nameEnd] != ':' {
 			return 0, fmt.Errorf("argpolicy: unexpected canonical form at offset %d", i)
 		}
@@ -332,7 +332,7 @@ func (w *walker) object(i int, nodes []*node) (int, error) {
 		}
 		var end int
 		if excluded {
-			end = skipValue(w.doc, nameEnd+1)
+			end = SkipValue(w.doc, nameEnd+1)
 			if end < 0 {
 				return 0, fmt.Errorf("argpolicy: unexpected canonical form at offset %d", nameEnd+1)
 			}
@@ -386,7 +386,7 @@ func (w *walker) array(i int, nodes []*node) (int, error) {
 			err error
 		)
 		if excluded {
-			end = skipValue(w.doc, i)
+			end = SkipValue(w.doc, i)
 			if end < 0 {
 				return 0, fmt.Errorf("argpolicy: unexpected canonical form at offset %d", i)
 			}
@@ -417,7 +417,7 @@ func (w *walker) array(i int, nodes []*node) (int, error) {
 
 // round writes the truncated instant of the timestamp at doc[i].
 func (w *walker) round(i int, n *node) (int, error) {
-	end := skipValue(w.doc, i)
+	end := SkipValue(w.doc, i)
 	if end < 0 {
 		return 0, fmt.Errorf("argpolicy: unexpected canonical form at offset %d", i)
 	}
@@ -506,9 +506,9 @@ func decodeName(quoted []byte) ([]byte, error) {
 	return append([]byte{}, s...), err
 }
 
-// skipString returns the offset just past the JSON string starting at
+// SkipString returns the offset just past the JSON string starting at
 // b[i] ('"'), or -1.
-func skipString(b []byte, i int) int {
+func SkipString(b []byte, i int) int {
 	if i >= len(b) || b[i] != '"' {
 		return -1
 	}
@@ -523,9 +523,9 @@ func skipString(b []byte, i int) int {
 	return -1
 }
 
-// skipValue returns the offset just past the canonical JSON value starting
+// SkipValue returns the offset just past the canonical JSON value starting
 // at b[i], or -1.
-func skipValue(b []byte, i int) int {
+func SkipValue(b []byte, i int) int {
 	if i >= len(b) {
 		return -1
 	}
@@ -533,7 +533,7 @@ func skipValue(b []byte, i int) int {
 	for i < len(b) {
 		switch c := b[i]; c {
 		case '"':
-			i = skipString(b, i)
+			i = SkipString(b, i)
 			if i < 0 {
 				return -1
 			}

@@ -163,18 +163,31 @@ func (s *Sessions) bind(id string, owner [sha256.Size]byte) {
 	ss.owner, ss.bound = owner, true
 }
 
-// owns reports whether owner owns the session id, comparing in constant
-// time; a session not bound yet is no one's.
-func (s *Sessions) owns(id string, owner [sha256.Size]byte) bool {
+// owner returns the owner of the session id and whether it is bound.
+func (s *Sessions) owner(id string) (owner [sha256.Size]byte, bound bool) {
 	s.mu.Lock()
-	ss := s.live[id]
-	var o [sha256.Size]byte
-	bound := ss != nil && ss.bound
-	if bound {
-		o = ss.owner
+	defer s.mu.Unlock()
+	if ss := s.live[id]; ss != nil && ss.bound {
+		return ss.owner, true
 	}
-	s.mu.Unlock()
-	return subtle.ConstantTimeCompare(o[:], owner[:]) == 1 && bound
+	return owner, false
+}
+
+// MayUse reports whether a request with method and subject may use a
+// session that owner owns (Owner of the subject of the request that
+// opened it), comparing in constant time. The one exception to a match: a
+// DELETE without any credential (subject "") may end any session,
+// because mcp-go's client (v1.2.1) sends its closing DELETE without the
+// headers it sends on every other request; ending a session reveals
+// nothing and runs nothing, and without it every such client's session
+// would hold its slot until the idle timeout. The idemkit gateway applies
+// the same rule.
+func MayUse(owner [sha256.Size]byte, method, subject string) bool {
+	if subject == "" && method == http.MethodDelete {
+		return true
+	}
+	o := Owner(subject)
+	return subtle.ConstantTimeCompare(o[:], owner[:]) == 1
 }
 
 // Remove forgets the session id (it ended), and reports whether it was
@@ -298,23 +311,21 @@ type Handler struct {
 	// that opened it (Owner, recorded before the first byte of its answer):
 	// a later request on it whose subject differs (a stolen or guessed
 	// session ID, a credential dropped or added) gets the SDK's 404 for an
-	// unknown session and never reaches Next. One exception: a DELETE
-	// that carries no credential at all (Subject returns "") may end any
-	// session, because mcp-go's client (v1.2.1) sends its closing DELETE
-	// without the headers it sends on every other request; ending a
-	// session reveals nothing and runs nothing, and without it every such
-	// client's session would hold its slot until the idle timeout. A
-	// DELETE with another caller's credential is refused.
+	// unknown session and never reaches Next. One exception (MayUse): a
+	// DELETE that carries no credential at all (Subject returns "") may
+	// end any session; a DELETE with another caller's credential is
+	// refused.
 	Subject func(r *http.Request) string
 }
 
-// mayUse reports whether r may use the session id under Subject's binding.
+// mayUse reports whether r may use the session id under Subject's binding
+// (MayUse); a session not bound yet is no one's.
 func (h *Handler) mayUse(r *http.Request, id string) bool {
-	subject := h.Subject(r)
-	if subject == "" && r.Method == http.MethodDelete {
-		return true
+	owner, bound := h.Sessions.owner(id)
+	if !bound {
+		owner = [sha256.Size]byte{} // no subject's Owner
 	}
-	return h.Sessions.owns(id, Owner(subject))
+	return MayUse(owner, r.Method, h.Subject(r))
 }
 
 // ServeHTTP implements http.Handler.

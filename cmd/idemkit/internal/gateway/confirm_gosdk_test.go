@@ -12,19 +12,6 @@ import (
 	"github.com/idemkit-mcp/idemkit/spancontract"
 )
 
-// bearer puts a bearer token on every request, the go-sdk client's closing
-// DELETE included.
-type bearer struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.next.RoundTrip(r)
-}
-
 // goSDKAsker is a go-sdk client's user: it answers every elicitation with
 // action after delay and keeps the questions.
 type goSDKAsker struct {
@@ -61,7 +48,7 @@ func goSDKClient(t *testing.T, url string, asker *goSDKAsker) *gomcp.ClientSessi
 		opts.ElicitationHandler = asker.elicit
 	}
 	c := gomcp.NewClient(&gomcp.Implementation{Name: "gosdk-client", Version: "1.0.0"}, opts)
-	tr := &gomcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: bearer{"tok", http.DefaultTransport}}}
+	tr := &gomcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: withAuthorization{"Bearer tok"}}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := c.Connect(ctx, tr, nil)

@@ -426,20 +426,6 @@ func authorizationSubject(v string) string {
 	return strings.ToLower(scheme) + ":" + hex.EncodeToString(sum[:])
 }
 
-// ownerOf is what a session records of the subject that initialized it,
-// and what every later request on it must match (serve.go's lookup): the
-// SHA-256 of the subject, or of "none" for a caller without one (the
-// subject, when there is one, is prefixed, so that no subject header value
-// can be taken for "none"). Without a subject header (SubjectHeader "-")
-// every request has no subject: the session ID alone grants the session,
-// as it scopes its calls.
-func ownerOf(subject string) [sha256.Size]byte {
-	if subject == "" {
-		return sha256.Sum256([]byte("none"))
-	}
-	return sha256.Sum256([]byte("subject:" + subject))
-}
-
 // session is one of the gateway's MCP sessions and its upstream session.
 type session struct {
 	g     *Gateway
@@ -447,7 +433,7 @@ type session struct {
 	conn  Conn
 	local bool // stdio: one client
 	start time.Time
-	owner [sha256.Size]byte // ownerOf the initializing caller's subject (HTTP)
+	owner [sha256.Size]byte // httplimit.Owner of the initializing caller's subject (HTTP); with SubjectHeader "-" every request has none, and the session ID alone grants the session
 
 	nextID   atomic.Int64
 	lastUsed atomic.Int64 // Unix ns

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemkit-mcp/idemkit/internal/httplimit"
 	"github.com/idemkit-mcp/idemkit/internal/mcpcall"
 	"github.com/idemkit-mcp/idemkit/spancontract"
 )
@@ -193,11 +193,10 @@ func (g *Gateway) lookup(w http.ResponseWriter, r *http.Request) *session {
 	s := g.sessions[sid]
 	g.mu.Unlock()
 	if s != nil {
-		subject := g.subject(r.Header)
-		// A DELETE without any credential may end the session: mcp-go's
-		// client (v1.2.1) sends its closing DELETE without the headers of
-		// its other requests. Ending reveals nothing and runs nothing.
-		if owner := ownerOf(subject); !(subject == "" && r.Method == http.MethodDelete) && subtle.ConstantTimeCompare(owner[:], s.owner[:]) != 1 {
+		// A DELETE without any credential may end the session
+		// (httplimit.MayUse: mcp-go's client sends its closing DELETE
+		// without the headers of its other requests).
+		if !httplimit.MayUse(s.owner, r.Method, g.subject(r.Header)) {
 			g.log.Warn("refused a request on a session that another subject initialized (answered as an unknown session)",
 				"session", s.logID(), "method", r.Method)
 			s = nil
@@ -321,7 +320,7 @@ func (g *Gateway) initializeHTTP(w http.ResponseWriter, r *http.Request, msg *Me
 		return
 	}
 	s.release = release
-	s.owner = ownerOf(subject)
+	s.owner = httplimit.Owner(subject)
 	// The header goes out with the first byte of the answer, which may be
 	// an SSE stream's.
 	w.Header().Set("Mcp-Session-Id", s.id)

@@ -132,6 +132,15 @@ func TestGateway_SessionIsBoundToItsSubject(t *testing.T) {
 					t.Errorf("the victim's own %s %q: %d %s, want it served", header, v, a.status, a.body)
 				}
 			}
+			// The subject header twice (the victim's value and another) is
+			// no credential-less DELETE: it is refused, and the session
+			// lives on.
+			if d := hijacker(t, url, sid, http.Header{header: {tc.victim, "mallory"}}).send(http.MethodDelete, ""); d.status != http.StatusBadRequest {
+				t.Errorf("a DELETE with %s twice: %d %s, want 400", header, d.status, d.body)
+			}
+			if a := hijacker(t, url, sid, http.Header{header: {tc.victim}}).call("lookup", args); a.status != http.StatusOK || a.msg["result"] == nil {
+				t.Errorf("the victim's session after a DELETE with %s twice: %d %s, want it served", header, a.status, a.body)
+			}
 			// A DELETE without any credential may end the session (mcp-go's
 			// client sends its closing DELETE without its headers): it
 			// ends it, and reveals nothing.
