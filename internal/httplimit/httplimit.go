@@ -163,6 +163,18 @@ func (s *Sessions) bind(id string, owner [sha256.Size]byte) {
 	ss.owner, ss.bound = owner, true
 }
 
+// settle releases a reservation whose request opened the session id, once
+// the session counts among those open, and reports whether it did.
+func (s *Sessions) settle(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.live[id]; !ok {
+		return false
+	}
+	s.reserved--
+	return true
+}
+
 // owner returns the owner of the session id and whether it is bound.
 func (s *Sessions) owner(id string) (owner [sha256.Size]byte, bound bool) {
 	s.mu.Lock()
@@ -363,19 +375,25 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.refuseSession(w, r)
 			return
 		}
-		defer h.Sessions.Release()
-		var bw *bindingWriter
+		// The reservation ends when the session it made room for is open
+		// (its ID in the response's headers, before the client can see
+		// it: from then on the session itself counts) or, when none
+		// opened, once the request is served.
+		bw := &bindingWriter{StatusWriter: StatusWriter{ResponseWriter: w}, sessions: h.Sessions}
 		if h.Subject != nil {
-			bw = &bindingWriter{StatusWriter: StatusWriter{ResponseWriter: w}, sessions: h.Sessions, owner: Owner(h.Subject(r))}
-			h.Next.ServeHTTP(bw, r)
-		} else {
-			h.Next.ServeHTTP(w, r)
+			bw.owner, bw.binds = Owner(h.Subject(r)), true
 		}
+		defer func() {
+			if !bw.settled {
+				h.Sessions.Release()
+			}
+		}()
+		h.Next.ServeHTTP(bw, r)
 		if h.Opened != nil {
 			if id := w.Header().Get(SessionHeader); id != "" {
 				if end := h.Opened(r, id); end != nil {
 					h.Sessions.Add(id, end)
-				} else if bw != nil && bw.bound {
+				} else if bw.bound {
 					h.Sessions.Remove(id) // bound, but it did not last
 				}
 			}
@@ -498,23 +516,32 @@ func (w *StatusWriter) Flush() {
 // Unwrap lets http.ResponseController reach the connection.
 func (w *StatusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// bindingWriter binds the session a response opens to owner before the
-// first byte of the response leaves, so that no request on it (the
-// client's next, or anyone's) comes before its owner is known.
+// bindingWriter sees the session a response opens before the first byte
+// of the response leaves: it binds the session to owner (when binds), so
+// that no request on it (the client's next, or anyone's) comes before its
+// owner is known, and it settles the request's reservation once the
+// session counts among those open, so that a session whose request is
+// still being served (the SDK finishing up, an SSE stream) is not counted
+// twice.
 type bindingWriter struct {
 	StatusWriter
 	sessions *Sessions
 	owner    [sha256.Size]byte
-	bound    bool
+	binds    bool // bind the session to owner
+	bound    bool // it was bound
+	settled  bool // the reservation was released, the session counting instead
 }
 
 func (w *bindingWriter) bind() {
-	if w.Status != 0 || w.bound {
+	if w.Status != 0 || w.bound || w.settled {
 		return
 	}
 	if id := w.Header().Get(SessionHeader); id != "" {
-		w.sessions.bind(id, w.owner)
-		w.bound = true
+		if w.binds {
+			w.sessions.bind(id, w.owner)
+			w.bound = true
+		}
+		w.settled = w.sessions.settle(id)
 	}
 }
 

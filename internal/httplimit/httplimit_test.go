@@ -1,6 +1,9 @@
 package httplimit
 
 import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,5 +82,52 @@ func TestSessions_ARequestInProgressKeepsTheSession(t *testing.T) {
 	}
 	if s.Len() != 0 {
 		t.Fatalf("%d sessions left", s.Len())
+	}
+}
+
+// A session counts once, from the moment its ID leaves in the response's
+// headers: the reservation its initialize took is settled then, not when
+// the handler returns (an SDK finishing up, an SSE stream still open), so
+// that a client that goes on at once finds the room it should.
+func TestHandler_AnOpenedSessionCountsOnceWhileItsRequestIsServed(t *testing.T) {
+	for _, bound := range []bool{true, false} {
+		t.Run(map[bool]string{true: "bound", false: "unbound"}[bound], func(t *testing.T) {
+			sessions := NewSessions(Limits{MaxSessions: 2}, nil)
+			written, finish := make(chan struct{}), make(chan struct{})
+			h := &Handler{
+				Limits:   Limits{MaxSessions: 2},
+				Sessions: sessions,
+				Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if !bound {
+						sessions.Add("s1", nil) // as mcp-go's session manager does
+					}
+					w.Header().Set(SessionHeader, "s1")
+					w.WriteHeader(http.StatusOK)
+					close(written)
+					<-finish
+				}),
+			}
+			if bound {
+				h.Subject = func(*http.Request) string { return "alice" }
+			}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader("{}")))
+			}()
+			<-written
+			// One session open of 2, its request still being served: room
+			// for exactly one more.
+			first, second := sessions.Reserve(), sessions.Reserve()
+			close(finish)
+			<-done
+			if !first || second {
+				t.Fatalf("one session open of 2 while its initialize is served: reserve, reserve = %v, %v; want true, false", first, second)
+			}
+			sessions.Release()
+			if !sessions.Reserve() || sessions.Reserve() {
+				t.Fatal("after the request: want room for exactly one more")
+			}
+		})
 	}
 }
