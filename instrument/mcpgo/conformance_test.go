@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,12 @@ import (
 	"github.com/idemkit-mcp/idemkit/internal/testing/adaptertest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(serveStdioChild) != "" {
+		os.Exit(serveStdioMain()) // TestServeStdio_ServesTheProcessStdio's server
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // TestConformance runs the adapter conformance suite on real mcp-go
 // servers and clients.
@@ -238,7 +244,7 @@ func (s *testServer) Connect(t *testing.T, cc adaptertest.ClientConfig) adaptert
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			_ = server.NewStdioServer(s.srv).Listen(ctx, serverIn, serverOut)
+			_ = server.NewStdioServer(s.srv).Listen(ctx, StdioInput(s.srv, serverIn), serverOut)
 		}()
 		var out io.WriteCloser = clientOut
 		if cc.Wire != nil {

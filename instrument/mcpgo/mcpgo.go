@@ -51,7 +51,9 @@
 // refused by default (see instrument.WithSubject). It also bounds what
 // clients may hold (sessions, idle sessions, request bodies: see
 // instrument.HTTPLimits and WithHTTPLimits); serve it with an http.Server
-// that has read timeouts (instrument.NewHTTPServer).
+// that has read timeouts (instrument.NewHTTPServer). Over stdio, serve it
+// with ServeStdio (or read the input through StdioInput), so that the
+// client's notifications get their spans too.
 //
 // # MCP tasks
 //

@@ -23,8 +23,9 @@ const maxNotificationBody = 4 << 10
 // method, and its operation duration, as the semantic conventions define.
 // mcp-go hands notifications to neither its hooks nor its tracer, so they
 // are recognised here, in the HTTP request, which mcp-go handles before it
-// answers (202 Accepted). Over stdio and in-process transports mcp-go
-// offers no place to see them: they have no span there.
+// answers (202 Accepted). Over stdio, StdioInput recognises them in the
+// input; over the in-process transport mcp-go offers no place to see
+// them: they have no span there.
 func notificationLayer(s *server.MCPServer, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m := instrumentationOf(s)
