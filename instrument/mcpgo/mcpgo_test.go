@@ -35,6 +35,12 @@ type rig struct {
 
 func newRig(t *testing.T, before, after []server.ServerOption) *rig {
 	t.Helper()
+	return newRigWith(t, before, after)
+}
+
+// newRigWith is newRig with more instrumentation options.
+func newRigWith(t *testing.T, before, after []server.ServerOption, extra ...instrument.Option) *rig {
+	t.Helper()
 	r := &rig{sr: tracetest.NewSpanRecorder(), log: &bytes.Buffer{}}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(r.sr))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
@@ -42,8 +48,8 @@ func newRig(t *testing.T, before, after []server.ServerOption) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := append(append(append([]server.ServerOption(nil), before...), ServerOptions(g,
-		instrument.WithTracerProvider(tp), instrument.WithLogger(slog.New(slog.NewTextHandler(r.log, nil))))...), after...)
+	in := append([]instrument.Option{instrument.WithTracerProvider(tp), instrument.WithLogger(slog.New(slog.NewTextHandler(r.log, nil)))}, extra...)
+	opts := append(append(append([]server.ServerOption(nil), before...), ServerOptions(g, in...)...), after...)
 	r.srv = server.NewMCPServer("test", "1", opts...)
 	return r
 }

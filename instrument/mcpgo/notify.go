@@ -44,18 +44,12 @@ func notificationLayer(s *server.MCPServer, h http.Handler) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		var msg struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-			Params struct {
-				Meta map[string]any `json:"_meta"`
-			} `json:"params"`
-		}
-		if json.Unmarshal(body, &msg) != nil || (len(msg.ID) > 0 && string(msg.ID) != "null") || !mcpcall.IsNotification(msg.Method) {
+		method, meta, ok := parseNotification(body)
+		if !ok {
 			h.ServeHTTP(w, r)
 			return
 		}
-		req := mcpcall.Request{Method: msg.Method, Meta: msg.Params.Meta, ProtocolVersion: r.Header.Get(server.HeaderKeyProtocolVersion)}
+		req := mcpcall.Request{Method: method, Meta: meta, ProtocolVersion: r.Header.Get(server.HeaderKeyProtocolVersion)}
 		req.Transport = transportOf(r.Context(), nil)
 		ctx, op := m.in.Start(r.Context(), &req)
 		ended := false
@@ -73,4 +67,21 @@ func notificationLayer(s *server.MCPServer, h http.Handler) http.Handler {
 		ended = true
 		op.End(mcpcall.Response{})
 	})
+}
+
+// parseNotification returns the method and the params._meta of msg when it
+// is one JSON-RPC notification of a client's (mcpcall.IsNotification), and
+// reports whether it is.
+func parseNotification(msg []byte) (method string, meta map[string]any, ok bool) {
+	var n struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params struct {
+			Meta map[string]any `json:"_meta"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(msg, &n) != nil || (len(n.ID) > 0 && string(n.ID) != "null") || !mcpcall.IsNotification(n.Method) {
+		return "", nil, false
+	}
+	return n.Method, n.Params.Meta, true
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -114,17 +113,11 @@ func (in *stdioInput) recognise(line []byte) {
 	if m == nil {
 		return
 	}
-	var msg struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
-		Params struct {
-			Meta map[string]any `json:"_meta"`
-		} `json:"params"`
-	}
-	if json.Unmarshal(line, &msg) != nil || (len(msg.ID) > 0 && string(msg.ID) != "null") || !mcpcall.IsNotification(msg.Method) {
+	method, meta, ok := parseNotification(line)
+	if !ok {
 		return
 	}
-	req := mcpcall.Request{Method: msg.Method, Meta: msg.Params.Meta,
+	req := mcpcall.Request{Method: method, Meta: meta,
 		Transport: mcpcall.Transport{Network: spancontract.TransportPipe, Local: true}}
 	_, in.pending = m.in.Start(context.Background(), &req)
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
@@ -95,15 +94,7 @@ func (s *stdioRig) response(id int) map[string]any {
 // so requests are still answered, and a line over the bound is passed on
 // unread.
 func TestStdioInput_NotificationsGetTheirSpans(t *testing.T) {
-	r := &rig{sr: tracetest.NewSpanRecorder(), log: &bytes.Buffer{}}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(r.sr))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	g, err := idemkit.NewGuard(&idemkit.MemoryStore{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.srv = server.NewMCPServer("test", "1", ServerOptions(g, instrument.WithTracerProvider(tp),
-		instrument.WithPropagator(propagation.TraceContext{}), instrument.WithLogger(slog.New(slog.NewTextHandler(r.log, nil))))...)
+	r := newRigWith(t, nil, nil, instrument.WithPropagator(propagation.TraceContext{}))
 	var runs int
 	var mu sync.Mutex
 	refundServer(r, &runs, &mu)
