@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/idemkit-mcp/idemkit/cmd/idemkit/internal/gatewayconfig"
@@ -283,5 +284,91 @@ func TestGateway_ConfirmOfATaskAugmentedCall(t *testing.T) {
 	}
 	if n := up.runs.Load(); n != 0 {
 		t.Errorf("the upstream ran %d times", n)
+	}
+}
+
+// TestGateway_ConfirmOfATaskAugmentedCall_Accept: a client that can be
+// asked is asked once, before the task is created; accepted, the task runs
+// the upstream once and its result is the upstream's; a duplicate of the
+// call gets the same task, unasked; the span records accept.
+func TestGateway_ConfirmOfATaskAugmentedCall_Accept(t *testing.T) {
+	up := newTaskUpstream(t)
+	close(up.release)
+	tel := newTelemetryPair()
+	g, gw := newGatewayServer(t, up.URL, Config{Guard: newGuard(t),
+		Instrumentation: gatedInstrumentation(t, tel, "tools:\n  export:\n    confirm:\n      question: Export {what}?\n")})
+	h := newHuman(mcp.ElicitationResponseActionAccept, 0)
+	c := elicitingClient(t, gw, "alice", h)
+	ctx := context.Background()
+	ttl := int64(60000)
+	var params mcp.CallToolParams
+	params.Name = "export"
+	params.Arguments = map[string]any{"what": "orders"}
+	params.Task = &mcp.TaskParams{TTL: &ttl}
+	// The client's CallTool parses a CallToolResult: the CreateTaskResult
+	// goes through its transport (which answers the question with h).
+	call := func(id int64) string {
+		t.Helper()
+		resp, err := c.GetTransport().SendRequest(ctx, transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId(id), Method: "tools/call", Params: params})
+		if err != nil || resp.Error != nil {
+			t.Fatalf("the task-augmented call: %v %+v", err, resp)
+		}
+		var created struct {
+			Task struct {
+				TaskID string `json:"taskId"`
+			} `json:"task"`
+		}
+		if err := json.Unmarshal(resp.Result, &created); err != nil || created.Task.TaskID == "" {
+			t.Fatalf("the answer %s is not a CreateTaskResult", resp.Result)
+		}
+		return created.Task.TaskID
+	}
+	first := call(100)
+	if got := <-h.questions; got != "Export orders?" {
+		t.Errorf("question %q", got)
+	}
+	tasks, err := c.ListTasks(ctx, mcp.ListTasksRequest{})
+	if err != nil || len(tasks.Tasks) != 1 {
+		t.Fatalf("tasks/list: %v %v, want the one task", tasks, err)
+	}
+	id := tasks.Tasks[0].TaskId
+	res, err := c.TaskResult(ctx, mcp.TaskResultRequest{Params: mcp.TaskResultParams{TaskId: id}})
+	if err != nil {
+		t.Fatalf("tasks/result: %v", err)
+	}
+	if b, _ := json.Marshal(res); !strings.Contains(string(b), "exported orders (run 1)") {
+		t.Errorf("tasks/result %s, want the upstream's result", b)
+	}
+	if id != first {
+		t.Errorf("tasks/list has task %s, the call created %s", id, first)
+	}
+	// The upstream's own task behind it is the gateway's to know: a
+	// request naming it is answered as for an unknown task.
+	var behind []string
+	g.mu.Lock()
+	for _, ss := range g.sessions {
+		ss.mu.Lock()
+		behind = append(behind, ss.followed.order...)
+		ss.mu.Unlock()
+	}
+	g.mu.Unlock()
+	if len(behind) != 1 {
+		t.Fatalf("the gateway follows upstream tasks %v, want one", behind)
+	}
+	if _, err := c.GetTask(ctx, mcp.GetTaskRequest{Params: mcp.GetTaskParams{TaskId: behind[0]}}); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("tasks/get of the upstream's task %s: %v, want not found", behind[0], err)
+	}
+	// The duplicate: the same task, and no second question.
+	if dup := call(101); dup != first {
+		t.Errorf("the duplicate got task %s, want %s", dup, first)
+	}
+	if tasks, err := c.ListTasks(ctx, mcp.ListTasksRequest{}); err != nil || len(tasks.Tasks) != 1 || tasks.Tasks[0].TaskId != id {
+		t.Errorf("tasks/list after the duplicate: %v %v, want task %s alone", tasks, err, id)
+	}
+	if n, asked := up.runs.Load(), h.asked.Load(); n != 1 || asked != 1 {
+		t.Errorf("the upstream ran %d times, the user was asked %d times; want 1 and 1", n, asked)
+	}
+	if sp := tel.toolSpans("export"); len(sp) == 0 || sp[0][mcpcall.ConfirmationAttr] != "accept" {
+		t.Errorf("spans %v: want the first with idemkit.confirmation accept", sp)
 	}
 }

@@ -444,6 +444,7 @@ type session struct {
 	transport mcpcall.Transport          // of the request that started the session
 	inflight  map[string]json.RawMessage // client request ID (idKey) -> upstream ID
 	taskCaps  taskCapabilities           // the upstream's, from its initialize answer
+	followed  followedTasks              // the upstream's tasks behind gateway tasks
 
 	asking    asking        // server-to-client requests relayed and not answered
 	confirms  confirmations // the gateway's own questions to the client

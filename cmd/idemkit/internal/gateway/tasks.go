@@ -30,7 +30,10 @@ import (
 // Tasks the gateway does not keep (an unprotected tool's, an upstream
 // without the capability) are the upstream's, and their requests are
 // forwarded; tasks/list lists the caller's gateway tasks first, then the
-// upstream's.
+// upstream's, leaving out the upstream's tasks that gateway tasks of the
+// session follow (a request naming one is answered as for an unknown
+// task). With an upstream shared by subject, another session of the same
+// subject may still see those in the upstream's listing.
 
 // upstreamCursorPrefix marks a tasks/list cursor that is the upstream's.
 const upstreamCursorPrefix = "upstream:"
@@ -172,7 +175,12 @@ func (s *session) runTask(ctx context.Context, tool string, fwd *Message, h http
 		}
 		return resp.Result, nil
 	}
-	// The upstream made a task of it: follow it to its end.
+	// The upstream made a task of it: follow it to its end. Its ID is
+	// the gateway's to know: kept out of the client's tasks/list, and a
+	// request naming it is answered as for an unknown task.
+	s.mu.Lock()
+	s.followed.add(upTask)
+	s.mu.Unlock()
 	params, _ := json.Marshal(map[string]string{"taskId": upTask})
 	stop := context.AfterFunc(ctx, func() {
 		// Cancelled (tasks/cancel, or the gateway shutting down): cancel
@@ -265,6 +273,9 @@ func (s *session) taskRequest(op *mcpcall.Op, req *Message, p *requestParams, h 
 		return nil, &RPCError{Code: codeInternalError, Message: "The task's state could not be read (" + err.Error() + "); retry shortly."}
 	}
 	if !owns {
+		if s.follows(p.TaskID) {
+			return newErrorResponse(req.ID, codeInvalidParams, "Failed to retrieve task: Task not found"), nil
+		}
 		return s.roundTrip(op, req, h, out, nil)
 	}
 	if verr := s.verifyCaller(op, h); verr != nil {
@@ -338,7 +349,17 @@ func (s *session) upstreamTaskList(op *mcpcall.Op, req *Message, cursor string, 
 	if json.Unmarshal(resp.Result, &page) != nil {
 		return resp, nil
 	}
-	result := map[string]any{"tasks": nonNilTasks(append(mine, page.Tasks...))}
+	theirs := page.Tasks[:0:0]
+	for _, t := range page.Tasks {
+		var task struct {
+			TaskID string `json:"taskId"`
+		}
+		if json.Unmarshal(t, &task) == nil && s.follows(task.TaskID) {
+			continue // a gateway task's work: the client knows it by the gateway's ID
+		}
+		theirs = append(theirs, t)
+	}
+	result := map[string]any{"tasks": nonNilTasks(append(mine, theirs...))}
 	if page.NextCursor != "" {
 		result["nextCursor"] = upstreamCursorPrefix + page.NextCursor
 	}
@@ -363,4 +384,43 @@ func isTaskMethod(method string) bool {
 		return true
 	}
 	return false
+}
+
+// maxFollowedTasks bounds the upstream task IDs a session remembers as
+// behind its gateway tasks; past it the oldest is forgotten (and, if the
+// upstream still lists it, shows in tasks/list).
+const maxFollowedTasks = 10_000
+
+// followedTasks are the IDs of the upstream's tasks that gateway tasks of
+// a session follow (runTask), oldest first.
+type followedTasks struct {
+	ids   map[string]struct{}
+	order []string
+}
+
+func (f *followedTasks) add(id string) {
+	if f.ids == nil {
+		f.ids = make(map[string]struct{})
+	}
+	if _, ok := f.ids[id]; ok {
+		return
+	}
+	if len(f.order) >= maxFollowedTasks {
+		delete(f.ids, f.order[0])
+		f.order = f.order[1:]
+	}
+	f.ids[id] = struct{}{}
+	f.order = append(f.order, id)
+}
+
+// follows reports whether the upstream's task id is behind one of the
+// session's gateway tasks.
+func (s *session) follows(id string) bool {
+	if id == "" {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.followed.ids[id]
+	return ok
 }
