@@ -23,13 +23,14 @@ type Proxy struct {
 	ln     net.Listener
 	target string
 
-	mu      sync.Mutex // protects the fields below
-	conns   []net.Conn
-	marker  string        // armed: the statement text to stop at
-	forward bool          // whether the stopping message reaches the server
-	fired   chan struct{} // closed when the proxy stopped
-	frozen  bool          // stopped: nothing is relayed any more
-	closed  bool
+	mu        sync.Mutex // protects the fields below
+	conns     []net.Conn
+	marker    string        // armed: the statement text to stop at
+	forward   bool          // whether the stopping message reaches the server
+	fired     chan struct{} // closed when the proxy stopped (after writing a forwarded stopping message)
+	firedDone bool          // fired is closed
+	frozen    bool          // stopped: nothing is relayed any more
+	closed    bool
 }
 
 // NewProxy listens on 127.0.0.1 and relays every connection to target
@@ -55,7 +56,8 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 // of its batch (through the next Sync) reach the server, which runs the
 // statement; without, they do not. Either way nothing more is relayed in
 // either direction, so the client never learns the outcome. The returned
-// channel is closed when the proxy stops.
+// channel is closed when the proxy stops: with forward, once the stopping
+// message has been written to the server.
 func (p *Proxy) Arm(marker string, forward bool) <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -182,12 +184,22 @@ func (p *Proxy) clientToServer(client, server net.Conn) {
 		if stop {
 			// Freeze before the stopping statement reaches the server, so
 			// that its response can never reach the client.
-			p.stop()
+			p.freeze()
 		}
 		if len(out) > 0 && (stop || !p.isFrozen()) {
-			if _, werr := server.Write(out); werr != nil {
+			_, werr := server.Write(out)
+			if stop {
+				// Only now: a test that kills the client and closes the
+				// proxy once the channel is closed must not close the
+				// server connection before a forwarded statement is
+				// written to it.
+				p.fire()
+			}
+			if werr != nil {
 				return
 			}
+		} else if stop {
+			p.fire()
 		}
 		if err != nil {
 			server.Close()
@@ -215,11 +227,20 @@ func (p *Proxy) forwards() bool {
 	return p.forward
 }
 
-func (p *Proxy) stop() {
+// freeze stops the relaying: nothing more passes in either direction
+// (but the stopping message, which the caller writes itself).
+func (p *Proxy) freeze() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.frozen {
-		p.frozen = true
+	p.frozen = true
+}
+
+// fire closes the channel Arm returned, once.
+func (p *Proxy) fire() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.fired != nil && !p.firedDone {
+		p.firedDone = true
 		close(p.fired)
 	}
 }
