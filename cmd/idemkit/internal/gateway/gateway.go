@@ -444,7 +444,8 @@ type session struct {
 	transport mcpcall.Transport          // of the request that started the session
 	inflight  map[string]json.RawMessage // client request ID (idKey) -> upstream ID
 	taskCaps  taskCapabilities           // the upstream's, from its initialize answer
-	followed  followedTasks              // the upstream's tasks behind gateway tasks
+	followed  taskIDs                    // the upstream's tasks behind gateway tasks
+	relayed   taskIDs                    // the upstream's tasks whose CreateTaskResult the client got
 
 	asking    asking        // server-to-client requests relayed and not answered
 	confirms  confirmations // the gateway's own questions to the client
@@ -550,12 +551,22 @@ func (s *session) roundTrip(ctx context.Context, req *Message, h http.Header, ou
 			if idKey(m.ID) != idKey(up) {
 				continue // an answer to another request: not this stream's
 			}
+			if out != nil && req.Method == spancontract.MethodToolsCall {
+				if id := createdTaskID(m.Result); id != "" {
+					// The upstream's task, the client's to know.
+					s.mu.Lock()
+					s.relayed.add(id)
+					s.mu.Unlock()
+				}
+			}
 			if req.ID == nil {
 				return m, nil
 			}
 			return m.withID(req.ID), nil
 		}
-		s.fromUpstream(m)
+		if !s.fromUpstream(m) {
+			continue
+		}
 		if m.IsRequest() {
 			// Relayed on this request's stream: when the request ends, the
 			// upstream no longer waits for its answer.
@@ -572,8 +583,23 @@ func (s *session) roundTrip(ctx context.Context, req *Message, h http.Header, ou
 
 // fromUpstream notes what a message the upstream sends to the client
 // changes: the tools (list_changed), the server-to-client requests open
-// (a request, or the upstream's cancellation of one).
-func (s *session) fromUpstream(m *Message) {
+// (a request, or the upstream's cancellation of one); and reports whether
+// the client may see it. A task's status notification reaches the client
+// only for a task of the upstream's that the client was given (mcp-go
+// sends every task's status to every session, another caller's included;
+// a task behind a gateway task is known to the client by the gateway's ID).
+func (s *session) fromUpstream(m *Message) bool {
+	if m.Method == mcpcall.NotificationTasksStatus && !m.IsRequest() {
+		var p struct {
+			TaskID string `json:"taskId"`
+		}
+		if json.Unmarshal(m.Params, &p) != nil || p.TaskID == "" {
+			return false
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.relayed.has(p.TaskID) && !s.followed.has(p.TaskID)
+	}
 	switch {
 	case m.Method == "notifications/tools/list_changed":
 		s.tools.invalidate()
@@ -582,6 +608,7 @@ func (s *session) fromUpstream(m *Message) {
 	case cancelledRequest(m) != nil:
 		s.asking.answered(idKey(cancelledRequest(m)))
 	}
+	return true
 }
 
 // handle answers one client request, which arrived on transport t, in its

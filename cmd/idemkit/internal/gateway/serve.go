@@ -536,7 +536,9 @@ func (g *Gateway) get(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return
 		}
-		s.fromUpstream(m)
+		if !s.fromUpstream(m) {
+			continue
+		}
 		if sse.write(m.Bytes()) != nil {
 			return
 		}
@@ -635,8 +637,9 @@ func (g *Gateway) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) e
 				if err != nil {
 					return
 				}
-				s.fromUpstream(m)
-				_ = w.send(m)
+				if s.fromUpstream(m) {
+					_ = w.send(m)
+				}
 			}
 		})
 	}

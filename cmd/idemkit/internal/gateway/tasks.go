@@ -33,7 +33,9 @@ import (
 // upstream's, leaving out the upstream's tasks that gateway tasks of the
 // session follow (a request naming one is answered as for an unknown
 // task). With an upstream shared by subject, another session of the same
-// subject may still see those in the upstream's listing.
+// subject may still see those in the upstream's listing. The upstream's
+// notifications/tasks/status reach the client only for the upstream's
+// tasks it was given (session.fromUpstream).
 
 // upstreamCursorPrefix marks a tasks/list cursor that is the upstream's.
 const upstreamCursorPrefix = "upstream:"
@@ -386,26 +388,32 @@ func isTaskMethod(method string) bool {
 	return false
 }
 
-// maxFollowedTasks bounds the upstream task IDs a session remembers as
-// behind its gateway tasks; past it the oldest is forgotten (and, if the
-// upstream still lists it, shows in tasks/list).
-const maxFollowedTasks = 10_000
+// maxTaskIDs bounds the upstream task IDs a session remembers of each
+// kind (taskIDs); past it the oldest is forgotten: one behind a gateway
+// task may then show in tasks/list if the upstream still lists it, and a
+// status notification of one the client was given no longer reaches it.
+const maxTaskIDs = 10_000
 
-// followedTasks are the IDs of the upstream's tasks that gateway tasks of
-// a session follow (runTask), oldest first.
-type followedTasks struct {
+// taskIDs are IDs of the upstream's tasks that a session remembers,
+// oldest first (under the session's mu).
+type taskIDs struct {
 	ids   map[string]struct{}
 	order []string
 }
 
-func (f *followedTasks) add(id string) {
+func (f *taskIDs) has(id string) bool {
+	_, ok := f.ids[id]
+	return ok
+}
+
+func (f *taskIDs) add(id string) {
 	if f.ids == nil {
 		f.ids = make(map[string]struct{})
 	}
 	if _, ok := f.ids[id]; ok {
 		return
 	}
-	if len(f.order) >= maxFollowedTasks {
+	if len(f.order) >= maxTaskIDs {
 		delete(f.ids, f.order[0])
 		f.order = f.order[1:]
 	}
@@ -421,6 +429,5 @@ func (s *session) follows(id string) bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.followed.ids[id]
-	return ok
+	return s.followed.has(id)
 }

@@ -7,11 +7,15 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
@@ -202,4 +206,137 @@ func TestTasks_CancelStopsTheUpstreamTask(t *testing.T) {
 		t.Errorf("tasks/get after cancel: %v", got)
 	}
 	close(up.release)
+}
+
+// statusClient is an mcp-go client of the gateway with its GET stream open,
+// keeping the task IDs of the notifications/tasks/status it receives.
+type statusClient struct {
+	c    *client.Client
+	mu   sync.Mutex
+	seen []string
+	next int64
+}
+
+func newStatusClient(t *testing.T, url, token string) *statusClient {
+	t.Helper()
+	tr, err := transport.NewStreamableHTTP(url, transport.WithContinuousListening(),
+		transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := &statusClient{c: client.NewClient(tr), next: 100}
+	sc.c.OnNotification(func(n mcp.JSONRPCNotification) {
+		if n.Method != mcpcall.NotificationTasksStatus {
+			return
+		}
+		id, _ := n.Params.AdditionalFields["taskId"].(string)
+		sc.mu.Lock()
+		sc.seen = append(sc.seen, id)
+		sc.mu.Unlock()
+	})
+	startClient(t, sc.c)
+	return sc
+}
+
+// task makes a task-augmented call and returns the task ID it was given.
+func (sc *statusClient) task(t *testing.T, tool string) string {
+	t.Helper()
+	sc.next++
+	params := mcp.CallToolParams{Name: tool, Arguments: map[string]any{"what": "orders"}, Task: &mcp.TaskParams{}}
+	resp, err := sc.c.GetTransport().SendRequest(context.Background(), transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId(sc.next), Method: "tools/call", Params: params})
+	if err != nil || resp.Error != nil {
+		t.Fatalf("%s as a task: %v %+v", tool, err, resp)
+	}
+	id := createdTaskID(resp.Result)
+	if id == "" {
+		t.Fatalf("%s: %s is not a CreateTaskResult", tool, resp.Result)
+	}
+	return id
+}
+
+func (sc *statusClient) saw(id string) bool {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return slices.Contains(sc.seen, id)
+}
+
+// waitFor waits until the client has a status notification of task id.
+func (sc *statusClient) waitFor(t *testing.T, id string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !sc.saw(id); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no notifications/tasks/status of task %s arrived", id)
+		}
+	}
+}
+
+// TestTasks_StatusNotificationsReachOnlyTheirCaller: mcp-go sends each
+// task's status notification to every session it has; through the
+// gateway a client gets those of the upstream tasks it was given only,
+// never another caller's, nor that of the upstream task behind a gateway
+// task (which the client knows by the gateway's ID).
+func TestTasks_StatusNotificationsReachOnlyTheirCaller(t *testing.T) {
+	s := server.NewMCPServer("tasks", "1", server.WithTaskCapabilities(true, true, true))
+	// Each run waits for a release: a task long enough for its
+	// CreateTaskResult to reach the gateway before it ends (a status that
+	// comes first is dropped: the client was not given the task yet).
+	release := make(chan struct{}, 8)
+	done := func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		<-release
+		return mcp.NewToolResultText("done " + req.Params.Name), nil
+	}
+	s.AddTool(mcp.NewTool("export", mcp.WithString("what"), mcp.WithTaskSupport(mcp.TaskSupportOptional)), done)
+	s.AddTool(mcp.NewTool("report", mcp.WithString("what"), mcp.WithReadOnlyHintAnnotation(true), mcp.WithTaskSupport(mcp.TaskSupportOptional)), done)
+	hs := httptest.NewServer(server.NewStreamableHTTPServer(s, server.WithStateful(true)))
+	t.Cleanup(hs.Close)
+	g, url := newGatewayServer(t, hs.URL+"/mcp", Config{Guard: newGuard(t), Instrumentation: newTelemetryPair().config()})
+	alice, bob := newStatusClient(t, url, "alice"), newStatusClient(t, url, "bob")
+
+	report := alice.task(t, "report") // read-only: forwarded, the upstream's task
+	release <- struct{}{}
+	alice.waitFor(t, report)
+	export := alice.task(t, "export") // a write tool: the gateway's task, following one upstream
+	var behind string
+	for deadline := time.Now().Add(20 * time.Second); behind == ""; time.Sleep(5 * time.Millisecond) {
+		g.mu.Lock()
+		for _, ss := range g.sessions {
+			ss.mu.Lock()
+			if len(ss.followed.order) > 0 {
+				behind = ss.followed.order[0]
+			}
+			ss.mu.Unlock()
+		}
+		g.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("the gateway task followed no upstream task")
+		}
+	}
+	release <- struct{}{}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		// The gateway task ends after the upstream's, whose status
+		// notification is then on its way to every session.
+		task, err := alice.c.GetTask(context.Background(), mcp.GetTaskRequest{Params: mcp.GetTaskParams{TaskId: export}})
+		if err == nil && task.Status == mcp.TaskStatusCompleted {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the export task did not complete: %v %v", task, err)
+		}
+	}
+	// Notifications of one session arrive in order: once each client has
+	// the status of a task that ended after alice's, alice's have come, or
+	// never will.
+	for _, c := range []*statusClient{alice, bob} {
+		id := c.task(t, "report")
+		release <- struct{}{}
+		c.waitFor(t, id)
+	}
+	if alice.saw(behind) {
+		t.Errorf("alice got the status of upstream task %s, which is behind her gateway task", behind)
+	}
+	for _, id := range []string{report, behind} {
+		if bob.saw(id) {
+			t.Errorf("bob got the status of alice's upstream task %s", id)
+		}
+	}
 }
