@@ -130,6 +130,8 @@ type Instrumentation struct {
 	txTools    sync.Map                            // tool name -> mcpcall.TxRunner (AddTxTool)
 	hasTx      atomic.Bool                         // txTools is not empty
 	slots      atomic.Int32                        // task-layer requests in flight
+
+	stdioProtocol atomic.Pointer[string] // negotiated by the stdio session's initialize (for StdioInput)
 }
 
 // hookSet says which of the Instrumentation's hooks a Hooks holds.
@@ -401,6 +403,10 @@ func (m *Instrumentation) onError(ctx context.Context, id any, _ mcp.MCPMethod, 
 func (m *Instrumentation) afterInitialize(ctx context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) {
 	if op := mcpcall.FromContext(ctx); op != nil && res != nil {
 		op.SetSession(op.SessionID(), res.ProtocolVersion)
+	}
+	if session := server.ClientSessionFromContext(ctx); res != nil && session != nil && session.SessionID() == stdioSessionID {
+		v := res.ProtocolVersion
+		m.stdioProtocol.Store(&v)
 	}
 	m.taskCaps.Store(taskCapsOf(res))
 }

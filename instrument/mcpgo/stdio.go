@@ -119,5 +119,8 @@ func (in *stdioInput) recognise(line []byte) {
 	}
 	req := mcpcall.Request{Method: method, Meta: meta,
 		Transport: mcpcall.Transport{Network: spancontract.TransportPipe, Local: true}}
+	if v := m.stdioProtocol.Load(); v != nil {
+		req.ProtocolVersion = *v
+	}
 	_, in.pending = m.in.Start(context.Background(), &req)
 }

@@ -144,6 +144,9 @@ func TestStdioInput_NotificationsGetTheirSpans(t *testing.T) {
 		if got := attrOf(sp, string(semconv.McpMethodNameKey)); got != tc.name {
 			t.Errorf("%s: mcp.method.name %v", tc.name, got)
 		}
+		if got := attrOf(sp, string(semconv.McpProtocolVersionKey)); got != "2025-06-18" {
+			t.Errorf("%s: mcp.protocol.version %v, want the one negotiated", tc.name, got)
+		}
 		if got := attrOf(sp, string(semconv.NetworkTransportKey)); got != "pipe" {
 			t.Errorf("%s: network.transport %v, want pipe", tc.name, got)
 		}
