@@ -30,12 +30,10 @@ import (
 // Tasks the gateway does not keep (an unprotected tool's, an upstream
 // without the capability) are the upstream's, and their requests are
 // forwarded; tasks/list lists the caller's gateway tasks first, then the
-// upstream's, leaving out the upstream's tasks that gateway tasks of the
-// session follow (a request naming one is answered as for an unknown
-// task). With an upstream shared by subject, another session of the same
-// subject may still see those in the upstream's listing. The upstream's
-// notifications/tasks/status reach the client only for the upstream's
-// tasks it was given (session.fromUpstream).
+// upstream's tasks whose CreateTaskResult the client was given: never one
+// that a gateway task follows (a request naming one of those is answered
+// as for an unknown task). The upstream's notifications/tasks/status reach
+// the client for the same tasks only (session.fromUpstream).
 
 // upstreamCursorPrefix marks a tasks/list cursor that is the upstream's.
 const upstreamCursorPrefix = "upstream:"
@@ -351,16 +349,21 @@ func (s *session) upstreamTaskList(op *mcpcall.Op, req *Message, cursor string, 
 	if json.Unmarshal(resp.Result, &page) != nil {
 		return resp, nil
 	}
+	// Only the upstream's tasks the client was given: not those behind
+	// gateway tasks, which the client knows by the gateway's IDs (one the
+	// upstream created a moment ago may not be recorded as such yet), nor
+	// another session's on an upstream shared by subject.
 	theirs := page.Tasks[:0:0]
+	s.mu.Lock()
 	for _, t := range page.Tasks {
 		var task struct {
 			TaskID string `json:"taskId"`
 		}
-		if json.Unmarshal(t, &task) == nil && s.follows(task.TaskID) {
-			continue // a gateway task's work: the client knows it by the gateway's ID
+		if json.Unmarshal(t, &task) == nil && s.relayed.has(task.TaskID) && !s.followed.has(task.TaskID) {
+			theirs = append(theirs, t)
 		}
-		theirs = append(theirs, t)
 	}
+	s.mu.Unlock()
 	result := map[string]any{"tasks": nonNilTasks(append(mine, theirs...))}
 	if page.NextCursor != "" {
 		result["nextCursor"] = upstreamCursorPrefix + page.NextCursor

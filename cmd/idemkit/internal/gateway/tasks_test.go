@@ -331,6 +331,19 @@ func TestTasks_StatusNotificationsReachOnlyTheirCaller(t *testing.T) {
 		release <- struct{}{}
 		c.waitFor(t, id)
 	}
+	// Her tasks/list: the gateway's task and the upstream's report tasks
+	// she was given, not the upstream task behind the gateway's.
+	list, err := alice.c.ListTasks(context.Background(), mcp.ListTasksRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for _, task := range list.Tasks {
+		listed = append(listed, task.TaskId)
+	}
+	if !slices.Contains(listed, export) || !slices.Contains(listed, report) || slices.Contains(listed, behind) || len(listed) != 3 {
+		t.Errorf("alice's tasks/list %v: want %s (the gateway's), %s and her second report (the upstream's), and not %s", listed, export, report, behind)
+	}
 	if alice.saw(behind) {
 		t.Errorf("alice got the status of upstream task %s, which is behind her gateway task", behind)
 	}
