@@ -50,10 +50,12 @@ func serverArgs(dir string, more ...string) []string {
 		"-task-lease", "1s", "-job-lease", "1s"}, more...)
 }
 
-// pgArgs are serverArgs on the package's PostgreSQL database: the store and
-// the desk's tables there, the gateway's ledger in dir.
+// pgArgs are serverArgs on the test's own PostgreSQL database
+// (pgtest.Database: the desk keeps its tables and the store's in fixed
+// schemas): the store and the desk's tables there, the gateway's ledger in
+// dir.
 func pgArgs(t *testing.T, dir string, more ...string) []string {
-	return append([]string{"-store", "postgres", "-postgres-dsn", pgtest.DSN(t), "-gateway-db", filepath.Join(dir, "gateway.db"),
+	return append([]string{"-store", "postgres", "-postgres-dsn", pgtest.Database(t), "-gateway-db", filepath.Join(dir, "gateway.db"),
 		"-task-lease", "1s", "-job-lease", "1s"}, more...)
 }
 
@@ -61,7 +63,7 @@ func pgArgs(t *testing.T, dir string, more ...string) []string {
 func pgCounts(t *testing.T, dir, order string) (rows, gateway int) {
 	t.Helper()
 	ctx := context.Background()
-	db, err := refunds.NewPostgresDB(ctx, pgtest.Pool(t))
+	db, err := refunds.NewPostgresDB(ctx, pgtest.PoolOn(t, pgtest.Database(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +263,7 @@ func testKillPhased(t *testing.T, backend, hold string) {
 	record := func() (idemstore.Record, error) {
 		var store idemstore.Store
 		if backend == "postgres" {
-			if store, err = pgstore.New(pgtest.Pool(t), nil); err != nil {
+			if store, err = pgstore.New(pgtest.PoolOn(t, pgtest.Database(t)), nil); err != nil {
 				t.Fatal(err)
 			}
 		} else {

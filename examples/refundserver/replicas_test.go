@@ -30,7 +30,7 @@ type replica struct {
 func startReplica(t *testing.T, gw *refunds.Gateway, sdk string) *replica {
 	t.Helper()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, pgtest.DSN(t))
+	pool, err := pgxpool.New(ctx, pgtest.Database(t))
 	if err != nil {
 		t.Fatal(err)
 	}

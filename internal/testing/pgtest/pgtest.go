@@ -35,8 +35,10 @@ import (
 )
 
 var (
-	mu  sync.Mutex // protects dsn
-	dsn string     // the package database's DSN, set by Main
+	mu    sync.Mutex        // protects what follows
+	dsn   string            // the package database's DSN, set by Main
+	admin string            // the DSN Main created it with
+	fresh map[string]string // test name -> its own database's DSN (Database)
 )
 
 // Main sets up the database, runs the tests and tears everything down. Use
@@ -52,8 +54,8 @@ func Main(m *testing.M) {
 func Run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	admin := os.Getenv("TEST_DATABASE_URL")
-	if admin == "" {
+	admin0 := os.Getenv("TEST_DATABASE_URL")
+	if admin0 == "" {
 		c, err := startCluster(ctx)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "pgtest: cannot start a throwaway PostgreSQL: %v\n"+
@@ -61,15 +63,15 @@ func Run(m *testing.M) int {
 			return 2
 		}
 		defer c.stop()
-		admin = c.dsn
+		admin0 = c.dsn
 	}
-	db, drop, err := createDatabase(ctx, admin)
+	db, drop, err := createDatabase(ctx, admin0)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
 		return 2
 	}
 	mu.Lock()
-	dsn = db
+	dsn, admin = db, admin0
 	mu.Unlock()
 	code := m.Run()
 	if err := drop(); err != nil {
@@ -90,11 +92,54 @@ func DSN(t testing.TB) string {
 	return dsn
 }
 
+// Database returns the DSN of a database of the test's own, empty when the
+// test first asks for it and dropped at its end: for tests whose code under
+// test keeps its tables in a fixed schema (a program given only a DSN), so
+// that no record of another test, or of the same test's previous run
+// (go test -count), is found there. Every call of one test (by name) gets
+// the same database.
+func Database(t testing.TB) string {
+	t.Helper()
+	DSN(t) // Main ran
+	mu.Lock()
+	defer mu.Unlock()
+	if d, ok := fresh[t.Name()]; ok {
+		return d
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, drop, err := createDatabase(ctx, admin)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	if fresh == nil {
+		fresh = map[string]string{}
+	}
+	fresh[t.Name()] = d
+	name := t.Name()
+	t.Cleanup(func() {
+		mu.Lock()
+		delete(fresh, name)
+		mu.Unlock()
+		if err := drop(); err != nil {
+			t.Errorf("pgtest: dropping the test's database: %v", err)
+		}
+	})
+	return d
+}
+
 // Pool returns a pool on the package's test database, closed at the end of
 // the test.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(DSN(t))
+	return PoolOn(t, DSN(t))
+}
+
+// PoolOn returns a pool on the database of dsn, closed at the end of the
+// test.
+func PoolOn(t testing.TB, dsn string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
