@@ -63,6 +63,7 @@ type stdioInput struct {
 	rest    []byte     // what is left to return of the line read last
 	long    bool       // the line being passed on is over the bound: no newline seen yet
 	pending *mcpcall.Op
+	err     error // the input's error, returned once rest is drained
 }
 
 func (in *stdioInput) Read(p []byte) (int, error) {
@@ -72,6 +73,9 @@ func (in *stdioInput) Read(p []byte) (int, error) {
 		// The line returned last has been handled: so has its
 		// notification.
 		in.endPending()
+		if in.err != nil {
+			return 0, in.err
+		}
 		line, err := in.r.ReadSlice('\n')
 		switch {
 		case errors.Is(err, bufio.ErrBufferFull):
@@ -83,6 +87,8 @@ func (in *stdioInput) Read(p []byte) (int, error) {
 			in.long = false
 		case len(line) == 0:
 			return 0, err
+		default:
+			in.err = err // after the last bytes (a line without its newline)
 		}
 		// ReadSlice's bytes are valid until the next read: keep a copy of
 		// what does not fit in p.

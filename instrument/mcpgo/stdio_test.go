@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -193,6 +194,20 @@ func TestStdioInput_PassesEveryByteOn(t *testing.T) {
 				t.Fatalf("instrumented %v, reads of %d: got %d bytes (%v), want %d", instrumented, size, len(b), err, len(want))
 			}
 		}
+	}
+}
+
+// The input's error reaches the reader after the bytes before it, a line
+// without its newline included.
+func TestStdioInput_PassesTheInputsErrorOn(t *testing.T) {
+	boom := errors.New("boom")
+	in := StdioInput(newRig(t, nil, nil).srv, io.MultiReader(strings.NewReader("line\npartial"), iotest.ErrReader(boom)))
+	b, err := io.ReadAll(in)
+	if string(b) != "line\npartial" || !errors.Is(err, boom) {
+		t.Fatalf("got %q, %v; want the bytes, then %v", b, err, boom)
+	}
+	if n, err := in.Read(make([]byte, 8)); n != 0 || !errors.Is(err, boom) {
+		t.Fatalf("read again: %d, %v; want the error again", n, err)
 	}
 }
 
