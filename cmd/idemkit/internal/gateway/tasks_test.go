@@ -219,8 +219,9 @@ type statusClient struct {
 
 func newStatusClient(t *testing.T, url, token string) *statusClient {
 	t.Helper()
-	tr, err := transport.NewStreamableHTTP(url, transport.WithContinuousListening(),
-		transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
+	//lint:ignore SA1019 tasks and their status notifications are protocol 2025-11-25's, whose GET stream carries them
+	listen := transport.WithContinuousListening()
+	tr, err := transport.NewStreamableHTTP(url, listen, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
 	if err != nil {
 		t.Fatal(err)
 	}
