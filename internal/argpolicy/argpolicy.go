@@ -330,29 +330,8 @@ func (w *walker) object(i int, nodes []*node) (int, error) {
 				w.kids = append(w.kids, c)
 			}
 		}
-		var end int
-		if excluded {
-			end = SkipValue(w.doc, nameEnd+1)
-			if end < 0 {
-				return 0, fmt.Errorf("argpolicy: unexpected canonical form at offset %d", nameEnd+1)
-			}
-		} else {
-			if !first {
-				w.out = append(w.out, ',')
-			}
-			first = false
-			w.out = append(w.out, w.doc[i:nameEnd+1]...)
-			w.path = append(w.path, step{name: name})
-			end, err = w.value(nameEnd+1, w.kids[base:])
-			w.path = w.path[:len(w.path)-1]
-			if err != nil {
-				return 0, err
-			}
-		}
-		w.kids = w.kids[:base]
-		i = end
-		if i < len(w.doc) && w.doc[i] == ',' {
-			i++
+		if i, err = w.member(nameEnd+1, w.doc[i:nameEnd+1], step{name: name}, excluded, &first, base); err != nil {
+			return 0, err
 		}
 	}
 	if i >= len(w.doc) {
@@ -381,31 +360,9 @@ func (w *walker) array(i int, nodes []*node) (int, error) {
 				w.kids = append(w.kids, c)
 			}
 		}
-		var (
-			end int
-			err error
-		)
-		if excluded {
-			end = SkipValue(w.doc, i)
-			if end < 0 {
-				return 0, fmt.Errorf("argpolicy: unexpected canonical form at offset %d", i)
-			}
-		} else {
-			if !first {
-				w.out = append(w.out, ',')
-			}
-			first = false
-			w.path = append(w.path, step{idx: k})
-			end, err = w.value(i, w.kids[base:])
-			w.path = w.path[:len(w.path)-1]
-			if err != nil {
-				return 0, err
-			}
-		}
-		w.kids = w.kids[:base]
-		i = end
-		if i < len(w.doc) && w.doc[i] == ',' {
-			i++
+		var err error
+		if i, err = w.member(i, nil, step{idx: k}, excluded, &first, base); err != nil {
+			return 0, err
 		}
 	}
 	if i >= len(w.doc) {
@@ -413,6 +370,38 @@ func (w *walker) array(i int, nodes []*node) (int, error) {
 	}
 	w.out = append(w.out, ']')
 	return i + 1, nil
+}
+
+// member passes over the member value at doc[at] of an object or array
+// (lead is what precedes it in the output: the object member's name and
+// colon): skipped when excluded, otherwise written after a comma unless
+// *first, under the policy nodes w.kids[base:], at path step s. It drops
+// those nodes and returns where the next member starts.
+func (w *walker) member(at int, lead []byte, s step, excluded bool, first *bool, base int) (int, error) {
+	var end int
+	if excluded {
+		if end = SkipValue(w.doc, at); end < 0 {
+			return 0, fmt.Errorf("argpolicy: unexpected canonical form at offset %d", at)
+		}
+	} else {
+		if !*first {
+			w.out = append(w.out, ',')
+		}
+		*first = false
+		w.out = append(w.out, lead...)
+		w.path = append(w.path, s)
+		var err error
+		end, err = w.value(at, w.kids[base:])
+		w.path = w.path[:len(w.path)-1]
+		if err != nil {
+			return 0, err
+		}
+	}
+	w.kids = w.kids[:base]
+	if end < len(w.doc) && w.doc[end] == ',' {
+		end++
+	}
+	return end, nil
 }
 
 // round writes the truncated instant of the timestamp at doc[i].
