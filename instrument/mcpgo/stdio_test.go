@@ -114,6 +114,9 @@ func TestStdioInput_NotificationsGetTheirSpans(t *testing.T) {
 	s.send(`{"jsonrpc":"2.0","method":"notifications/initialized","params":{"_meta":{"traceparent":"00-` + traceID + `-00f067aa0ba902b7-01"}}}`)
 	s.send(`{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}`)
 	s.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":99,"reason":"` + strings.Repeat("x", 5000) + `"}}`)
+	// A case variant of a method is no notification of the protocol's
+	// (mcp-go does not handle it either).
+	s.send(`{"jsonrpc":"2.0","method":"Notifications/Initialized"}`)
 	// A request carrying "notifications/" in a value is a request.
 	s.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"refund","arguments":{"order_id":"notifications/initialized"}}}`)
 	if res := s.response(2); res["result"] == nil {
@@ -162,6 +165,9 @@ func TestStdioInput_NotificationsGetTheirSpans(t *testing.T) {
 	}
 	if end := r.spans("notifications/roots/list_changed")[0].EndTime(); end.Before(handledAt) {
 		t.Errorf("the span ended at %v, before mcp-go had handled the notification (%v)", end, handledAt)
+	}
+	if n := len(r.spans("Notifications/Initialized")); n != 0 {
+		t.Errorf("a case variant of notifications/initialized got %d spans", n)
 	}
 	if n := len(r.spans("notifications/cancelled")); n != 0 {
 		t.Errorf("a 5 KB notification line got %d spans: it should be passed on unread", n)
